@@ -1,0 +1,95 @@
+"""Headless CLI: runs the same asset job as the UI, in-process.
+
+    trajectory-assets run --source SRC [--source SRC ...] --storage DEST [--config FILE]
+
+Exit code 0 when the run completes (quarantined records are not failures); 2 with a
+one-line reason when the arguments, a source, the config or storage cannot be used; 1 when
+a step fails (for example a blocking contract check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+EXIT_STEP_FAILED = 1
+EXIT_UNUSABLE_INPUT = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trajectory-assets", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="materialize every asset (trajectories, exports, stats)")
+    run.add_argument("--source", action="append", required=True, help="folder or .jsonl/.jsonl.gz file; repeatable")
+    run.add_argument("--storage", required=True, help="output folder")
+    run.add_argument("--config", help="YAML config (see config.example.yaml)")
+    run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
+    args = parser.parse_args(argv)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    # imported here so `--help` stays instant
+    import dagster as dg
+    import orjson
+
+    from trajectory_assets import layout
+    from trajectory_assets.config import ConfigError, load_config
+    from trajectory_assets.definitions import MAIN_JOB, RunSettings, build_definitions
+    from trajectory_assets.io.sources import SourceError, discover
+
+    storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
+    sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
+    # fail fast, in one line, on what the user can fix
+    try:
+        load_config(args.config)
+        discover(sources)
+    except (ConfigError, SourceError) as error:
+        print(f"trajectory-assets: {error}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
+
+    if not args.verbose:
+        warnings.filterwarnings("ignore")
+    defs = build_definitions(RunSettings(sources=sources, storage=storage, config_file=args.config))
+    job = defs.resolve_job_def(MAIN_JOB)
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    quiet = {"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "WARNING"}}}}
+    with instance:
+        result = job.execute_in_process(run_config=quiet, instance=instance, raise_on_error=False)
+    if not result.success:
+        print(f"trajectory-assets: run failed: {_failure_reason(result)}", file=sys.stderr)
+        return EXIT_STEP_FAILED
+
+    from trajectory_assets.io.storage import Storage
+
+    store = Storage(storage)
+    stats = orjson.loads(store.read_bytes(layout.STATS_JSON))
+    print(
+        f"records: {stats['records_read']} read = {stats['records_valid']} valid"
+        f" + {stats['records_rejected']} quarantined"
+    )
+    for name, rows in stats["exports"].items():
+        print(f"{name}: {rows['train']} train, {rows['validation']} validation -> {store.uri(f'exports/{name}')}")
+    print(f"quarantine: {store.uri(layout.QUARANTINE)}")
+    print(f"report: {store.uri(layout.STATS_MARKDOWN)}")
+    return 0
+
+
+def _failure_reason(result) -> str:
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            if error is not None:
+                message = error.message.strip().splitlines()
+                return f"{event.step_key}: {message[-1] if message else error.cls_name}"
+        if event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.evaluation.passed:
+            evaluation = event.event_specific_data.evaluation
+            return f"check {evaluation.check_name} on {evaluation.asset_key.to_user_string()} failed"
+    return "unknown failure (rerun with --verbose)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pure dataset builders over the validated-trajectory table (no Dagster here)."""

@@ -1,0 +1,237 @@
+"""SFT, DPO and GRPO rows from validated trajectories.
+
+Each builder returns an :class:`ExportFrame`: a DataFrame with one row per export line,
+holding the finished JSON line (``line``), its ``split`` and the flat columns that the
+export's Pandera contract checks, plus counts of what was left out and why. Nested message
+payloads stay JSON strings end to end and are spliced into the output with
+``orjson.Fragment``, so unchanged messages are never decoded and re-encoded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
+from trajectory_assets.formats.chat import divergence_point, role_shape
+from trajectory_assets.formats.jsonutil import sha256_hex
+
+SPLITS = ("train", "validation")
+
+# the trajectory columns each builder reads (so assets load no more than they need)
+SFT_COLUMNS = [
+    "trajectory_id", "task_key", "task_type", "reward", "completed", "mask_sample",
+    "unanswered_tool_calls", "messages", "tools", "role_shape",
+]
+DPO_COLUMNS = ["trajectory_id", "task_key", "reward", "completed", "mask_sample", "messages", "tools"]
+GRPO_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref", "request"]
+
+
+@dataclass
+class ExportFrame:
+    rows: pd.DataFrame
+    excluded: Counter = field(default_factory=Counter)
+
+    def lines(self, split: str) -> list[str]:
+        return self.rows.loc[self.rows["split"] == split, "line"].tolist()
+
+
+def split_of(task_key: str, config: SplitConfig) -> str:
+    """Deterministic, per task: every rollout of a prompt lands in the same split."""
+    bucket = int(sha256_hex(f"{config.seed}:{task_key}".encode())[:8], 16) / 2**32
+    return "validation" if bucket < config.validation_fraction else "train"
+
+
+def _splits(task_keys: pd.Series, config: SplitConfig) -> pd.Series:
+    unique = {key: split_of(key, config) for key in task_keys.unique()}
+    return task_keys.map(unique)
+
+
+def _fragment(value: str | None) -> orjson.Fragment | None:
+    return None if value is None else orjson.Fragment(value)
+
+
+def _count_dropped(excluded: Counter, reason: str, keep: pd.Series) -> None:
+    dropped = int((~keep).sum())
+    if dropped:
+        excluded[reason] += dropped
+
+
+def build_sft(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig) -> ExportFrame:
+    excluded: Counter = Counter()
+    keep = pd.Series(True, index=trajectories.index)
+    filters = [
+        ("not_completed", config.require_completed, lambda t: t["completed"]),
+        ("mask_sample", config.exclude_mask_sample, lambda t: ~t["mask_sample"]),
+        ("unanswered_tool_calls", config.exclude_unanswered_tool_calls, lambda t: t["unanswered_tool_calls"] == 0),
+        (
+            "below_min_reward",
+            config.min_reward is not None,
+            lambda t: t["reward"].notna() & (t["reward"] >= (config.min_reward or 0.0)),
+        ),
+    ]
+    for reason, enabled, predicate in filters:
+        if enabled:
+            passes = predicate(trajectories).astype(bool)
+            _count_dropped(excluded, reason, passes | ~keep)  # count each row under its first reason
+            keep &= passes
+    selected = trajectories.loc[keep]
+    lines = []
+    for row in selected.itertuples(index=False):
+        record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}
+        if row.tools is not None:
+            record["tools"] = orjson.Fragment(row.tools)
+        if row.reward is not None and not pd.isna(row.reward):
+            record["reward"] = row.reward
+        if row.task_type is not None:
+            record["task_type"] = row.task_type
+        record["trajectory_id"] = row.trajectory_id
+        record["task_key"] = row.task_key
+        lines.append(orjson.dumps(record).decode())
+    rows = pd.DataFrame(
+        {
+            "trajectory_id": selected["trajectory_id"].to_numpy(),
+            "task_key": selected["task_key"].to_numpy(),
+            "split": _splits(selected["task_key"], split).to_numpy(),
+            "role_shape": selected["role_shape"].to_numpy(),
+            "reward": selected["reward"].to_numpy(dtype=float),
+            "line": lines,
+        }
+    )
+    return ExportFrame(rows, excluded)
+
+
+def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig) -> ExportFrame:
+    excluded: Counter = Counter()
+    eligible = pd.Series(True, index=trajectories.index)
+    if config.require_completed:
+        eligible &= trajectories["completed"].astype(bool)
+    if config.exclude_mask_sample:
+        eligible &= ~trajectories["mask_sample"].astype(bool)
+    eligible &= trajectories["reward"].notna()
+    _count_dropped(excluded, "ineligible_trajectories", eligible)
+    candidates = trajectories.loc[eligible]
+
+    records: list[dict[str, Any]] = []
+    for task_key, group in candidates.groupby("task_key", sort=False):
+        pair = _choose_pair(group, config)
+        if isinstance(pair, str):
+            excluded[pair] += 1
+            continue
+        chosen, rejected = pair
+        margin = float(chosen.reward) - float(rejected.reward)
+        if margin <= 0 or margin < config.min_margin:
+            excluded["below_min_margin" if margin > 0 else "tied_rewards"] += 1
+            continue
+        chosen_messages = orjson.loads(chosen.messages)
+        rejected_messages = orjson.loads(rejected.messages)
+        shared = divergence_point(chosen_messages, rejected_messages)
+        if shared == 0:
+            excluded["no_shared_prompt"] += 1
+            continue
+        prompt = chosen_messages[:shared]
+        full_chosen_shape = role_shape(chosen_messages)
+        full_rejected_shape = role_shape(rejected_messages)
+        record: dict[str, Any] = {
+            "prompt": prompt,
+            "chosen": chosen_messages[shared:],
+            "rejected": rejected_messages[shared:],
+            "quality_difference": margin,
+            "reward_chosen": float(chosen.reward),
+            "reward_rejected": float(rejected.reward),
+        }
+        if chosen.tools is not None:
+            record["tools"] = orjson.Fragment(chosen.tools)
+        record.update(chosen_id=chosen.trajectory_id, rejected_id=rejected.trajectory_id, task_key=task_key)
+        records.append(
+            {
+                "task_key": task_key,
+                "chosen_id": chosen.trajectory_id,
+                "rejected_id": rejected.trajectory_id,
+                "prompt_shape": full_chosen_shape[:shared],
+                "chosen_shape": full_chosen_shape[shared:],
+                "rejected_shape": full_rejected_shape[shared:],
+                "reward_chosen": record["reward_chosen"],
+                "reward_rejected": record["reward_rejected"],
+                "quality_difference": margin,
+                "line": orjson.dumps(record).decode(),
+            }
+        )
+    rows = pd.DataFrame.from_records(records, columns=DPO_FRAME_COLUMNS)
+    rows.insert(1, "split", _splits(rows["task_key"], split) if len(rows) else pd.Series(dtype=str))
+    return ExportFrame(rows, excluded)
+
+
+DPO_FRAME_COLUMNS = [
+    "task_key", "chosen_id", "rejected_id", "prompt_shape", "chosen_shape", "rejected_shape",
+    "reward_chosen", "reward_rejected", "quality_difference", "line",
+]
+
+
+def _choose_pair(group: pd.DataFrame, config: DpoConfig) -> tuple[Any, Any] | str:
+    """Returns (chosen, rejected) rows, or the reason the task yields no pair."""
+    if len(group) < 2:
+        return "single_rollout_task"
+    if config.pairing == "exactly_two" and len(group) != 2:
+        return "task_without_exactly_two_rollouts"
+    # highest reward first; trajectory_id breaks ties so the choice never depends on file order
+    ranked = group.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
+    best = next(ranked.itertuples(index=False))
+    worst_reward = ranked["reward"].min()
+    worst = next(ranked.loc[ranked["reward"] == worst_reward].itertuples(index=False))
+    return best, worst
+
+
+def build_grpo(trajectories: pd.DataFrame, config: GrpoConfig, split: SplitConfig) -> ExportFrame:
+    excluded: Counter = Counter()
+    candidates = trajectories
+    if config.exclude_mask_sample:
+        keep = ~trajectories["mask_sample"].astype(bool)
+        _count_dropped(excluded, "mask_sample", keep)
+        candidates = trajectories.loc[keep]
+    records: list[dict[str, Any]] = []
+    for task_key, group in candidates.groupby("task_key", sort=False):
+        first = next(group.itertuples(index=False))
+        if first.request is None:
+            excluded["no_request"] += 1
+            continue
+        agent_ref = _agent_ref(first.agent_ref, first.agent_name, config.default_agent_ref)
+        if agent_ref is None:
+            excluded["no_agent_ref"] += 1
+            continue
+        request = orjson.loads(first.request)
+        rewards = group["reward"].dropna()
+        record = {
+            "responses_create_params": request,
+            "agent_ref": agent_ref,
+            "task_key": task_key,
+            "trajectory_ids": group["trajectory_id"].tolist(),
+            "num_rollouts": len(group),
+            "mean_reward": float(rewards.mean()) if len(rewards) else None,
+        }
+        request_input = request.get("input")
+        records.append(
+            {
+                "task_key": task_key,
+                "agent_name": agent_ref["name"],
+                "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
+                "line": orjson.dumps(record).decode(),
+            }
+        )
+    rows = pd.DataFrame.from_records(records, columns=["task_key", "agent_name", "input_items", "line"])
+    rows.insert(1, "split", _splits(rows["task_key"], split) if len(rows) else pd.Series(dtype=str))
+    return ExportFrame(rows, excluded)
+
+
+def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name: str | None) -> dict[str, Any] | None:
+    """NeMo Gym routes RL rows by ``agent_ref``; ``ng_prepare_data`` writes the dict form."""
+    if agent_ref_json is not None:
+        agent_ref = orjson.loads(agent_ref_json)
+        if isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str) and agent_ref["name"]:
+            return agent_ref
+    name = agent_name or default_name
+    return {"type": "responses_api_agents", "name": name} if name else None

@@ -1,0 +1,151 @@
+"""Statistics report: computed from the trajectory table, the ingest summary and export counts."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pandas as pd
+
+STATS_COLUMNS = [
+    "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
+    "num_messages", "num_assistant_turns", "num_tool_calls", "messages_chars", "total_tokens",
+    "has_reasoning", "unknown_items",
+]
+
+
+def _describe(series: pd.Series) -> dict[str, Any]:
+    values = series.dropna().astype(float)
+    if values.empty:
+        return {"count": 0}
+    quantiles = values.quantile([0.5, 0.9]).tolist()
+    return {
+        "count": int(values.size),
+        "min": float(values.min()),
+        "mean": round(float(values.mean()), 6),
+        "p50": float(quantiles[0]),
+        "p90": float(quantiles[1]),
+        "max": float(values.max()),
+    }
+
+
+def _breakdown(trajectories: pd.DataFrame, column: str) -> list[dict[str, Any]]:
+    if trajectories.empty:
+        return []
+    keys = trajectories[column].fillna("(none)")
+    grouped = trajectories.groupby(keys, sort=True)
+    table = grouped.agg(
+        trajectories=("reward", "size"),
+        mean_reward=("reward", "mean"),
+        mean_turns=("num_assistant_turns", "mean"),
+        tool_calls=("num_tool_calls", "sum"),
+    )
+    return [
+        {
+            "name": str(key),
+            "trajectories": int(row.trajectories),
+            "mean_reward": None if pd.isna(row.mean_reward) else round(float(row.mean_reward), 6),
+            "mean_turns": round(float(row.mean_turns), 3),
+            "tool_calls": int(row.tool_calls),
+        }
+        for key, row in table.iterrows()
+    ]
+
+
+def compute_stats(
+    trajectories: pd.DataFrame, ingest_summary: dict[str, Any], export_rows: dict[str, dict[str, int]]
+) -> dict[str, Any]:
+    return {
+        "records_read": int(ingest_summary["records_read"]),
+        "records_valid": int(ingest_summary["records_valid"]),
+        "records_rejected": int(ingest_summary["records_rejected"]),
+        "rejected_by_reason": dict(ingest_summary["rejected_by_reason"]),
+        "sources": len(ingest_summary["sources"]),
+        "sources_failed": int(ingest_summary["sources_failed"]),
+        "exports": export_rows,
+        "reward": _describe(trajectories["reward"]),
+        "assistant_turns": _describe(trajectories["num_assistant_turns"]),
+        "tool_calls": _describe(trajectories["num_tool_calls"]),
+        "messages_chars": _describe(trajectories["messages_chars"]),
+        "total_tokens": _describe(trajectories["total_tokens"]),
+        "completed": int(trajectories["completed"].sum()),
+        "mask_sample": int(trajectories["mask_sample"].sum()),
+        "with_reasoning": int(trajectories["has_reasoning"].sum()),
+        "unknown_items": int(trajectories["unknown_items"].sum()),
+        "by_source_format": _breakdown(trajectories, "source_format"),
+        "by_agent": _breakdown(trajectories, "agent_name"),
+        "by_task_type": _breakdown(trajectories, "task_type"),
+        "by_model": _breakdown(trajectories, "model"),
+    }
+
+
+def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
+    lines = [
+        "# Trajectory statistics",
+        "",
+        f"- records read: **{stats['records_read']}** = valid **{stats['records_valid']}**"
+        f" + rejected **{stats['records_rejected']}**",
+        f"- sources: {stats['sources']} ({stats['sources_failed']} failed to read)",
+        f"- completed: {stats['completed']}, mask_sample: {stats['mask_sample']},"
+        f" with reasoning: {stats['with_reasoning']}, unknown output items: {stats['unknown_items']}",
+        "",
+        "## Rejected by reason",
+        "",
+        *_table(["reason", "records"], [[r, n] for r, n in stats["rejected_by_reason"].items()]),
+        "",
+        "## Export rows",
+        "",
+        *_table(
+            ["export", "train", "validation"],
+            [[name, c.get("train", 0), c.get("validation", 0)] for name, c in stats["exports"].items()],
+        ),
+        "",
+        "## Distributions",
+        "",
+        *_table(
+            ["measure", "count", "min", "mean", "p50", "p90", "max"],
+            [
+                [name, *(stats[name].get(k, "") for k in ("count", "min", "mean", "p50", "p90", "max"))]
+                for name in ("reward", "assistant_turns", "tool_calls", "messages_chars", "total_tokens")
+            ],
+        ),
+    ]
+    for key, title in (("by_agent", "agent"), ("by_task_type", "task_type"), ("by_model", "model")):
+        lines += ["", f"## By {title}", ""]
+        lines += _table(
+            [title, "trajectories", "mean reward", "mean turns", "tool calls"],
+            [[r["name"], r["trajectories"], r["mean_reward"], r["mean_turns"], r["tool_calls"]] for r in stats[key]],
+        )
+    if plot_files:
+        lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_files]
+    return "\n".join(lines) + "\n"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    if not rows:
+        return ["(none)"]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+    return out
+
+
+def reward_histogram_png(trajectories: pd.DataFrame) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: never needs a display
+    from matplotlib import pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.2), dpi=100)
+    rewards = trajectories["reward"].dropna()
+    if rewards.empty:
+        axis.text(0.5, 0.5, "no rewards", ha="center", va="center")
+    else:
+        axis.hist(rewards, bins=min(30, max(5, rewards.nunique())), color="#4f6db8")
+    axis.set_xlabel("reward")
+    axis.set_ylabel("trajectories")
+    axis.set_title("Reward distribution of validated trajectories")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return buffer.getvalue()

@@ -1,0 +1,1 @@
+"""Dagster definitions: thin assets over the pure modules (read, convert, validate, write)."""

@@ -1,0 +1,48 @@
+"""Statistics report over trajectories, quarantine and exports."""
+
+from __future__ import annotations
+
+import base64
+
+import dagster as dg
+import orjson
+
+from trajectory_assets import __version__, layout
+from trajectory_assets.datasets.stats import STATS_COLUMNS, compute_stats, render_markdown, reward_histogram_png
+from trajectory_assets.defs.exports import EXPORT_KINDS
+from trajectory_assets.defs.resources import TrajectoryStorage
+
+
+@dg.asset(
+    group_name="reports",
+    code_version=__version__,
+    kinds={"markdown"},
+    deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORT_KINDS)],
+)
+def stats_report(storage: TrajectoryStorage) -> dg.MaterializeResult:
+    """Counts (read / valid / rejected by reason), reward and length distributions, breakdowns
+    per agent / task_type / model, rows per export; written as JSON, Markdown and a plot."""
+    store = storage.open()
+    trajectories = store.read_parquet(layout.TRAJECTORIES, columns=STATS_COLUMNS)
+    ingest_summary = orjson.loads(store.read_bytes(layout.INGEST_SUMMARY))
+    export_rows = {
+        kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))["rows"] for kind in EXPORT_KINDS
+    }
+    stats = compute_stats(trajectories, ingest_summary, export_rows)
+    plot = reward_histogram_png(trajectories)
+    plot_name = layout.REWARD_PLOT.rsplit("/", 1)[1]
+    markdown = render_markdown(stats, [plot_name])
+    store.write_bytes(layout.STATS_JSON, orjson.dumps(stats, option=orjson.OPT_INDENT_2))
+    store.write_bytes(layout.STATS_MARKDOWN, markdown.encode())
+    store.write_bytes(layout.REWARD_PLOT, plot)
+    # the UI renders the report inline, with the plot embedded so it needs no file server
+    inline = markdown.replace(f"]({plot_name})", f"](data:image/png;base64,{base64.b64encode(plot).decode()})")
+    return dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(inline),
+            "records_read": stats["records_read"],
+            "records_valid": stats["records_valid"],
+            "records_rejected": stats["records_rejected"],
+            "dagster/uri": store.uri(layout.REPORTS),
+        }
+    )

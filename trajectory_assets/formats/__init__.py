@@ -1,0 +1,1 @@
+"""Pure format conversion: source formats <-> canonical OpenAI Chat Completions messages."""

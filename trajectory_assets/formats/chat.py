@@ -1,0 +1,91 @@
+"""Rules over canonical chat messages (OpenAI Chat Completions shape).
+
+A canonical message is a dict with ``role`` in system/user/assistant/tool and ``content``
+(a string, or a list of content parts when images are present). Assistant messages may
+carry ``tool_calls`` (``{id, type: "function", function: {name, arguments: str}}``) and
+``reasoning_content``; tool messages carry ``tool_call_id``.
+
+The *role shape* is a one-letter-per-message string that lets the Pandera contracts check
+the seed's role rules with one vectorized regex instead of a Python loop per row:
+
+    s system   u user   a assistant (no tool calls)   c assistant with tool calls
+    t tool message answering a call of the latest assistant   x any other tool message
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# system only first; every tool message answers the assistant call run before it;
+# at least one assistant turn. Pandera applies these to the role_shape column.
+ROLE_SHAPE_PATTERN = r"^s?(?:u|a|ct*)*$"
+HAS_ASSISTANT_PATTERN = r"[ac]"
+
+ROLE_LETTER = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
+
+
+def role_shape(messages: list[dict[str, Any]]) -> str:
+    letters: list[str] = []
+    open_calls: set[str] = set()
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            calls = message.get("tool_calls") or []
+            open_calls = {call.get("id") for call in calls}
+            letters.append("c" if calls else "a")
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            inside_call_run = bool(letters) and letters[-1] in "ct"
+            if inside_call_run and call_id in open_calls:
+                open_calls.discard(call_id)
+                letters.append("t")
+            else:
+                letters.append("x")
+        else:
+            open_calls = set()
+            letters.append(ROLE_LETTER.get(role, "?"))
+    return "".join(letters)
+
+
+def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "assistant")
+
+
+def count_tool_calls(messages: list[dict[str, Any]]) -> int:
+    return sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+
+
+def unanswered_tool_calls(messages: list[dict[str, Any]]) -> int:
+    """Calls that no tool message answers (a truncated or abandoned turn)."""
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    return sum(
+        1
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+        if call.get("id") not in answered
+    )
+
+
+def divergence_point(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> int:
+    """Length of the shared context of two conversations, ending where both continue
+    with an assistant turn (so DPO's chosen/rejected each start with the assistant).
+
+    Returns 0 when no such point exists.
+    """
+    shared = 0
+    for a, b in zip(first, second):
+        if a != b:
+            break
+        shared += 1
+    while shared > 0:
+        continues_with_assistant = (
+            shared < len(first)
+            and shared < len(second)
+            and first[shared].get("role") == "assistant"
+            and second[shared].get("role") == "assistant"
+        )
+        if continues_with_assistant:
+            return shared
+        shared -= 1
+    return 0

@@ -1,0 +1,26 @@
+"""One place for JSON encoding rules, so hashes and files agree everywhere."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON as written to datasets (key order preserved, UTF-8, no NaN)."""
+    return orjson.dumps(obj)
+
+
+def canonical(obj: Any) -> bytes:
+    """Canonical JSON (sorted keys) - the input of every content hash."""
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)

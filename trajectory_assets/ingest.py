@@ -1,0 +1,251 @@
+"""Stream sources into validated trajectory rows and quarantine rows. No Dagster here.
+
+Every non-blank line of every source becomes exactly one of: a trajectory row or a
+quarantine row (``records_read == records_valid + records_rejected``). A source that
+breaks mid-read adds one quarantine row with ``line = None`` and is listed with its error.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from schemas.trajectory import TrajectorySchema
+from schemas.validation import validate
+from trajectory_assets.formats.chat import (
+    count_assistant_turns,
+    count_tool_calls,
+    role_shape,
+    unanswered_tool_calls,
+)
+from trajectory_assets.formats.jsonutil import dumps, sha256_hex
+from trajectory_assets.formats.records import convert_record
+from trajectory_assets.formats.trajectory import Rejection, Trajectory
+from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
+
+TRAJECTORY_ARROW_SCHEMA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("source_format", pa.string()),
+        ("source_uri", pa.string()),
+        ("source_id", pa.string()),
+        ("source_line", pa.int64()),
+        ("task_key", pa.string()),
+        ("task_index", pa.int64()),
+        ("rollout_index", pa.int64()),
+        ("agent_name", pa.string()),
+        ("agent_ref", pa.string()),
+        ("model", pa.string()),
+        ("task_type", pa.string()),
+        ("reward", pa.float64()),
+        ("reward_components", pa.string()),
+        ("completed", pa.bool_()),
+        ("status", pa.string()),
+        ("mask_sample", pa.bool_()),
+        ("messages", pa.string()),
+        ("prompt_length", pa.int64()),
+        ("role_shape", pa.string()),
+        ("tools", pa.string()),
+        ("num_messages", pa.int64()),
+        ("num_assistant_turns", pa.int64()),
+        ("num_tool_calls", pa.int64()),
+        ("unanswered_tool_calls", pa.int64()),
+        ("has_reasoning", pa.bool_()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("total_tokens", pa.int64()),
+        ("messages_chars", pa.int64()),
+        ("unknown_items", pa.int64()),
+        ("quality_flags", pa.string()),
+        ("request", pa.string()),
+        ("metadata", pa.string()),
+    ]
+)
+QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
+
+
+@dataclass
+class SourceSummary:
+    uri: str
+    source_id: str
+    sha256: str
+    bytes: int
+    records: int
+    valid: int
+    rejected: int
+    blank_lines: int
+    error: str | None
+
+
+@dataclass
+class IngestSummary:
+    records_read: int = 0
+    records_valid: int = 0
+    records_rejected: int = 0
+    sources_failed: int = 0
+    rejected_by_reason: Counter = field(default_factory=Counter)
+    sources: list[SourceSummary] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rejected_by_reason"] = dict(sorted(self.rejected_by_reason.items()))
+        return data
+
+    @property
+    def reconciles(self) -> bool:
+        return self.records_read == self.records_valid + self.records_rejected
+
+
+def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: SourceFile, line: int) -> dict[str, Any]:
+    messages_json = dumps(trajectory.messages).decode()
+    agent_ref = trajectory.metadata.pop("agent_ref", None)
+    return {
+        "trajectory_id": trajectory_id,
+        "source_format": trajectory.source_format,
+        "source_uri": source.uri,
+        "source_id": source.source_id,
+        "source_line": line,
+        "task_key": trajectory.task_key,
+        "task_index": trajectory.task_index,
+        "rollout_index": trajectory.rollout_index,
+        "agent_name": trajectory.agent_name,
+        "agent_ref": None if agent_ref is None else dumps(agent_ref).decode(),
+        "model": trajectory.model,
+        "task_type": trajectory.task_type,
+        "reward": trajectory.reward,
+        "reward_components": _json_or_none(trajectory.reward_components),
+        "completed": trajectory.completed,
+        "status": trajectory.status,
+        "mask_sample": trajectory.mask_sample,
+        "messages": messages_json,
+        "prompt_length": trajectory.prompt_length,
+        "role_shape": role_shape(trajectory.messages),
+        "tools": _json_or_none(trajectory.tools),
+        "num_messages": len(trajectory.messages),
+        "num_assistant_turns": count_assistant_turns(trajectory.messages),
+        "num_tool_calls": count_tool_calls(trajectory.messages),
+        "unanswered_tool_calls": unanswered_tool_calls(trajectory.messages),
+        "has_reasoning": any("reasoning_content" in m for m in trajectory.messages),
+        "input_tokens": trajectory.input_tokens,
+        "output_tokens": trajectory.output_tokens,
+        "total_tokens": trajectory.total_tokens,
+        "messages_chars": len(messages_json),
+        "unknown_items": trajectory.unknown_items,
+        "quality_flags": ",".join(trajectory.quality_flags),
+        "request": _json_or_none(trajectory.request),
+        "metadata": dumps(trajectory.metadata).decode(),
+    }
+
+
+def quarantine_row(source: str, line: int | None, reason: str, detail: str, raw: bytes) -> dict[str, Any]:
+    return {
+        "source": source,
+        "line": line,
+        "reason": reason,
+        "detail": detail,
+        # invalid UTF-8 stays visible as \x escapes instead of being lost
+        "raw": raw.decode("utf-8", errors="backslashreplace"),
+    }
+
+
+def ingest(
+    sources: Iterable[SourceFile],
+    write_trajectories: Callable[[pa.Table], None],
+    write_rejections: Callable[[list[dict[str, Any]]], None],
+    batch_rows: int = 2000,
+) -> IngestSummary:
+    """Convert every record of every source, handing finished batches to the writers."""
+    summary = IngestSummary()
+    seen_ids: dict[str, str] = {}
+    rows: list[dict[str, Any]] = []
+    pending_raw: list[bytes] = []  # raw text of each pending row, in case the contract rejects it
+    rejected: list[dict[str, Any]] = []
+    per_source: dict[str, Counter] = {}
+
+    def flush() -> None:
+        if rows:
+            table = pa.Table.from_pylist(rows, schema=TRAJECTORY_ARROW_SCHEMA)
+            contract = validate(TrajectorySchema, table.to_pandas())
+            if contract.table_errors:  # a whole-table failure is a bug in the converter, not bad input
+                raise RuntimeError(f"trajectory contract failed for a whole batch: {contract.table_errors}")
+            if contract.failures:
+                bad = sorted(int(i) for i in contract.failures)
+                for index in bad:
+                    row = rows[index]
+                    summary.records_valid -= 1
+                    per_source[row["source_uri"]]["valid"] -= 1
+                    reject_row(row["source_uri"], row["source_line"], "contract_violation",
+                               contract.failures[index], pending_raw[index])
+                keep = sorted(set(range(len(rows))) - set(bad))
+                table = table.take(keep)
+            write_trajectories(table)
+            rows.clear()
+            pending_raw.clear()
+        if rejected:
+            write_rejections(list(rejected))
+            rejected.clear()
+
+    def reject_row(uri: str, line: int | None, reason: str, detail: str, raw: bytes) -> None:
+        summary.records_rejected += 1
+        summary.rejected_by_reason[reason] += 1
+        per_source[uri]["rejected"] += 1
+        rejected.append(quarantine_row(uri, line, reason, detail, raw))
+
+    summaries: list[tuple[SourceFile, SourceReadStats]] = []
+    for source in sources:
+        stats = SourceReadStats()
+        counts = per_source[source.uri] = Counter()
+        summaries.append((source, stats))
+        for line, raw in iter_lines(source, stats):
+            summary.records_read += 1
+            counts["records"] += 1
+            trajectory_id = sha256_hex(raw)[:32]
+            first_seen = seen_ids.get(trajectory_id)
+            if first_seen is not None:
+                reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
+                continue
+            try:
+                trajectory = convert_record(raw, source_id=source.source_id)
+            except Rejection as rejection:
+                reject_row(source.uri, line, rejection.reason, rejection.detail, raw)
+                continue
+            except Exception as error:  # hostile structure must never abort the run
+                where = traceback.extract_tb(error.__traceback__)[-1]
+                detail = f"{type(error).__name__}: {error} (at {where.name}:{where.lineno})"
+                reject_row(source.uri, line, "invalid_structure", detail, raw)
+                continue
+            seen_ids[trajectory_id] = f"{source.uri}:{line}"
+            rows.append(trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line))
+            pending_raw.append(raw)
+            summary.records_valid += 1
+            counts["valid"] += 1
+            if len(rows) >= batch_rows:
+                flush()
+        if stats.error:
+            summary.sources_failed += 1
+            rejected.append(quarantine_row(source.uri, None, "unreadable_source", stats.error, b""))
+    flush()
+    summary.sources = [
+        SourceSummary(
+            uri=source.uri,
+            source_id=source.source_id,
+            sha256=stats.sha256,
+            bytes=stats.bytes_read,
+            records=per_source[source.uri]["records"],
+            valid=per_source[source.uri]["valid"],
+            rejected=per_source[source.uri]["rejected"],
+            blank_lines=stats.blank_lines,
+            error=stats.error,
+        )
+        for source, stats in summaries
+    ]
+    return summary
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else dumps(value).decode()

@@ -1,0 +1,94 @@
+"""The storage root where every asset writes (a local folder or an fsspec URL).
+
+Writes never leave a half-written file under its final name: on a local disk the data
+goes to a temporary sibling that is renamed into place; object stores (s3fs) only make an
+object visible once its upload completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import IO
+
+import orjson
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+
+class StorageError(Exception):
+    """Storage cannot be written or read; the message names the path."""
+
+
+class Storage:
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/") or root
+        self.fs, self._base = url_to_fs(self.root)
+        self._local = isinstance(self.fs, LocalFileSystem)
+        self._prefix = root.split("://", 1)[0] + "://" if "://" in root else ""
+
+    def path(self, relative: str) -> str:
+        parts = relative.split("/")
+        if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise StorageError(f"refusing a path outside the storage root: {relative!r}")
+        return posixpath.join(self._base, relative)
+
+    def uri(self, relative: str) -> str:
+        """The user-facing location of a stored file (for metadata and messages)."""
+        return self._prefix + self.path(relative)
+
+    def exists(self, relative: str) -> bool:
+        return self.fs.exists(self.path(relative))
+
+    @contextlib.contextmanager
+    def open_write(self, relative: str) -> Iterator[IO[bytes]]:
+        final = self.path(relative)
+        target = final
+        try:
+            self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
+            target = f"{final}.tmp-{uuid.uuid4().hex}" if self._local else final
+            with self.fs.open(target, "wb") as handle:
+                yield handle
+            if self._local:
+                os.replace(target, final)
+        except OSError as error:
+            with contextlib.suppress(Exception):
+                if target != final:
+                    os.remove(target)
+            raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        with self.open_write(relative) as handle:
+            handle.write(data)
+
+    def read_bytes(self, relative: str) -> bytes:
+        try:
+            with self.fs.open(self.path(relative), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
+
+    def read_jsonl(self, relative: str) -> list:
+        return [orjson.loads(line) for line in self.read_bytes(relative).split(b"\n") if line]
+
+    @contextlib.contextmanager
+    def parquet_writer(self, relative: str, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+        with self.open_write(relative) as handle:
+            writer = pq.ParquetWriter(handle, schema, compression="zstd")
+            try:
+                yield writer
+            finally:
+                writer.close()
+
+    def read_parquet(self, relative: str, columns: list[str] | None = None) -> pd.DataFrame:
+        try:
+            with self.fs.open(self.path(relative), "rb") as handle:
+                return pq.read_table(handle, columns=columns).to_pandas()
+        except FileNotFoundError:
+            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
