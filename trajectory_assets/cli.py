@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     defs = build_definitions(RunSettings(sources=sources, storage=storage, config_file=args.config))
     job = defs.resolve_job_def(MAIN_JOB)
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
-    quiet = {"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "WARNING"}}}}
+    quiet = {"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}}}
     with instance:
         result = job.execute_in_process(run_config=quiet, instance=instance, raise_on_error=False)
     if not result.success:
@@ -79,15 +79,19 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _failure_reason(result) -> str:
+    """The error raised by our code in the first failed step (under Dagster's wrappers), in one line."""
     for event in result.all_events:
-        if event.is_step_failure:
-            error = event.step_failure_data.error
-            if error is not None:
-                message = error.message.strip().splitlines()
-                return f"{event.step_key}: {message[-1] if message else error.cls_name}"
-        if event.event_type_value == "ASSET_CHECK_EVALUATION" and not event.event_specific_data.evaluation.passed:
-            evaluation = event.event_specific_data.evaluation
-            return f"check {evaluation.check_name} on {evaluation.asset_key.to_user_string()} failed"
+        if not event.is_step_failure:
+            continue
+        data = event.step_failure_data
+        if data.user_failure_data is not None and data.user_failure_data.description:
+            return f"{event.step_key}: {data.user_failure_data.description}"
+        error = data.error
+        while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
+            error = error.cause
+        if error is not None:
+            lines = error.message.strip().splitlines()
+            return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
     return "unknown failure (rerun with --verbose)"
 
 

@@ -31,6 +31,16 @@ DPO_COLUMNS = ["trajectory_id", "task_key", "reward", "completed", "mask_sample"
 GRPO_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref", "request"]
 
 
+# Flat columns of each export frame (what its contract checks) with their dtypes, so even
+# an empty export has the columns and types its contract expects.
+SFT_FRAME = {"trajectory_id": str, "task_key": str, "role_shape": str, "reward": float, "line": str}
+DPO_FRAME = {
+    "task_key": str, "chosen_id": str, "rejected_id": str, "prompt_shape": str, "chosen_shape": str,
+    "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float, "line": str,
+}
+GRPO_FRAME = {"task_key": str, "agent_name": str, "input_items": "int64", "line": str}
+
+
 @dataclass
 class ExportFrame:
     rows: pd.DataFrame
@@ -46,9 +56,11 @@ def split_of(task_key: str, config: SplitConfig) -> str:
     return "validation" if bucket < config.validation_fraction else "train"
 
 
-def _splits(task_keys: pd.Series, config: SplitConfig) -> pd.Series:
-    unique = {key: split_of(key, config) for key in task_keys.unique()}
-    return task_keys.map(unique)
+def _frame(records: list[dict[str, Any]], dtypes: dict[str, Any], split: SplitConfig) -> pd.DataFrame:
+    rows = pd.DataFrame.from_records(records, columns=list(dtypes)).astype(dtypes)
+    split_by_task = {key: split_of(key, split) for key in rows["task_key"].unique()}
+    rows.insert(rows.columns.get_loc("task_key") + 1, "split", rows["task_key"].map(split_by_task).astype(str))
+    return rows
 
 
 def _fragment(value: str | None) -> orjson.Fragment | None:
@@ -80,7 +92,7 @@ def build_sft(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig)
             _count_dropped(excluded, reason, passes | ~keep)  # count each row under its first reason
             keep &= passes
     selected = trajectories.loc[keep]
-    lines = []
+    records = []
     for row in selected.itertuples(index=False):
         record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}
         if row.tools is not None:
@@ -91,18 +103,16 @@ def build_sft(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig)
             record["task_type"] = row.task_type
         record["trajectory_id"] = row.trajectory_id
         record["task_key"] = row.task_key
-        lines.append(orjson.dumps(record).decode())
-    rows = pd.DataFrame(
-        {
-            "trajectory_id": selected["trajectory_id"].to_numpy(),
-            "task_key": selected["task_key"].to_numpy(),
-            "split": _splits(selected["task_key"], split).to_numpy(),
-            "role_shape": selected["role_shape"].to_numpy(),
-            "reward": selected["reward"].to_numpy(dtype=float),
-            "line": lines,
-        }
-    )
-    return ExportFrame(rows, excluded)
+        records.append(
+            {
+                "trajectory_id": row.trajectory_id,
+                "task_key": row.task_key,
+                "role_shape": row.role_shape,
+                "reward": row.reward,
+                "line": orjson.dumps(record).decode(),
+            }
+        )
+    return ExportFrame(_frame(records, SFT_FRAME, split), excluded)
 
 
 def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig) -> ExportFrame:
@@ -161,15 +171,7 @@ def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig)
                 "line": orjson.dumps(record).decode(),
             }
         )
-    rows = pd.DataFrame.from_records(records, columns=DPO_FRAME_COLUMNS)
-    rows.insert(1, "split", _splits(rows["task_key"], split) if len(rows) else pd.Series(dtype=str))
-    return ExportFrame(rows, excluded)
-
-
-DPO_FRAME_COLUMNS = [
-    "task_key", "chosen_id", "rejected_id", "prompt_shape", "chosen_shape", "rejected_shape",
-    "reward_chosen", "reward_rejected", "quality_difference", "line",
-]
+    return ExportFrame(_frame(records, DPO_FRAME, split), excluded)
 
 
 def _choose_pair(group: pd.DataFrame, config: DpoConfig) -> tuple[Any, Any] | str:
@@ -222,9 +224,7 @@ def build_grpo(trajectories: pd.DataFrame, config: GrpoConfig, split: SplitConfi
                 "line": orjson.dumps(record).decode(),
             }
         )
-    rows = pd.DataFrame.from_records(records, columns=["task_key", "agent_name", "input_items", "line"])
-    rows.insert(1, "split", _splits(rows["task_key"], split) if len(rows) else pd.Series(dtype=str))
-    return ExportFrame(rows, excluded)
+    return ExportFrame(_frame(records, GRPO_FRAME, split), excluded)
 
 
 def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name: str | None) -> dict[str, Any] | None:

@@ -49,19 +49,20 @@ class Storage:
     @contextlib.contextmanager
     def open_write(self, relative: str) -> Iterator[IO[bytes]]:
         final = self.path(relative)
-        target = final
+        target = f"{final}.tmp-{uuid.uuid4().hex}" if self._local else final
         try:
             self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
-            target = f"{final}.tmp-{uuid.uuid4().hex}" if self._local else final
             with self.fs.open(target, "wb") as handle:
                 yield handle
             if self._local:
                 os.replace(target, final)
-        except OSError as error:
-            with contextlib.suppress(Exception):
-                if target != final:
+        except BaseException as error:
+            if target != final:
+                with contextlib.suppress(OSError):
                     os.remove(target)
-            raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
+            if isinstance(error, OSError):
+                raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
+            raise
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.open_write(relative) as handle:

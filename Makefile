@@ -1,0 +1,47 @@
+# Two commands on a fresh clone: `make run` and `make test`. Everything else is optional.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
+export DAGSTER_HOME := $(CURDIR)/dagster_home
+UI_PORT ?= 3000
+
+.PHONY: setup run test ui bench lock sample clean
+
+setup: $(STAMP)
+
+# The environment is rebuilt whenever the lock file or pyproject changes.
+$(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "trajectory-assets needs Python 3.11, found " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.8
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: setup
+	$(BIN)/trajectory-assets run --source samples/rollouts --storage data
+	@echo
+	@echo "Datasets: data/exports/{sft,dpo,grpo}/{train,validation}.jsonl (+ manifest.json)"
+	@echo "Report:   data/reports/stats.md    Quarantine: data/quarantine/rejected.jsonl"
+	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
+
+test: setup
+	$(BIN)/python -m pytest
+
+ui: setup
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+
+bench: setup
+	$(BIN)/python -m bench.run
+
+# Regenerate the lock file after editing requirements.in (needs the registry).
+lock: setup
+	$(BIN)/uv pip compile requirements.in -o requirements.lock --python-version 3.11
+
+sample: setup
+	$(BIN)/python samples/make_sample.py
+
+clean:
+	rm -rf data $(VENV) .pytest_cache

@@ -1,0 +1,60 @@
+"""Snapshot of the whole code location: assets, their deps, checks, jobs.
+
+A change to the graph shows up here as a reviewable diff. To accept one, rerun with
+UPDATE_SNAPSHOTS=1 and commit tests/defs/snapshots/definitions.json.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from trajectory_assets.definitions import RunSettings, build_definitions, defs
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+
+
+def describe(definitions: dg.Definitions) -> dict:
+    graph = definitions.resolve_asset_graph()
+    assets = {}
+    for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+        node = graph.get(key)
+        assets[key.to_user_string()] = {
+            "group": node.group_name,
+            "deps": sorted(parent.to_user_string() for parent in node.parent_keys),
+            "checks": sorted(check.name for check in node.check_keys),
+            "blocking_checks": sorted(
+                check.name for check in node.check_keys if graph.get(check).blocking
+            ),
+            "has_column_schema": "dagster/column_schema" in node.metadata,
+        }
+    jobs = sorted(job.name for job in definitions.resolve_all_job_defs() if not job.name.startswith("__"))
+    return {"assets": assets, "jobs": jobs}
+
+
+def test_definitions_load():
+    dg.Definitions.validate_loadable(defs)
+
+
+def test_definitions_match_snapshot():
+    current = describe(build_definitions(RunSettings(sources=["/in"], storage="/out")))
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n")
+    assert current == json.loads(SNAPSHOT.read_text())
+
+
+def test_settings_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRAJECTORY_SOURCE", f"{tmp_path}/a, {tmp_path}/b")
+    monkeypatch.setenv("TRAJECTORY_STORAGE", str(tmp_path / "out"))
+    monkeypatch.setenv("TRAJECTORY_CONFIG", str(tmp_path / "c.yaml"))
+    settings = RunSettings.from_env()
+    assert settings.sources == [f"{tmp_path}/a", f"{tmp_path}/b"]
+    assert (settings.storage, settings.config_file) == (str(tmp_path / "out"), str(tmp_path / "c.yaml"))
+
+
+def test_settings_default_to_the_bundled_sample(monkeypatch):
+    for name in ("TRAJECTORY_SOURCE", "TRAJECTORY_STORAGE", "TRAJECTORY_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    settings = RunSettings.from_env()
+    assert settings.sources[0].endswith("samples/rollouts") and settings.storage.endswith("data")

@@ -1,0 +1,42 @@
+"""Raw line -> parsed record, and rejection reasons for lines that are not rollouts."""
+
+import json
+
+import pytest
+
+from tests.conftest import make_rollout
+from trajectory_assets.formats.records import convert_record
+from trajectory_assets.formats.trajectory import Rejection
+
+
+def reason(raw: bytes) -> str:
+    with pytest.raises(Rejection) as caught:
+        convert_record(raw, source_id="s")
+    return caught.value.reason
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (b"<PLACEHOLDER ROW>", "invalid_json"),
+        (b'{"responses_create_params": {"input": "tr', "invalid_json"),
+        (b"\xff\xfe{}", "invalid_utf8"),
+        (b"[1, 2]", "not_an_object"),
+        (b'"text"', "not_an_object"),
+        (b'{"provenance_id": 1, "reward": 0.5}', "not_a_rollout"),
+    ],
+)
+def test_lines_that_cannot_be_rollouts(raw, expected):
+    assert reason(raw) == expected
+
+
+def test_nan_reward_is_reported_as_non_finite_not_as_broken_json():
+    raw = json.dumps(make_rollout(reward=float("nan"))).encode()
+    assert b"NaN" in raw
+    assert reason(raw) == "non_finite_reward"
+
+
+def test_line_separators_inside_strings_stay_one_record():
+    raw = json.dumps(make_rollout(request_input="a\u2028b\u0085c"), ensure_ascii=False).encode()
+    trajectory = convert_record(raw, source_id="s")
+    assert trajectory.messages[0]["content"] == "a\u2028b\u0085c"

@@ -1,0 +1,46 @@
+import pyarrow as pa
+import pytest
+
+from trajectory_assets.io.storage import Storage, StorageError
+
+
+def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("a/b.txt", b"one")
+    store.write_bytes("a/b.txt", b"two")
+    assert (tmp_path / "a" / "b.txt").read_bytes() == b"two"
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["b.txt"]
+
+
+def test_failed_write_keeps_the_previous_file_and_removes_the_partial_one(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("f.txt", b"old")
+    with pytest.raises(RuntimeError):
+        with store.open_write("f.txt") as handle:
+            handle.write(b"half")
+            raise RuntimeError("killed mid-write")
+    assert (tmp_path / "f.txt").read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+@pytest.mark.parametrize("bad", ["../escape", "/abs/path", "a/../../b", "a//b", ""])
+def test_paths_cannot_leave_the_storage_root(tmp_path, bad):
+    with pytest.raises(StorageError, match="outside the storage root"):
+        Storage(str(tmp_path)).path(bad)
+
+
+def test_unwritable_storage_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match="cannot write"):
+        Storage(str(blocker)).write_bytes("sub/out.txt", b"x")
+
+
+def test_parquet_round_trip_and_missing_file_message(tmp_path):
+    store = Storage(str(tmp_path))
+    schema = pa.schema([("x", pa.int64())])
+    with store.parquet_writer("t.parquet", schema) as writer:
+        writer.write_table(pa.table({"x": [1, 2]}, schema=schema))
+    assert store.read_parquet("t.parquet")["x"].tolist() == [1, 2]
+    with pytest.raises(StorageError, match="materialize its asset first"):
+        store.read_parquet("missing.parquet")

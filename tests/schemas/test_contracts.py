@@ -1,0 +1,139 @@
+"""Each Pandera contract accepts good rows and rejects the malformed cases it exists for."""
+
+import pandas as pd
+import pytest
+
+from schemas.dpo import DpoSchema
+from schemas.grpo import GrpoSchema
+from schemas.quarantine import QuarantineSchema
+from schemas.sft import SftSchema
+from schemas.trajectory import TrajectorySchema
+from schemas.validation import validate
+from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
+from trajectory_assets.datasets.exports import build_dpo, build_grpo, build_sft
+
+ID = "a" * 32
+KEY = "b" * 24
+
+
+def failed_checks(model, frame) -> str:
+    result = validate(model, frame)
+    assert not result.passed
+    return " ".join(result.summary())
+
+
+@pytest.fixture
+def trajectories():
+    return trajectory_frame(
+        [make_rollout([call_item("f", "{}", "c"), output_item("c", "r"), message_item("done")]), make_rollout()]
+    )
+
+
+def test_trajectory_contract_accepts_converted_rows(trajectories):
+    assert validate(TrajectorySchema, trajectories).passed
+
+
+@pytest.mark.parametrize(
+    "column, value, check",
+    [
+        ("role_shape", "sux", "str_matches"),  # tool message answering nothing
+        ("role_shape", "usa", "str_matches"),  # system not first
+        ("role_shape", "u", "has_assistant_turn"),  # no assistant turn
+        ("reward", float("inf"), "reward_is_finite"),
+        ("trajectory_id", "not-hex", "str_matches"),
+        ("source_line", 0, "greater_than_or_equal_to"),
+        ("messages", "{}", "str_startswith"),
+        ("source_format", "csv", "isin"),
+    ],
+)
+def test_trajectory_contract_rejects(trajectories, column, value, check):
+    trajectories.loc[0, column] = value
+    assert check in failed_checks(TrajectorySchema, trajectories)
+
+
+def test_trajectory_contract_rejects_duplicate_ids_and_shape_count_mismatch(trajectories):
+    trajectories.loc[1, "trajectory_id"] = trajectories.loc[0, "trajectory_id"]
+    trajectories.loc[0, "num_messages"] = 9
+    failures = failed_checks(TrajectorySchema, trajectories)
+    assert "field_uniqueness" in failures or "unique" in failures
+    assert "shape_matches_message_count" in failures
+
+
+def test_quarantine_contract():
+    good = pd.DataFrame(
+        {"source": ["f"], "line": pd.array([3], dtype="Int64"), "reason": ["invalid_json"], "detail": ["x"], "raw": ["{"]}
+    )
+    assert validate(QuarantineSchema, good).passed
+    source_failure = good.assign(line=pd.array([None], dtype="Int64"), raw=[""])
+    assert validate(QuarantineSchema, source_failure).passed
+    assert "record_rows_have_raw_text" in failed_checks(QuarantineSchema, good.assign(raw=[""]))
+    assert "str_matches" in failed_checks(QuarantineSchema, good.assign(reason=["Bad Reason"]))
+
+
+def sft_rows(**overrides):
+    row = {"trajectory_id": ID, "task_key": KEY, "split": "train", "role_shape": "ucta",
+           "reward": 1.0, "line": '{"messages":[]}'}
+    row.update(overrides)
+    return pd.DataFrame([row])
+
+
+def test_sft_contract_on_built_rows(trajectories):
+    rows = build_sft(trajectories, SftConfig(), SplitConfig()).rows
+    assert len(rows) == 2 and validate(SftSchema, rows).passed
+
+
+@pytest.mark.parametrize(
+    "overrides, check",
+    [
+        ({"role_shape": "ucx"}, "str_matches"),
+        ({"role_shape": "su"}, "has_assistant_turn"),
+        ({"split": "test"}, "isin"),
+        ({"line": '{"prompt":[]}'}, "str_startswith"),
+    ],
+)
+def test_sft_contract_rejects(overrides, check):
+    assert check in failed_checks(SftSchema, sft_rows(**overrides))
+
+
+def dpo_frame():
+    rows = [make_rollout([message_item(text)], request_input="q", reward=reward, _ng_task_index=0)
+            for text, reward in (("good", 1.0), ("bad", 0.0))]
+    return build_dpo(trajectory_frame(rows), DpoConfig(), SplitConfig()).rows
+
+
+def test_dpo_contract_on_built_rows():
+    rows = dpo_frame()
+    assert len(rows) == 1 and validate(DpoSchema, rows).passed
+
+
+@pytest.mark.parametrize(
+    "overrides, check",
+    [
+        ({"quality_difference": 0.5}, "difference_is_reward_gap"),
+        ({"quality_difference": 0.0, "reward_chosen": 0.0}, "greater_than"),
+        ({"chosen_shape": "ua"}, "str_matches"),  # chosen must start with the assistant
+        ({"prompt_shape": "s"}, "str_contains"),  # a prompt needs a user turn
+        ({"rejected_shape": "ax"}, "prompt_plus_rejected_follows_role_rules"),
+    ],
+)
+def test_dpo_contract_rejects(overrides, check):
+    rows = dpo_frame()
+    for column, value in overrides.items():
+        rows[column] = value
+    assert check in failed_checks(DpoSchema, rows)
+
+
+def test_dpo_contract_rejects_pairing_a_trajectory_with_itself():
+    rows = dpo_frame()
+    rows["rejected_id"] = rows["chosen_id"]
+    assert "chosen_is_not_rejected" in failed_checks(DpoSchema, rows)
+
+
+def test_grpo_contract():
+    rows = build_grpo(trajectory_frame([make_rollout(agent_ref="a")]), GrpoConfig(), SplitConfig()).rows
+    assert validate(GrpoSchema, rows).passed
+    assert "greater_than_or_equal_to" in failed_checks(GrpoSchema, rows.assign(input_items=0))
+    assert "str_length" in failed_checks(GrpoSchema, rows.assign(agent_name=""))
+    doubled = pd.concat([rows, rows], ignore_index=True)
+    assert "unique" in failed_checks(GrpoSchema, doubled)

@@ -1,0 +1,108 @@
+"""The headless CLI: output layout, exit codes and reproducibility."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT, SAMPLE
+from tests.spec_checks import CHECKERS
+from trajectory_assets.cli import main
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    storage = tmp_path_factory.mktemp("out")
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(storage)]) == 0
+    return storage
+
+
+def test_writes_the_documented_layout(sample_run):
+    for export in ("sft", "dpo", "grpo"):
+        for split in ("train", "validation"):
+            assert (sample_run / "exports" / export / f"{split}.jsonl").is_file()
+        manifest = json.loads((sample_run / "exports" / export / "manifest.json").read_text())
+        assert {"sources", "rows", "config", "code_version", "files"} <= set(manifest)
+        assert all({"uri", "sha256", "records"} <= set(s) for s in manifest["sources"])
+    for name in ("stats.json", "stats.md", "reward_histogram.png"):
+        assert (sample_run / "reports" / name).is_file()
+    assert (sample_run / "reports" / "reward_histogram.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_stats_counts_reconcile_with_quarantine(sample_run):
+    stats = json.loads((sample_run / "reports" / "stats.json").read_text())
+    assert all(isinstance(stats[k], int) for k in ("records_read", "records_valid", "records_rejected"))
+    assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"]
+    quarantine = [json.loads(line) for line in (sample_run / "quarantine" / "rejected.jsonl").read_text().splitlines()]
+    assert len(quarantine) == stats["records_rejected"] == sum(stats["rejected_by_reason"].values())
+    assert all(set(row) == {"source", "line", "reason", "detail", "raw"} for row in quarantine)
+
+
+def test_every_export_line_obeys_the_spec(sample_run):
+    for export, check in CHECKERS.items():
+        for split in ("train", "validation"):
+            for line in (sample_run / "exports" / export / f"{split}.jsonl").read_text().splitlines():
+                check(line)
+
+
+def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
+    import hashlib
+
+    for export in ("sft", "dpo", "grpo"):
+        folder = sample_run / "exports" / export
+        manifest = json.loads((folder / "manifest.json").read_text())
+        for split, rows in manifest["rows"].items():
+            data = (folder / f"{split}.jsonl").read_bytes()
+            assert data.count(b"\n") == rows
+            assert manifest["files"][f"{split}.jsonl"]["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path)]) == 0
+    for export in ("sft", "dpo", "grpo"):
+        for name in ("train.jsonl", "validation.jsonl", "manifest.json"):
+            assert (tmp_path / "exports" / export / name).read_bytes() == (
+                sample_run / "exports" / export / name
+            ).read_bytes()
+    assert (tmp_path / "reports" / "stats.json").read_bytes() == (sample_run / "reports" / "stats.json").read_bytes()
+
+
+def test_empty_source_still_writes_every_export_file(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "empty.jsonl").write_text("\n\n")
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 0
+    for export in ("sft", "dpo", "grpo"):
+        assert (tmp_path / "out" / "exports" / export / "train.jsonl").read_text() == ""
+
+
+def cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "trajectory_assets.cli", *args],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, timeout=300,
+    )
+
+
+def test_missing_source_exits_non_zero_with_one_line(tmp_path):
+    result = cli("run", "--source", str(tmp_path / "nope"), "--storage", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_invalid_config_exits_non_zero_with_the_field_named(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("dpo:\n  pairing: random\n")
+    result = cli("run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--config", str(config))
+    assert result.returncode == 2
+    assert "dpo.pairing" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unwritable_storage_exits_non_zero_with_a_clear_reason(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = cli("run", "--source", str(SAMPLE), "--storage", str(blocker))
+    assert result.returncode == 1
+    assert "cannot write" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
