@@ -23,7 +23,9 @@ class SplitConfig(_Section):
 
 class SftConfig(_Section):
     # NeMo Gym's SFT tutorial filters at reward >= 0.5..0.8; 0.5 keeps the lenient end.
-    min_reward: float | None = Field(0.5, description="keep trajectories with reward >= this; null = no filter")
+    min_reward: float | None = Field(
+        0.5, description="keep trajectories with reward >= this (rows without a reward pass); null = no filter"
+    )
     require_completed: bool = True
     exclude_mask_sample: bool = True
     exclude_unanswered_tool_calls: bool = Field(True, description="drop runs that end on a call no tool answered")

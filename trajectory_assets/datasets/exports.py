@@ -83,7 +83,8 @@ def build_sft(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig)
         (
             "below_min_reward",
             config.min_reward is not None,
-            lambda t: t["reward"].notna() & (t["reward"] >= (config.min_reward or 0.0)),
+            # rows without a reward (Hermes trajectories) have nothing to filter on
+            lambda t: t["reward"].isna() | (t["reward"] >= (config.min_reward or 0.0)),
         ),
     ]
     for reason, enabled, predicate in filters:
