@@ -1,4 +1,5 @@
-"""Headless CLI: runs the same asset job as the UI, in-process.
+"""Headless CLI: runs the same asset jobs as the UI, in-process (one ingest run per batch,
+then the datasets job), like the sensor and automation do in `dagster dev`.
 
     trajectory-assets run --source SRC [--source SRC ...] --storage DEST [--config FILE]
 
@@ -32,35 +33,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        warnings.filterwarnings("ignore")  # Dagster's beta/preview notices are for developers
     # imported here so `--help` stays instant
     import dagster as dg
     import orjson
 
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.definitions import MAIN_JOB, RunSettings, build_definitions
-    from trajectory_assets.io.sources import SourceError, discover
+    from trajectory_assets.defs.runner import run_pipeline
+    from trajectory_assets.definitions import RunSettings, build_definitions
+    from trajectory_assets.io.sources import SourceError, batch_key, discover
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
     sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
     # fail fast, in one line, on what the user can fix
     try:
         load_config(args.config)
-        discover(sources)
+        batches = sorted({batch_key(source.source_id) for source in discover(sources)})
     except (ConfigError, SourceError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
 
-    if not args.verbose:
-        warnings.filterwarnings("ignore")
     defs = build_definitions(RunSettings(sources=sources, storage=storage, config_file=args.config))
-    job = defs.resolve_job_def(MAIN_JOB)
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     quiet = {"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}}}
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     with instance:
-        result = job.execute_in_process(run_config=quiet, instance=instance, raise_on_error=False)
-    if not result.success:
-        print(f"trajectory-assets: run failed: {_failure_reason(result)}", file=sys.stderr)
+        run = run_pipeline(defs, instance, batches, quiet)
+    if not run.success:
+        failed = next(result for result in run.results if not result.success)
+        print(f"trajectory-assets: run failed: {_failure_reason(failed)}", file=sys.stderr)
         return EXIT_STEP_FAILED
 
     from trajectory_assets.io.storage import Storage

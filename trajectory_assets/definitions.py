@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB, build_automation, datasets_job, ingest_job
 from trajectory_assets.defs.exports import export_assets
 from trajectory_assets.defs.ingest import quarantine_contract, raw_rollouts, trajectory_contract, validated_trajectories
 from trajectory_assets.defs.reports import stats_report
@@ -15,7 +16,7 @@ from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, T
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
-MAIN_JOB = "build_training_datasets"
+__all__ = ["INGEST_JOB", "MAIN_JOB", "RunSettings", "build_definitions", "defs"]
 
 
 @dataclass(frozen=True)
@@ -23,30 +24,31 @@ class RunSettings:
     sources: list[str]
     storage: str
     config_file: str | None = None
+    sensor_interval_seconds: int = 30
+    refresh_cron: str = "0 3 * * *"
 
     @classmethod
     def from_env(cls) -> "RunSettings":
-        """TRAJECTORY_SOURCE (comma-separated), TRAJECTORY_STORAGE, TRAJECTORY_CONFIG."""
+        """TRAJECTORY_SOURCE (comma-separated), TRAJECTORY_STORAGE, TRAJECTORY_CONFIG,
+        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON."""
         sources = [s.strip() for s in os.environ.get("TRAJECTORY_SOURCE", "").split(",") if s.strip()]
         return cls(
             sources=sources or [str(BUNDLED_SAMPLE)],
             storage=os.environ.get("TRAJECTORY_STORAGE") or str(Path.cwd() / "data"),
             config_file=os.environ.get("TRAJECTORY_CONFIG") or None,
+            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 30),
+            refresh_cron=os.environ.get("TRAJECTORY_REFRESH_CRON") or "0 3 * * *",
         )
 
 
 def build_definitions(settings: RunSettings) -> dg.Definitions:
-    assets = [raw_rollouts, validated_trajectories, *export_assets, stats_report]
+    automation = build_automation(settings.sensor_interval_seconds, settings.refresh_cron)
     return dg.Definitions(
-        assets=assets,
+        assets=[raw_rollouts, validated_trajectories, *export_assets, stats_report],
         asset_checks=[trajectory_contract, quarantine_contract],
-        jobs=[
-            dg.define_asset_job(
-                MAIN_JOB,
-                selection=dg.AssetSelection.all(),
-                description="Rollouts -> validated trajectories -> SFT / DPO / GRPO -> stats, with every check.",
-            )
-        ],
+        jobs=[ingest_job, datasets_job],
+        sensors=[d for d in automation if isinstance(d, dg.SensorDefinition)],
+        schedules=[d for d in automation if isinstance(d, dg.ScheduleDefinition)],
         resources={
             "sources": RolloutSources(paths=settings.sources),
             "storage": TrajectoryStorage(root=settings.storage),

@@ -249,3 +249,17 @@ def ingest(
 
 def _json_or_none(value: Any) -> str | None:
     return None if value is None else dumps(value).decode()
+
+
+def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several batches' summaries (``IngestSummary.as_dict()``) as one."""
+    merged = IngestSummary()
+    for summary in summaries:
+        merged.records_read += summary["records_read"]
+        merged.records_valid += summary["records_valid"]
+        merged.records_rejected += summary["records_rejected"]
+        merged.sources_failed += summary["sources_failed"]
+        merged.rejected_by_reason.update(summary["rejected_by_reason"])
+    result = merged.as_dict()
+    result["sources"] = [source for summary in summaries for source in summary["sources"]]
+    return result

@@ -1,14 +1,31 @@
-"""Where each asset's files live under the storage root (the documented output layout)."""
+"""Where each asset's files live under the storage root (the documented output layout).
 
-SOURCE_INVENTORY = "raw/sources.json"
-TRAJECTORIES = "trajectories/trajectories.parquet"
-INGEST_SUMMARY = "trajectories/ingest_summary.json"
-QUARANTINE = "quarantine/rejected.jsonl"
+Per-batch assets (one dynamic partition per source file) write under ``*/batches/<key>``;
+the cross-batch assets read every registered batch and write the datasets and reports.
+"""
+
+BATCH_PARTITIONS = "rollout_batches"
 REPORTS = "reports"
 STATS_JSON = "reports/stats.json"
 STATS_MARKDOWN = "reports/stats.md"
 REWARD_PLOT = "reports/reward_histogram.png"
-EXPORT_NAMES = ("sft", "dpo", "grpo")
+QUARANTINE = "quarantine/rejected.jsonl"  # every batch's rejected records together
+
+
+def batch_source(key: str) -> str:
+    return f"raw/batches/{key}.json"
+
+
+def batch_trajectories(key: str) -> str:
+    return f"trajectories/batches/{key}.parquet"
+
+
+def batch_summary(key: str) -> str:
+    return f"trajectories/batches/{key}.summary.json"
+
+
+def batch_quarantine(key: str) -> str:
+    return f"quarantine/batches/{key}.jsonl"
 
 
 def export_file(export: str, split: str) -> str:

@@ -28,9 +28,13 @@ def describe(definitions: dg.Definitions) -> dict:
                 check.name for check in node.check_keys if graph.get(check).blocking
             ),
             "has_column_schema": "dagster/column_schema" in node.metadata,
+            "partitions": getattr(node.partitions_def, "name", None),
+            "automation": node.automation_condition.get_label() if node.automation_condition else None,
         }
     jobs = sorted(job.name for job in definitions.resolve_all_job_defs() if not job.name.startswith("__"))
-    return {"assets": assets, "jobs": jobs}
+    sensors = sorted((s.name, s.default_status.value) for s in definitions.sensors)
+    schedules = sorted((s.name, s.cron_schedule, s.default_status.value) for s in definitions.schedules)
+    return {"assets": assets, "jobs": jobs, "sensors": sensors, "schedules": schedules}
 
 
 def test_definitions_load():
@@ -38,7 +42,7 @@ def test_definitions_load():
 
 
 def test_definitions_match_snapshot():
-    current = describe(build_definitions(RunSettings(sources=["/in"], storage="/out")))
+    current = json.loads(json.dumps(describe(build_definitions(RunSettings(sources=["/in"], storage="/out")))))
     if os.environ.get("UPDATE_SNAPSHOTS"):
         SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n")
     assert current == json.loads(SNAPSHOT.read_text())

@@ -6,26 +6,33 @@ import dagster as dg
 import pytest
 
 from tests.conftest import SAMPLE, make_rollout, message_item, write_jsonl
-from trajectory_assets.definitions import MAIN_JOB, RunSettings, build_definitions
+from trajectory_assets.definitions import RunSettings, build_definitions
+from trajectory_assets.defs.runner import run_pipeline
+from trajectory_assets.io.sources import batch_key, discover
 
 
 def run_job(sources, storage, config_file=None):
     defs = build_definitions(RunSettings(sources=[str(s) for s in sources], storage=str(storage), config_file=config_file))
+    batches = sorted({batch_key(s.source_id) for s in discover([str(s) for s in sources])})
     with dg.instance_for_test() as instance:
-        result = defs.resolve_job_def(MAIN_JOB).execute_in_process(instance=instance, raise_on_error=False)
-        checks = {
-            (e.asset_check_evaluation_data.asset_key.to_user_string(), e.asset_check_evaluation_data.check_name):
-                e.asset_check_evaluation_data.passed
-            for e in result.all_events
-            if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        run = run_pipeline(defs, instance, batches)
+        events = [e for result in run.results for e in result.all_events]
+        checks = {}
+        for e in events:
+            if e.event_type_value == "ASSET_CHECK_EVALUATION":
+                data = e.asset_check_evaluation_data
+                key = (data.asset_key.to_user_string(), data.check_name)
+                checks[key] = checks.get(key, True) and data.passed
+        materialized = {
+            e.asset_key.to_user_string() for result in run.results for e in result.get_asset_materialization_events()
         }
-        materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    return result, checks, materialized
+    return run, checks, materialized, events
 
 
 def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
-    result, checks, materialized = run_job([SAMPLE], tmp_path)
-    assert result.success
+    run, checks, materialized, _ = run_job([SAMPLE], tmp_path)
+    assert run.success
+    assert len(run.batch_results) == 3  # one partition per sample file
     assert materialized == {
         "raw_rollouts", "validated_trajectories", "quarantined_records", "sft_dataset", "dpo_dataset",
         "grpo_dataset", "stats_report",
@@ -48,23 +55,33 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
         assert sum(stats["exports"][export].values()) > 0, f"the bundled sample must yield {export} rows"
 
 
-def test_materialization_metadata_carries_counts_and_uris(tmp_path):
-    defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
-    with dg.instance_for_test() as instance:
-        defs.resolve_job_def(MAIN_JOB).execute_in_process(instance=instance)
-        event = instance.get_latest_materialization_event(dg.AssetKey("validated_trajectories"))
-        metadata = event.asset_materialization.metadata
-        assert metadata["dagster/row_count"].value == 12
-        assert metadata["dagster/uri"].value == str(tmp_path / "trajectories" / "trajectories.parquet")
-        report = instance.get_latest_materialization_event(dg.AssetKey("stats_report")).asset_materialization
-        assert "Trajectory statistics" in report.metadata["report"].value
-        assert "data:image/png;base64," in report.metadata["report"].value
+def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path):
+    _, _, _, events = run_job([SAMPLE], tmp_path)
+    materializations = [e.event_specific_data.materialization for e in events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    by_key = {}
+    for m in materializations:
+        by_key.setdefault(m.asset_key.to_user_string(), []).append(m)
+    trajectories = by_key["validated_trajectories"]
+    assert sorted(m.partition for m in trajectories) == sorted(
+        batch_key(s.source_id) for s in discover([str(SAMPLE)])
+    )
+    assert sum(m.metadata["dagster/row_count"].value for m in trajectories) == 12
+    weather = next(m for m in trajectories if m.partition.startswith("rollouts_weather"))
+    assert weather.metadata["dagster/uri"].value == str(tmp_path / "trajectories" / "batches" / f"{weather.partition}.parquet")
+    # a batch's data version is the SHA-256 of its file
+    raw = next(m for m in by_key["raw_rollouts"] if m.partition == weather.partition)
+    assert raw.tags["dagster/data_version"] == raw.metadata["sha256"].value
+    report = by_key["stats_report"][0]
+    assert "Trajectory statistics" in report.metadata["report"].value
+    assert "data:image/png;base64," in report.metadata["report"].value
 
 
 def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import raw_rollouts, validated_trajectories
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
+
+    from trajectory_assets.defs.runner import sync_batches
 
     sft = export_defs.EXPORT_KINDS[0]
 
@@ -76,17 +93,18 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     buggy_sft = export_defs.build_export_asset(
         export_defs.ExportKind(sft.name, sft.description, sft.contract, sft.columns, buggy_builder)
     )
+    resources = {
+        "sources": RolloutSources(paths=[str(SAMPLE)]),
+        "storage": TrajectoryStorage(root=str(tmp_path)),
+        "settings": PipelineSettings(),
+    }
     with dg.instance_for_test() as instance:
-        result = dg.materialize(
-            [raw_rollouts, validated_trajectories, buggy_sft],
-            instance=instance,
-            resources={
-                "sources": RolloutSources(paths=[str(SAMPLE)]),
-                "storage": TrajectoryStorage(root=str(tmp_path)),
-                "settings": PipelineSettings(),
-            },
-            raise_on_error=False,
-        )
+        (source, *_) = discover([str(SAMPLE)])
+        sync_batches(instance, [batch_key(source.source_id)])
+        dg.materialize([raw_rollouts, validated_trajectories], instance=instance, resources=resources,
+                       partition_key=batch_key(source.source_id))
+        result = dg.materialize([buggy_sft], instance=instance, resources=resources, raise_on_error=False,
+                                selection=[buggy_sft])
     assert not result.success
     failed = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
               and not e.asset_check_evaluation_data.passed]
@@ -96,8 +114,8 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
 
 def test_bad_records_never_abort_the_run(tmp_path):
     source = write_jsonl(tmp_path / "in" / "x.jsonl", ["garbage", make_rollout([message_item("ok")]), "{}", "[]"])
-    result, checks, _ = run_job([source], tmp_path / "out")
-    assert result.success and all(checks.values())
+    run, checks, _, _ = run_job([source], tmp_path / "out")
+    assert run.success and all(checks.values())
     quarantine = (tmp_path / "out" / "quarantine" / "rejected.jsonl").read_text().splitlines()
     assert [json.loads(line)["reason"] for line in quarantine] == ["invalid_json", "not_a_rollout", "not_an_object"]
 
@@ -105,9 +123,9 @@ def test_bad_records_never_abort_the_run(tmp_path):
 def test_invalid_config_fails_with_a_clear_message(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("sft:\n  min_reward: high\n")
-    result, _, _ = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
-    assert not result.success
-    failure = next(e for e in result.all_events if e.is_step_failure)
+    run, _, _, events = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
+    assert not run.success
+    failure = next(e for e in events if e.is_step_failure)
     assert "sft.min_reward" in str(failure.step_failure_data.user_failure_data or failure.step_failure_data.error)
 
 
@@ -115,7 +133,7 @@ def test_invalid_config_fails_with_a_clear_message(tmp_path):
 def test_split_fraction_from_config(tmp_path, fraction, expected):
     config = tmp_path / "c.yaml"
     config.write_text(f"split:\n  validation_fraction: {fraction}\n")
-    result, _, _ = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
-    assert result.success
+    run, _, _, _ = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
+    assert run.success
     manifest = json.loads((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
     assert {k: manifest["rows"][k] for k in expected} == expected

@@ -14,6 +14,7 @@ from trajectory_assets.formats.jsonutil import sha256_hex
 def build_manifest(
     *,
     export: str,
+    batches: list[str],
     config: dict[str, Any],
     sources: list[dict[str, Any]],
     trajectories: int,
@@ -26,6 +27,7 @@ def build_manifest(
         "producer": "trajectory-assets",
         "code_version": __version__,
         "config": config,
+        "batches": batches,
         "sources": [
             {"uri": s["uri"], "source_id": s["source_id"], "sha256": s["sha256"], "records": s["records"]}
             for s in sources

@@ -1,6 +1,5 @@
 """Pandera contracts as Dagster sees them: column metadata and asset-check results."""
 
-from __future__ import annotations
 
 import warnings
 

@@ -1,6 +1,5 @@
 """SFT / DPO / GRPO exports: one asset per dataset, each line checked by its contract."""
 
-from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from trajectory_assets import __version__, layout
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.datasets import exports
 from trajectory_assets.datasets.manifest import build_manifest
+from trajectory_assets.defs.batches import read_summary, read_trajectories, registered_batches
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 
@@ -94,11 +94,13 @@ def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
         description=kind.description,
         check_specs=check_specs,
         metadata={"dagster/column_schema": column_schema(kind.contract)},
+        automation_condition=dg.AutomationCondition.eager(),
     )
-    def _export(storage: TrajectoryStorage, settings: PipelineSettings):
+    def _export(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
         config = settings.load()
         store = storage.open()
-        trajectories = store.read_parquet(layout.TRAJECTORIES, columns=kind.columns)
+        batches = registered_batches(context)
+        trajectories = read_trajectories(store, batches, kind.columns)
         frame = kind.build(trajectories, getattr(config, kind.name), config.split)
 
         contract = validate(kind.contract, frame.rows)
@@ -128,11 +130,11 @@ def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
             files[f"{split}.jsonl"] = "".join(line + "\n" for line in lines).encode()
             rows_per_split[split] = len(lines)
             store.write_bytes(layout.export_file(kind.name, split), files[f"{split}.jsonl"])
-        ingest_summary = orjson.loads(store.read_bytes(layout.INGEST_SUMMARY))
         manifest = build_manifest(
             export=kind.name,
+            batches=batches,
             config={kind.name: getattr(config, kind.name).model_dump(), "split": config.split.model_dump()},
-            sources=ingest_summary["sources"],
+            sources=read_summary(store, batches)["sources"],
             trajectories=len(trajectories),
             rows=rows_per_split,
             excluded=dict(frame.excluded),
@@ -148,6 +150,7 @@ def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
                 "validation_rows": rows_per_split["validation"],
                 "excluded": dg.MetadataValue.json(manifest["excluded"]),
                 "manifest": store.uri(layout.export_manifest(kind.name)),
+                "batches": len(batches),
                 "first_row": dg.MetadataValue.md(f"```json\n{preview[0][:2000]}\n```" if preview else "(empty)"),
             },
             check_results=checks,

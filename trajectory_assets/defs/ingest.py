@@ -1,6 +1,9 @@
-"""Raw rollouts -> validated trajectories + quarantine."""
+"""Per-batch assets: raw rollouts -> validated trajectories + quarantine.
 
-from __future__ import annotations
+One dynamic partition per source file (a *batch*), so a new batch is processed alone and a
+bad batch never blocks the others. The sensor in ``defs/automation.py`` registers batches.
+"""
+
 
 import dagster as dg
 import orjson
@@ -14,32 +17,52 @@ from trajectory_assets import __version__, layout
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
 from trajectory_assets.ingest import QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
-from trajectory_assets.io.sources import SourceError, SourceFile, discover
+from trajectory_assets.io.sources import SourceError, SourceFile, SourceReadStats, batch_key, discover, iter_lines
 
 GROUP = "rollouts"
+rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
 
 
-@dg.asset(group_name=GROUP, code_version=__version__, kinds={"jsonl"})
-def raw_rollouts(sources: RolloutSources, storage: TrajectoryStorage) -> dg.MaterializeResult:
-    """The inventory of rollout files found under the configured sources (NeMo Gym
-    ``*.jsonl`` / ``*.jsonl.gz``, searched recursively)."""
+def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     try:
         found = discover(sources.paths)
     except SourceError as error:
         raise dg.Failure(description=str(error)) from None
-    inventory = [{"uri": s.uri, "source_id": s.source_id} for s in found]
+    for source in found:
+        if batch_key(source.source_id) == key:
+            return source
+    raise dg.Failure(description=f"batch {key!r} is no longer among the configured sources {sources.paths}")
+
+
+@dg.asset(
+    partitions_def=rollout_batches,
+    group_name=GROUP,
+    code_version=__version__,
+    kinds={"jsonl"},
+)
+def raw_rollouts(context: dg.AssetExecutionContext, sources: RolloutSources, storage: TrajectoryStorage):
+    """One rollout file (NeMo Gym ``*.jsonl`` / ``*.jsonl.gz``): its URI, size and SHA-256.
+
+    The SHA-256 is the batch's data version, so Dagster knows when a batch really changed.
+    """
+    source = find_batch_source(sources, context.partition_key)
+    stats = SourceReadStats()
+    for _ in iter_lines(source, stats):  # one streaming pass; hashes the stored bytes
+        pass
+    if stats.error:
+        context.log.warning(f"{source.uri}: {stats.error} (the readable part is still ingested)")
+    record = {"uri": source.uri, "source_id": source.source_id, "sha256": stats.sha256, "bytes": stats.bytes_read}
     store = storage.open()
-    store.write_bytes(layout.SOURCE_INVENTORY, orjson.dumps(inventory, option=orjson.OPT_INDENT_2))
+    store.write_bytes(layout.batch_source(context.partition_key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return dg.MaterializeResult(
-        metadata={
-            "files": len(inventory),
-            "configured_sources": dg.MetadataValue.json(sources.paths),
-            "dagster/uri": store.uri(layout.SOURCE_INVENTORY),
-        }
+        metadata={"source": source.uri, "sha256": stats.sha256, "bytes": stats.bytes_read,
+                  "dagster/uri": store.uri(layout.batch_source(context.partition_key))},
+        data_version=dg.DataVersion(stats.sha256),
     )
 
 
 @dg.multi_asset(
+    partitions_def=rollout_batches,
     specs=[
         dg.AssetSpec(
             "validated_trajectories",
@@ -71,15 +94,16 @@ def raw_rollouts(sources: RolloutSources, storage: TrajectoryStorage) -> dg.Mate
         )
     ],
 )
-def validated_trajectories(storage: TrajectoryStorage):
+def validated_trajectories(context: dg.AssetExecutionContext, storage: TrajectoryStorage):
+    key = context.partition_key
     store = storage.open()
-    inventory = orjson.loads(store.read_bytes(layout.SOURCE_INVENTORY))
-    sources = [SourceFile(item["uri"], item["source_id"]) for item in inventory]
+    recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
+    source = SourceFile(recorded["uri"], recorded["source_id"])
 
     quarantined = 0
     with (
-        store.parquet_writer(layout.TRAJECTORIES, TRAJECTORY_ARROW_SCHEMA) as parquet,
-        store.open_write(layout.QUARANTINE) as quarantine,
+        store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
+        store.open_write(layout.batch_quarantine(key)) as quarantine,
     ):
 
         def write_rejections(rows):
@@ -87,10 +111,10 @@ def validated_trajectories(storage: TrajectoryStorage):
             quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
             quarantined += len(rows)
 
-        summary = ingest(sources, parquet.write_table, write_rejections)
-    store.write_bytes(layout.INGEST_SUMMARY, orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
+        summary = ingest([source], parquet.write_table, write_rejections)
+    store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 
-    with store.fs.open(store.path(layout.TRAJECTORIES), "rb") as handle:
+    with store.fs.open(store.path(layout.batch_trajectories(key)), "rb") as handle:
         rows_written = pq.ParquetFile(handle).metadata.num_rows
     reconciled = (
         summary.reconciles
@@ -109,16 +133,16 @@ def validated_trajectories(storage: TrajectoryStorage):
         asset_key="validated_trajectories",
         metadata={
             **counts,
+            "source": source.uri,
             "dagster/row_count": rows_written,
-            "dagster/uri": store.uri(layout.TRAJECTORIES),
-            "sources": len(summary.sources),
+            "dagster/uri": store.uri(layout.batch_trajectories(key)),
         },
     )
     yield dg.MaterializeResult(
         asset_key="quarantined_records",
         metadata={
             "dagster/row_count": quarantined,
-            "dagster/uri": store.uri(layout.QUARANTINE),
+            "dagster/uri": store.uri(layout.batch_quarantine(key)),
             "rejected_by_reason": dg.MetadataValue.json(dict(summary.rejected_by_reason)),
         },
     )
@@ -131,18 +155,20 @@ def validated_trajectories(storage: TrajectoryStorage):
     )
 
 
-@dg.asset_check(asset="validated_trajectories", blocking=True, name="trajectory_contract")
-def trajectory_contract(storage: TrajectoryStorage) -> dg.AssetCheckResult:
-    """Re-validates the written Parquet file against the Pandera contract."""
-    frame = storage.open().read_parquet(layout.TRAJECTORIES)
+@dg.asset_check(asset="validated_trajectories", blocking=True, name="trajectory_contract",
+                partitions_def=rollout_batches)
+def trajectory_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
+    """Re-validates the written Parquet file of the batch against the Pandera contract."""
+    frame = storage.open().read_parquet(layout.batch_trajectories(context.partition_key))
     return contract_check_result(validate(TrajectorySchema, frame), asset="validated_trajectories",
                                  check_name="trajectory_contract")
 
 
-@dg.asset_check(asset="quarantined_records", blocking=True, name="quarantine_contract")
-def quarantine_contract(storage: TrajectoryStorage) -> dg.AssetCheckResult:
-    """Every quarantine row names its source, reason and raw text."""
-    rows = storage.open().read_jsonl(layout.QUARANTINE)
+@dg.asset_check(asset="quarantined_records", blocking=True, name="quarantine_contract",
+                partitions_def=rollout_batches)
+def quarantine_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
+    """Every quarantine row of the batch names its source, reason and raw text."""
+    rows = storage.open().read_jsonl(layout.batch_quarantine(context.partition_key))
     frame = pd.DataFrame(rows, columns=list(QUARANTINE_FIELDS)).astype({"line": "Int64"})
     return contract_check_result(validate(QuarantineSchema, frame), asset="quarantined_records",
                                  check_name="quarantine_contract")

@@ -1,6 +1,5 @@
 """Statistics report over trajectories, quarantine and exports."""
 
-from __future__ import annotations
 
 import base64
 
@@ -9,6 +8,7 @@ import orjson
 
 from trajectory_assets import __version__, layout
 from trajectory_assets.datasets.stats import STATS_COLUMNS, compute_stats, render_markdown, reward_histogram_png
+from trajectory_assets.defs.batches import read_summary, read_trajectories, registered_batches
 from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.defs.resources import TrajectoryStorage
 
@@ -18,13 +18,19 @@ from trajectory_assets.defs.resources import TrajectoryStorage
     code_version=__version__,
     kinds={"markdown"},
     deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORT_KINDS)],
+    automation_condition=dg.AutomationCondition.eager(),
 )
-def stats_report(storage: TrajectoryStorage) -> dg.MaterializeResult:
+def stats_report(context: dg.AssetExecutionContext, storage: TrajectoryStorage) -> dg.MaterializeResult:
     """Counts (read / valid / rejected by reason), reward and length distributions, breakdowns
-    per agent / task_type / model, rows per export; written as JSON, Markdown and a plot."""
+    per agent / task_type / model, rows per export; written as JSON, Markdown and a plot.
+    Also gathers every batch's quarantine into one ``quarantine/rejected.jsonl``."""
     store = storage.open()
-    trajectories = store.read_parquet(layout.TRAJECTORIES, columns=STATS_COLUMNS)
-    ingest_summary = orjson.loads(store.read_bytes(layout.INGEST_SUMMARY))
+    batches = registered_batches(context)
+    trajectories = read_trajectories(store, batches, STATS_COLUMNS)
+    ingest_summary = read_summary(store, batches)
+    with store.open_write(layout.QUARANTINE) as quarantine:
+        for key in batches:
+            quarantine.write(store.read_bytes(layout.batch_quarantine(key)))
     export_rows = {
         kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))["rows"] for kind in EXPORT_KINDS
     }

@@ -1,6 +1,5 @@
 """Resources: where rollouts come from, where outputs go, and the curation config."""
 
-from __future__ import annotations
 
 import dagster as dg
 

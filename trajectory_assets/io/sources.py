@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -107,3 +108,23 @@ class _HashingReader(io.RawIOBase):
 
 def _protocol_prefix(path: str) -> str:
     return path.split("://", 1)[0] + "://" if "://" in path else ""
+
+
+def batch_key(source_id: str) -> str:
+    """A source's batch (partition) key: readable, safe as a file name and a Dagster
+    partition key, and unique (a short hash of the full id tells apart ids that only
+    differ in characters that had to be replaced)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", source_id).strip("._-")[:80] or "source"
+    return f"{readable}-{hashlib.sha256(source_id.encode()).hexdigest()[:8]}"
+
+
+def fingerprint(uri: str) -> str:
+    """Cheap change detector for the sensor: the object store's ETag where there is one,
+    else size and modification time. A changed fingerprint means the batch is re-read
+    (and its SHA-256 recomputed); an unchanged one costs no read at all."""
+    fs, path = url_to_fs(uri)
+    info = fs.info(path)
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        return f"etag:{str(etag).strip(chr(34))}"
+    return f"size:{info.get('size')}:mtime:{info.get('mtime') or info.get('LastModified') or info.get('created')}"
