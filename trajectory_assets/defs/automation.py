@@ -51,7 +51,7 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
         try:
             found = discover(sources.paths)
         except SourceError as error:
-            return dg.SkipReason(str(error))
+            return dg.SensorResult(skip_reason=str(error))
         current = {batch_key(source.source_id): fingerprint(source.uri) for source in found}
         previous = orjson.loads(context.cursor) if context.cursor else {}
         new, changed, gone = plan_batches(current, previous)
@@ -68,7 +68,7 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
         if gone:
             partition_requests.append(rollout_batches.build_delete_request([k for k in gone if k in registered]))
         if not requests and not partition_requests:
-            return dg.SkipReason(f"no new or changed rollout files among {len(current)}")
+            return dg.SensorResult(skip_reason=f"no new or changed rollout files among {len(current)}")
         return dg.SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=partition_requests,

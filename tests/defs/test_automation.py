@@ -1,0 +1,91 @@
+"""The batch sensor: registers new files as partitions, re-runs changed ones, never twice."""
+
+import json
+import os
+import time
+
+import dagster as dg
+
+from tests.conftest import make_rollout, write_jsonl
+from trajectory_assets import layout
+from trajectory_assets.definitions import RunSettings, build_definitions
+from trajectory_assets.defs.automation import plan_batches
+from trajectory_assets.io.sources import batch_key
+
+
+def test_plan_batches_splits_new_changed_and_gone():
+    previous = {"a": "1", "b": "1", "c": "1"}
+    current = {"a": "1", "b": "2", "d": "1"}
+    assert plan_batches(current, previous) == (["d"], ["b"], ["c"])
+
+
+def evaluate(defs, instance, cursor=None):
+    sensor = defs.resolve_sensor_def("rollout_batch_sensor")
+    with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs, resources=defs.resources) as context:
+        result = sensor(context)  # the raw SensorResult, as the daemon receives it
+    for request in result.dynamic_partitions_requests or []:
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+    return result
+
+
+def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_path):
+    source = tmp_path / "in"
+    first = write_jsonl(source / "a.jsonl", [make_rollout()])
+    defs = build_definitions(RunSettings(sources=[str(source)], storage=str(tmp_path / "out")))
+    key_a = batch_key("in/a.jsonl")
+    with dg.instance_for_test() as instance:
+        tick = evaluate(defs, instance)
+        assert [r.partition_key for r in tick.run_requests] == [key_a]
+        assert instance.get_dynamic_partitions(layout.BATCH_PARTITIONS) == [key_a]
+
+        # nothing changed: nothing to do (the cursor remembers every file's fingerprint)
+        again = evaluate(defs, instance, tick.cursor)
+        assert not again.run_requests and "no new or changed" in again.skip_reason.skip_message
+
+        # a new file is registered and run on its own
+        write_jsonl(source / "sub" / "b.jsonl", [make_rollout(request_input="other")])
+        tick2 = evaluate(defs, instance, tick.cursor)
+        key_b = batch_key("in/sub/b.jsonl")
+        assert [r.partition_key for r in tick2.run_requests] == [key_b]
+
+        # a changed file is re-run under a new run key
+        write_jsonl(first, [make_rollout(), make_rollout(request_input="more")])
+        stat = first.stat()
+        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        tick3 = evaluate(defs, instance, tick2.cursor)
+        (rerun,) = tick3.run_requests
+        assert rerun.partition_key == key_a and rerun.run_key != tick.run_requests[0].run_key
+
+        # a deleted file's batch is removed
+        first.unlink()
+        evaluate(defs, instance, tick3.cursor)
+        assert instance.get_dynamic_partitions(layout.BATCH_PARTITIONS) == [key_b]
+        assert json.loads(tick3.cursor).keys() == {key_a, key_b}
+
+
+def test_sensor_skips_with_a_reason_when_the_source_is_missing(tmp_path):
+    defs = build_definitions(RunSettings(sources=[str(tmp_path / "missing")], storage=str(tmp_path / "out")))
+    with dg.instance_for_test() as instance:
+        result = evaluate(defs, instance)
+    assert not result.run_requests and "does not exist" in result.skip_reason.skip_message
+
+
+def test_adding_a_batch_changes_only_what_depends_on_it(tmp_path):
+    """Re-running with one more file: earlier batches' files are untouched, exports grow."""
+    from trajectory_assets.cli import main
+
+    source = tmp_path / "in"
+    write_jsonl(source / "a.jsonl", [make_rollout()])
+    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
+    batch_a = tmp_path / "out" / "trajectories" / "batches" / f"{batch_key('in/a.jsonl')}.parquet"
+    before = batch_a.read_bytes()
+    time.sleep(0.01)
+    write_jsonl(source / "b.jsonl", [make_rollout(request_input="other")])
+    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
+    assert batch_a.read_bytes() == before
+    manifest = json.loads((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
+    assert len(manifest["batches"]) == 2 and sum(manifest["rows"].values()) == 2
