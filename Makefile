@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha25
 export DAGSTER_HOME := $(CURDIR)/dagster_home
 UI_PORT ?= 3000
 
-.PHONY: setup run test ui bench lock sample clean
+.PHONY: setup browser run test ui bench lock sample clean
 
 setup: $(STAMP)
 
@@ -27,8 +27,15 @@ run: setup
 	@echo "Report:   data/reports/stats.md    Quarantine: data/quarantine/rejected.jsonl"
 	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest
+
+# The browser test drives Debian's Chromium (Playwright never downloads a browser here).
+browser:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
