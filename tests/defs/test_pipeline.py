@@ -71,6 +71,8 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
     # a batch's data version is the SHA-256 of its file
     raw = next(m for m in by_key["raw_rollouts"] if m.partition == weather.partition)
     assert raw.tags["dagster/data_version"] == raw.metadata["sha256"].value
+    lineage = by_key["dpo_dataset"][0].metadata["dagster/column_lineage"].value
+    assert [dep.column_name for dep in lineage.deps_by_column["chosen_id"]] == ["trajectory_id"]
     report = by_key["stats_report"][0]
     assert "Trajectory statistics" in report.metadata["report"].value
     assert "data:image/png;base64," in report.metadata["report"].value
@@ -91,7 +93,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
         return frame
 
     buggy_sft = export_defs.build_export_asset(
-        export_defs.ExportKind(sft.name, sft.description, sft.contract, sft.columns, buggy_builder)
+        export_defs.ExportKind(sft.name, sft.description, sft.contract, sft.columns, buggy_builder, sft.lineage)
     )
     resources = {
         "sources": RolloutSources(paths=[str(SAMPLE)]),

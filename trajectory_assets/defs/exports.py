@@ -30,6 +30,8 @@ class ExportKind:
     contract: type[pa.DataFrameModel]
     columns: list[str]
     build: Callable[..., exports.ExportFrame]
+    # export field -> the validated_trajectories columns it is made from (shown in the UI)
+    lineage: dict[str, list[str]]
 
     @property
     def asset_name(self) -> str:
@@ -43,6 +45,8 @@ EXPORT_KINDS = (
         SftSchema,
         exports.SFT_COLUMNS,
         exports.build_sft,
+        {"messages": ["messages"], "tools": ["tools"], "reward": ["reward"], "task_type": ["task_type"],
+         "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
     ),
     ExportKind(
         "dpo",
@@ -51,6 +55,9 @@ EXPORT_KINDS = (
         DpoSchema,
         exports.DPO_COLUMNS,
         exports.build_dpo,
+        {"prompt": ["messages"], "chosen": ["messages"], "rejected": ["messages"], "tools": ["tools"],
+         "reward_chosen": ["reward"], "reward_rejected": ["reward"], "quality_difference": ["reward"],
+         "chosen_id": ["trajectory_id"], "rejected_id": ["trajectory_id"], "task_key": ["task_key"]},
     ),
     ExportKind(
         "grpo",
@@ -58,6 +65,8 @@ EXPORT_KINDS = (
         GrpoSchema,
         exports.GRPO_COLUMNS,
         exports.build_grpo,
+        {"responses_create_params": ["request"], "agent_ref": ["agent_ref", "agent_name"],
+         "task_key": ["task_key"], "trajectory_ids": ["trajectory_id"], "mean_reward": ["reward"]},
     ),
 )
 
@@ -152,6 +161,13 @@ def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
                 "manifest": store.uri(layout.export_manifest(kind.name)),
                 "batches": len(batches),
                 "first_row": dg.MetadataValue.md(f"```json\n{preview[0][:2000]}\n```" if preview else "(empty)"),
+                "dagster/column_lineage": dg.TableColumnLineage(
+                    deps_by_column={
+                        field: [dg.TableColumnDep(asset_key=dg.AssetKey("validated_trajectories"), column_name=c)
+                                for c in columns]
+                        for field, columns in kind.lineage.items()
+                    }
+                ),
             },
             check_results=checks,
         )
