@@ -10,12 +10,14 @@ UI_PORT ?= 3000
 
 setup: $(STAMP)
 
-# The environment is rebuilt whenever the lock file or pyproject changes.
+# The environment is rebuilt whenever the lock file or pyproject changes. Bytecode is compiled
+# at install time: with PYTHONDONTWRITEBYTECODE set (as here) every process would otherwise
+# recompile Dagster on import, seconds per run.
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "trajectory-assets needs Python 3.11, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.8
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $@

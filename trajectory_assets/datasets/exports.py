@@ -128,12 +128,7 @@ def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig)
     candidates = trajectories.loc[eligible]
 
     records: list[dict[str, Any]] = []
-    for task_key, group in candidates.groupby("task_key", sort=False):
-        pair = _choose_pair(group, config)
-        if isinstance(pair, str):
-            excluded[pair] += 1
-            continue
-        chosen, rejected = pair
+    for chosen, rejected in _candidate_pairs(candidates, config, excluded):
         margin = float(chosen.reward) - float(rejected.reward)
         if margin <= 0 or margin < config.min_margin:
             excluded["below_min_margin" if margin > 0 else "tied_rewards"] += 1
@@ -144,11 +139,10 @@ def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig)
         if shared == 0:
             excluded["no_shared_prompt"] += 1
             continue
-        prompt = chosen_messages[:shared]
         full_chosen_shape = role_shape(chosen_messages)
         full_rejected_shape = role_shape(rejected_messages)
         record: dict[str, Any] = {
-            "prompt": prompt,
+            "prompt": chosen_messages[:shared],
             "chosen": chosen_messages[shared:],
             "rejected": rejected_messages[shared:],
             "quality_difference": margin,
@@ -157,10 +151,10 @@ def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig)
         }
         if chosen.tools is not None:
             record["tools"] = orjson.Fragment(chosen.tools)
-        record.update(chosen_id=chosen.trajectory_id, rejected_id=rejected.trajectory_id, task_key=task_key)
+        record.update(chosen_id=chosen.trajectory_id, rejected_id=rejected.trajectory_id, task_key=chosen.task_key)
         records.append(
             {
-                "task_key": task_key,
+                "task_key": chosen.task_key,
                 "chosen_id": chosen.trajectory_id,
                 "rejected_id": rejected.trajectory_id,
                 "prompt_shape": full_chosen_shape[:shared],
@@ -175,18 +169,33 @@ def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig)
     return ExportFrame(_frame(records, DPO_FRAME, split), excluded)
 
 
-def _choose_pair(group: pd.DataFrame, config: DpoConfig) -> tuple[Any, Any] | str:
-    """Returns (chosen, rejected) rows, or the reason the task yields no pair."""
-    if len(group) < 2:
-        return "single_rollout_task"
-    if config.pairing == "exactly_two" and len(group) != 2:
-        return "task_without_exactly_two_rollouts"
-    # highest reward first; trajectory_id breaks ties so the choice never depends on file order
-    ranked = group.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
-    best = next(ranked.itertuples(index=False))
-    worst_reward = ranked["reward"].min()
-    worst = next(ranked.loc[ranked["reward"] == worst_reward].itertuples(index=False))
-    return best, worst
+def _candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Counter):
+    """(chosen, rejected) rows per task, in order of the tasks' first appearance.
+
+    Ranks every task at once (one sort, no per-group Python): the best rollout is the
+    highest reward, the worst the lowest; trajectory_id breaks ties so the choice never
+    depends on file order.
+    """
+    if candidates.empty:
+        return []
+    sizes = candidates.groupby("task_key", sort=False)["task_key"].transform("size")
+    single = int(candidates.loc[sizes < 2, "task_key"].nunique())  # counted per task, not per row
+    if single:
+        excluded["single_rollout_task"] += single
+    groups = candidates.loc[sizes >= 2]
+    if config.pairing == "exactly_two":
+        group_sizes = groups.groupby("task_key", sort=False)["task_key"].transform("size")
+        skipped = int(groups.loc[group_sizes != 2, "task_key"].nunique())
+        if skipped:
+            excluded["task_without_exactly_two_rollouts"] += skipped
+        groups = groups.loc[group_sizes == 2]
+    order = {key: position for position, key in enumerate(groups["task_key"].unique())}
+    best = groups.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
+    worst = groups.sort_values(["reward", "trajectory_id"], ascending=[True, True], kind="mergesort")
+    best = best.drop_duplicates("task_key").set_index("task_key", drop=False)
+    worst = worst.drop_duplicates("task_key").set_index("task_key", drop=False)
+    keys = sorted(order, key=order.__getitem__)
+    return list(zip(best.loc[keys].itertuples(index=False), worst.loc[keys].itertuples(index=False)))
 
 
 def build_grpo(trajectories: pd.DataFrame, config: GrpoConfig, split: SplitConfig) -> ExportFrame:

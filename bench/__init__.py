@@ -1,0 +1,1 @@
+"""Benchmark harness (not a test): `make bench` or `python -m bench.run --help`."""

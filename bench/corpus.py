@@ -1,0 +1,85 @@
+"""Builds a benchmark corpus of a given size from real-shaped NeMo Gym rollouts.
+
+The rows of ``../shared/corpus/nemo_gym`` that are real rollouts are replicated with
+distinct tasks (a new ``_ng_task_index`` and a marked prompt, so neither task key form
+collides) and 1-5 rollouts per task with varied rewards, then written to several files
+(each one batch / partition) until the target size is reached. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+FILE_BYTES = 64 << 20  # one batch file per ~64 MB, as a collector would roll its output
+
+
+def seed_rows(corpus: Path) -> list[dict]:
+    rows = []
+    for path in sorted(corpus.glob("*.jsonl")):
+        for line in path.read_bytes().split(b"\n"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            output = (row.get("response") or {}).get("output") if isinstance(row, dict) else None
+            request_input = (row.get("responses_create_params") or {}).get("input") if isinstance(row, dict) else None
+            if output and request_input and isinstance(row.get("reward"), (int, float)):
+                rows.append(row)
+    if not rows:
+        raise SystemExit(f"no rollouts found under {corpus}")
+    return rows
+
+
+def _mark_prompt(row: dict, task: int) -> None:
+    request = row["responses_create_params"]
+    marker = f" [bench task {task}]"
+    if isinstance(request["input"], str):
+        request["input"] += marker
+        return
+    for item in request["input"]:
+        if isinstance(item, dict) and item.get("role") == "user":
+            if isinstance(item.get("content"), str):
+                item["content"] += marker
+                return
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    part["text"] += marker
+                    return
+
+
+def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7) -> dict:
+    """Writes ``out/batch_NNN.jsonl`` files; returns {files, bytes, rows, tasks}."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("batch_*.jsonl"):
+        old.unlink()
+    rng = random.Random(seed)
+    templates = seed_rows(corpus)
+    written = rows = tasks = 0
+    file_index = 0
+    handle = None
+    file_bytes = 0
+    while written < target_bytes:
+        template = templates[tasks % len(templates)]
+        if handle is None or file_bytes >= FILE_BYTES:  # a task's rollouts stay in one file
+            if handle:
+                handle.close()
+            handle = open(out / f"batch_{file_index:03d}.jsonl", "wb")
+            file_index += 1
+            file_bytes = 0
+        for rollout in range(rng.randint(1, 5)):
+            row = json.loads(json.dumps(template))
+            row["_ng_task_index"] = tasks
+            row["_ng_rollout_index"] = rollout
+            row["reward"] = rng.choice([0.0, 0.25, 0.5, 1.0])
+            _mark_prompt(row, tasks)
+            line = (json.dumps(row, ensure_ascii=False) + "\n").encode()
+            handle.write(line)
+            file_bytes += len(line)
+            written += len(line)
+            rows += 1
+        tasks += 1
+    if handle:
+        handle.close()
+    return {"files": file_index, "bytes": written, "rows": rows, "tasks": tasks}
