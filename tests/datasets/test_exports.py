@@ -6,7 +6,17 @@ import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.datasets.exports import build_dpo, build_grpo, build_sft, split_of
+from trajectory_assets.datasets.exports import (
+    FrameTable,
+    build_dpo,
+    build_grpo,
+    build_sft,
+    collect,
+    iter_dpo,
+    iter_grpo,
+    iter_sft,
+    split_of,
+)
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 
@@ -149,3 +159,31 @@ def test_all_rollouts_of_a_task_share_a_split():
     frame = trajectory_frame([task(i % 7, 1.0, f"answer {i}") for i in range(40)])
     rows = build_sft(frame, SftConfig(), SplitConfig(validation_fraction=0.5)).rows
     assert rows.groupby("task_key")["split"].nunique().max() == 1
+
+
+# ---------- streaming
+
+
+class OneRowChunks:
+    """A TrajectoryTable that yields one row per chunk: the worst case for streaming."""
+
+    def __init__(self, frame):
+        self.frame = frame
+
+    def scan(self, columns, ids=None):
+        chunk = self.frame[columns]
+        if ids is not None:
+            chunk = chunk.loc[chunk["trajectory_id"].isin(ids)]
+        for position in range(len(chunk)):
+            yield chunk.iloc[[position]]
+
+
+@pytest.mark.parametrize("builder, config", [(iter_sft, SftConfig()), (iter_dpo, DpoConfig()), (iter_grpo, GrpoConfig())])
+def test_chunked_reading_gives_the_same_rows_as_one_frame(builder, config):
+    rows = [task(i % 4, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.0, 0.25, 1.0, 0.0])]
+    frame = trajectory_frame(rows)
+    whole = collect(builder(FrameTable(frame), config, ALL_TRAIN))
+    chunked = collect(builder(OneRowChunks(frame), config, ALL_TRAIN))
+    assert len(whole.rows) > 0
+    assert sorted(chunked.rows["line"]) == sorted(whole.rows["line"])
+    assert chunked.excluded == whole.excluded

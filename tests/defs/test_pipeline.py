@@ -88,12 +88,12 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     sft = export_defs.EXPORT_KINDS[0]
 
     def buggy_builder(*args, **kwargs):
-        frame = sft.build(*args, **kwargs)
-        frame.rows["role_shape"] = "x"  # what a bug in the builder would produce
-        return frame
+        for frame in sft.build(*args, **kwargs):
+            frame.rows["role_shape"] = "x"  # what a bug in the builder would produce
+            yield frame
 
     buggy_sft = export_defs.build_export_asset(
-        export_defs.ExportKind(sft.name, sft.description, sft.contract, sft.columns, buggy_builder, sft.lineage)
+        export_defs.ExportKind(sft.name, sft.description, sft.contract, buggy_builder, sft.lineage)
     )
     resources = {
         "sources": RolloutSources(paths=[str(SAMPLE)]),
@@ -111,7 +111,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     failed = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
               and not e.asset_check_evaluation_data.passed]
     assert [e.asset_check_evaluation_data.check_name for e in failed] == ["contract"]
-    assert not (tmp_path / "exports" / "sft").exists()
+    assert not list((tmp_path / "exports" / "sft").glob("*"))  # not even a temporary file is left
 
 
 def test_bad_records_never_abort_the_run(tmp_path):

@@ -1,17 +1,21 @@
 """SFT, DPO and GRPO rows from validated trajectories.
 
-Each builder returns an :class:`ExportFrame`: a DataFrame with one row per export line,
-holding the finished JSON line (``line``), its ``split`` and the flat columns that the
-export's Pandera contract checks, plus counts of what was left out and why. Nested message
-payloads stay JSON strings end to end and are spliced into the output with
-``orjson.Fragment``, so unchanged messages are never decoded and re-encoded.
+Builders stream: ``iter_sft`` / ``iter_dpo`` / ``iter_grpo`` read a :class:`TrajectoryTable`
+chunk by chunk and yield :class:`ExportFrame` chunks: one row per export line, holding the
+finished JSON line (``line``), its ``split`` and the flat columns that the export's Pandera
+contract checks, plus counts of what was left out and why. Memory stays bounded by a chunk:
+DPO and GRPO first plan on the small columns of every trajectory (ids, task keys, rewards),
+then fetch the large payloads of only the rows they use. Nested message payloads stay JSON
+strings and are spliced into the output with ``orjson.Fragment``, never re-encoded.
+``build_sft`` / ``build_dpo`` / ``build_grpo`` are the same over one in-memory DataFrame.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pandas as pd
@@ -22,13 +26,34 @@ from trajectory_assets.formats.jsonutil import sha256_hex
 
 SPLITS = ("train", "validation")
 
-# the trajectory columns each builder reads (so assets load no more than they need)
+# the trajectory columns each builder reads (so no more is loaded than it needs)
 SFT_COLUMNS = [
     "trajectory_id", "task_key", "task_type", "reward", "completed", "mask_sample",
     "unanswered_tool_calls", "messages", "tools", "role_shape",
 ]
-DPO_COLUMNS = ["trajectory_id", "task_key", "reward", "completed", "mask_sample", "messages", "tools"]
-GRPO_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref", "request"]
+DPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "completed", "mask_sample"]
+DPO_PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
+GRPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref"]
+GRPO_PAYLOAD_COLUMNS = ["trajectory_id", "request"]
+
+
+class TrajectoryTable(Protocol):
+    """The validated trajectories, readable in chunks (always in the same order)."""
+
+    def scan(self, columns: list[str], ids: set[str] | None = None) -> Iterator[pd.DataFrame]:
+        """Chunks of the given columns; only rows whose trajectory_id is in ``ids`` if given."""
+        ...
+
+
+@dataclass
+class FrameTable:
+    """A TrajectoryTable over one in-memory DataFrame (tests, small data)."""
+
+    frame: pd.DataFrame
+
+    def scan(self, columns: list[str], ids: set[str] | None = None) -> Iterator[pd.DataFrame]:
+        chunk = self.frame[columns]
+        yield chunk if ids is None else chunk.loc[chunk["trajectory_id"].isin(ids)]
 
 
 # Flat columns of each export frame (what its contract checks) with their dtypes, so even
@@ -48,6 +73,19 @@ class ExportFrame:
 
     def lines(self, split: str) -> list[str]:
         return self.rows.loc[self.rows["split"] == split, "line"].tolist()
+
+
+def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
+    """All chunks of one export as one frame (for small data and tests)."""
+    frames = list(frames)
+    excluded: Counter = Counter()
+    for frame in frames:
+        excluded.update(frame.excluded)
+    return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True), excluded)
+
+
+def _concat(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(list(chunks), ignore_index=True)  # a TrajectoryTable yields at least one chunk
 
 
 def split_of(task_key: str, config: SplitConfig) -> str:
@@ -73,7 +111,12 @@ def _count_dropped(excluded: Counter, reason: str, keep: pd.Series) -> None:
         excluded[reason] += dropped
 
 
-def build_sft(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig) -> ExportFrame:
+def iter_sft(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
+    for chunk in table.scan(SFT_COLUMNS):
+        yield _sft_chunk(chunk, config, split)
+
+
+def _sft_chunk(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig) -> ExportFrame:
     excluded: Counter = Counter()
     keep = pd.Series(True, index=trajectories.index)
     filters = [
@@ -116,8 +159,9 @@ def build_sft(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig)
     return ExportFrame(_frame(records, SFT_FRAME, split), excluded)
 
 
-def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig) -> ExportFrame:
+def iter_dpo(table: TrajectoryTable, config: DpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
     excluded: Counter = Counter()
+    trajectories = _concat(table.scan(DPO_PLAN_COLUMNS))
     eligible = pd.Series(True, index=trajectories.index)
     if config.require_completed:
         eligible &= trajectories["completed"].astype(bool)
@@ -125,48 +169,78 @@ def build_dpo(trajectories: pd.DataFrame, config: DpoConfig, split: SplitConfig)
         eligible &= ~trajectories["mask_sample"].astype(bool)
     eligible &= trajectories["reward"].notna()
     _count_dropped(excluded, "ineligible_trajectories", eligible)
-    candidates = trajectories.loc[eligible]
-
-    records: list[dict[str, Any]] = []
-    for chosen, rejected in _candidate_pairs(candidates, config, excluded):
+    pairs = []
+    for chosen, rejected in _candidate_pairs(trajectories.loc[eligible], config, excluded):
         margin = float(chosen.reward) - float(rejected.reward)
         if margin <= 0 or margin < config.min_margin:
             excluded["below_min_margin" if margin > 0 else "tied_rewards"] += 1
-            continue
-        chosen_messages = orjson.loads(chosen.messages)
-        rejected_messages = orjson.loads(rejected.messages)
-        shared = divergence_point(chosen_messages, rejected_messages)
-        if shared == 0:
-            excluded["no_shared_prompt"] += 1
-            continue
-        full_chosen_shape = role_shape(chosen_messages)
-        full_rejected_shape = role_shape(rejected_messages)
-        record: dict[str, Any] = {
-            "prompt": chosen_messages[:shared],
-            "chosen": chosen_messages[shared:],
-            "rejected": rejected_messages[shared:],
-            "quality_difference": margin,
-            "reward_chosen": float(chosen.reward),
-            "reward_rejected": float(rejected.reward),
-        }
-        if chosen.tools is not None:
-            record["tools"] = orjson.Fragment(chosen.tools)
-        record.update(chosen_id=chosen.trajectory_id, rejected_id=rejected.trajectory_id, task_key=chosen.task_key)
-        records.append(
-            {
-                "task_key": chosen.task_key,
-                "chosen_id": chosen.trajectory_id,
-                "rejected_id": rejected.trajectory_id,
-                "prompt_shape": full_chosen_shape[:shared],
-                "chosen_shape": full_chosen_shape[shared:],
-                "rejected_shape": full_rejected_shape[shared:],
-                "reward_chosen": record["reward_chosen"],
-                "reward_rejected": record["reward_rejected"],
-                "quality_difference": margin,
-                "line": orjson.dumps(record).decode(),
-            }
+        else:
+            pairs.append((chosen, rejected, margin))
+    yield ExportFrame(_frame([], DPO_FRAME, split), excluded)  # the plan's exclusions
+
+    # payloads arrive chunk by chunk; a pair is written as soon as both sides are loaded
+    waiting: dict[str, list[int]] = {}
+    for index, (chosen, rejected, _) in enumerate(pairs):
+        waiting.setdefault(chosen.trajectory_id, []).append(index)
+        waiting.setdefault(rejected.trajectory_id, []).append(index)
+    loaded: dict[str, tuple[str, str | None]] = {}
+    written: set[int] = set()
+    for chunk in table.scan(DPO_PAYLOAD_COLUMNS, ids=set(waiting)):
+        loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
+        ready = sorted(
+            index
+            for trajectory_id in chunk["trajectory_id"]
+            for index in waiting[trajectory_id]
+            if pairs[index][0].trajectory_id in loaded and pairs[index][1].trajectory_id in loaded
         )
-    return ExportFrame(_frame(records, DPO_FRAME, split), excluded)
+        records, chunk_excluded = [], Counter()
+        for index in dict.fromkeys(ready):  # a pair within one chunk is ready twice
+            chosen, rejected, margin = pairs[index]
+            record = _dpo_record(chosen, rejected, margin, loaded[chosen.trajectory_id],
+                                 loaded[rejected.trajectory_id], chunk_excluded)
+            written.add(index)
+            if record:
+                records.append(record)
+        # keep a payload only while a pair still waits for it
+        for index in set(ready):
+            for trajectory_id in (pairs[index][0].trajectory_id, pairs[index][1].trajectory_id):
+                if all(other in written for other in waiting[trajectory_id]):
+                    loaded.pop(trajectory_id, None)
+        yield ExportFrame(_frame(records, DPO_FRAME, split), chunk_excluded)
+
+
+def _dpo_record(chosen, rejected, margin: float, chosen_payload, rejected_payload, excluded: Counter):
+    chosen_messages = orjson.loads(chosen_payload[0])
+    rejected_messages = orjson.loads(rejected_payload[0])
+    shared = divergence_point(chosen_messages, rejected_messages)
+    if shared == 0:
+        excluded["no_shared_prompt"] += 1
+        return None
+    full_chosen_shape = role_shape(chosen_messages)
+    full_rejected_shape = role_shape(rejected_messages)
+    record: dict[str, Any] = {
+        "prompt": chosen_messages[:shared],
+        "chosen": chosen_messages[shared:],
+        "rejected": rejected_messages[shared:],
+        "quality_difference": margin,
+        "reward_chosen": float(chosen.reward),
+        "reward_rejected": float(rejected.reward),
+    }
+    if chosen_payload[1] is not None:
+        record["tools"] = orjson.Fragment(chosen_payload[1])
+    record.update(chosen_id=chosen.trajectory_id, rejected_id=rejected.trajectory_id, task_key=chosen.task_key)
+    return {
+        "task_key": chosen.task_key,
+        "chosen_id": chosen.trajectory_id,
+        "rejected_id": rejected.trajectory_id,
+        "prompt_shape": full_chosen_shape[:shared],
+        "chosen_shape": full_chosen_shape[shared:],
+        "rejected_shape": full_rejected_shape[shared:],
+        "reward_chosen": record["reward_chosen"],
+        "reward_rejected": record["reward_rejected"],
+        "quality_difference": margin,
+        "line": orjson.dumps(record).decode(),
+    }
 
 
 def _candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Counter):
@@ -198,43 +272,48 @@ def _candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Coun
     return list(zip(best.loc[keys].itertuples(index=False), worst.loc[keys].itertuples(index=False)))
 
 
-def build_grpo(trajectories: pd.DataFrame, config: GrpoConfig, split: SplitConfig) -> ExportFrame:
+def iter_grpo(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
     excluded: Counter = Counter()
-    candidates = trajectories
+    trajectories = _concat(table.scan(GRPO_PLAN_COLUMNS))
     if config.exclude_mask_sample:
         keep = ~trajectories["mask_sample"].astype(bool)
         _count_dropped(excluded, "mask_sample", keep)
-        candidates = trajectories.loc[keep]
-    records: list[dict[str, Any]] = []
-    for task_key, group in candidates.groupby("task_key", sort=False):
+        trajectories = trajectories.loc[keep]
+    # one row per task, built from its first rollout's request (in table order)
+    tasks: dict[str, dict[str, Any]] = {}
+    for task_key, group in trajectories.groupby("task_key", sort=False):
         first = next(group.itertuples(index=False))
-        if first.request is None:
-            excluded["no_request"] += 1
-            continue
         agent_ref = _agent_ref(first.agent_ref, first.agent_name, config.default_agent_ref)
         if agent_ref is None:
             excluded["no_agent_ref"] += 1
             continue
-        request = orjson.loads(first.request)
         rewards = group["reward"].dropna()
-        record = {
-            "responses_create_params": request,
+        tasks[first.trajectory_id] = {
             "agent_ref": agent_ref,
             "task_key": task_key,
             "trajectory_ids": group["trajectory_id"].tolist(),
             "num_rollouts": len(group),
             "mean_reward": float(rewards.mean()) if len(rewards) else None,
         }
-        request_input = request.get("input")
-        records.append(
-            {
-                "task_key": task_key,
-                "agent_name": agent_ref["name"],
-                "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
-                "line": orjson.dumps(record).decode(),
-            }
-        )
-    return ExportFrame(_frame(records, GRPO_FRAME, split), excluded)
+    yield ExportFrame(_frame([], GRPO_FRAME, split), excluded)
+    for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(tasks)):
+        records, chunk_excluded = [], Counter()
+        for trajectory_id, request_json in zip(chunk["trajectory_id"], chunk["request"]):
+            task = tasks[trajectory_id]
+            if request_json is None:
+                chunk_excluded["no_request"] += 1
+                continue
+            request = orjson.loads(request_json)
+            request_input = request.get("input")
+            records.append(
+                {
+                    "task_key": task["task_key"],
+                    "agent_name": task["agent_ref"]["name"],
+                    "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
+                    "line": orjson.dumps({"responses_create_params": request, **task}).decode(),
+                }
+            )
+        yield ExportFrame(_frame(records, GRPO_FRAME, split), chunk_excluded)
 
 
 def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name: str | None) -> dict[str, Any] | None:
@@ -245,3 +324,16 @@ def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name:
             return agent_ref
     name = agent_name or default_name
     return {"type": "responses_api_agents", "name": name} if name else None
+
+
+def _over_frame(builder: Callable[..., Iterator[ExportFrame]]) -> Callable[..., ExportFrame]:
+    def build(trajectories: pd.DataFrame, config: Any, split: SplitConfig) -> ExportFrame:
+        return collect(builder(FrameTable(trajectories), config, split))
+
+    build.__doc__ = f"{builder.__name__} over one in-memory DataFrame, collected into one ExportFrame."
+    return build
+
+
+build_sft = _over_frame(iter_sft)
+build_dpo = _over_frame(iter_dpo)
+build_grpo = _over_frame(iter_grpo)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from trajectory_assets import __version__
-from trajectory_assets.formats.jsonutil import sha256_hex
 
 
 def build_manifest(
@@ -17,10 +16,9 @@ def build_manifest(
     batches: list[str],
     config: dict[str, Any],
     sources: list[dict[str, Any]],
-    trajectories: int,
     rows: dict[str, int],
     excluded: dict[str, int],
-    files: dict[str, bytes],
+    files: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         "export": export,
@@ -32,11 +30,7 @@ def build_manifest(
             {"uri": s["uri"], "source_id": s["source_id"], "sha256": s["sha256"], "records": s["records"]}
             for s in sources
         ],
-        "trajectories_considered": trajectories,
         "rows": rows,
         "excluded": dict(sorted(excluded.items())),
-        "files": {
-            name: {"sha256": sha256_hex(data), "bytes": len(data), "lines": data.count(b"\n")}
-            for name, data in files.items()
-        },
+        "files": files,  # name -> sha256, bytes, lines of what was written
     }

@@ -5,10 +5,11 @@ import base64
 
 import dagster as dg
 import orjson
+import pandas as pd
 
 from trajectory_assets import __version__, layout
 from trajectory_assets.datasets.stats import STATS_COLUMNS, compute_stats, render_markdown, reward_histogram_png
-from trajectory_assets.defs.batches import read_summary, read_trajectories, registered_batches
+from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.defs.resources import TrajectoryStorage
 
@@ -26,7 +27,7 @@ def stats_report(context: dg.AssetExecutionContext, storage: TrajectoryStorage) 
     Also gathers every batch's quarantine into one ``quarantine/rejected.jsonl``."""
     store = storage.open()
     batches = registered_batches(context)
-    trajectories = read_trajectories(store, batches, STATS_COLUMNS)
+    trajectories = pd.concat(list(stored_trajectories(store, batches).scan(STATS_COLUMNS)), ignore_index=True)
     ingest_summary = read_summary(store, batches)
     with store.open_write(layout.QUARANTINE) as quarantine:
         for key in batches:

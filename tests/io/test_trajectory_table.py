@@ -1,0 +1,37 @@
+import pytest
+
+from tests.conftest import make_rollout, write_jsonl
+from trajectory_assets import layout
+from trajectory_assets.ingest import TRAJECTORY_ARROW_SCHEMA, ingest
+from trajectory_assets.io.sources import discover
+from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.trajectory_table import StoredTrajectories
+
+
+def ingest_batch(store, key, source):
+    with store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as writer:
+        ingest(discover([str(source)]), writer.write_table, lambda rows: None, batch_rows=2)
+    store.write_bytes(layout.batch_summary(key), b"{}")
+
+
+def test_scan_reads_batches_in_order_in_chunks_and_filters_ids(tmp_path):
+    store = Storage(str(tmp_path / "out"))
+    ingest_batch(store, "b", write_jsonl(tmp_path / "b.jsonl", [make_rollout(request_input=f"b{i}") for i in range(3)]))
+    ingest_batch(store, "a", write_jsonl(tmp_path / "a.jsonl", [make_rollout(request_input="a0")]))
+    table = StoredTrajectories(store, ["a", "b"], chunk_rows=2)
+    chunks = list(table.scan(["trajectory_id", "source_line"]))
+    assert [len(c) for c in chunks] == [1, 2, 1]
+    all_ids = [i for c in chunks for i in c["trajectory_id"]]
+    picked = list(table.scan(["trajectory_id"], ids={all_ids[0], all_ids[3]}))
+    assert [i for c in picked for i in c["trajectory_id"]] == [all_ids[0], all_ids[3]]
+
+
+def test_scan_of_nothing_yields_one_typed_empty_chunk(tmp_path):
+    (chunk,) = StoredTrajectories(Storage(str(tmp_path)), []).scan(["trajectory_id", "reward"])
+    assert list(chunk.columns) == ["trajectory_id", "reward"] and chunk.empty
+    assert str(chunk["reward"].dtype) == "float64"
+
+
+def test_a_registered_batch_that_was_never_ingested_is_a_clear_error(tmp_path):
+    with pytest.raises(StorageError, match="not ingested yet"):
+        StoredTrajectories(Storage(str(tmp_path)), ["missing"])
