@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
-export DAGSTER_HOME := $(CURDIR)/dagster_home
+# the project's instance, for `make run` and `make ui` (tests use temporary ones)
+DAGSTER_HOME := $(CURDIR)/dagster_home
 UI_PORT ?= 3000
 
 .PHONY: setup browser run test ui bench lock sample clean
@@ -23,7 +24,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/trajectory-assets run --source samples/rollouts --storage data
+	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/trajectory-assets run --source samples/rollouts --storage data
 	@echo
 	@echo "Datasets: data/exports/{sft,dpo,grpo}/{train,validation}.jsonl (+ manifest.json)"
 	@echo "Report:   data/reports/stats.md    Quarantine: data/quarantine/rejected.jsonl"
@@ -40,7 +41,7 @@ browser:
 	  else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
 ui: setup
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
+	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 bench: setup
 	$(BIN)/python -m bench.run

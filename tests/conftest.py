@@ -13,6 +13,12 @@ SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
 
 
+@pytest.fixture(autouse=True)
+def no_project_instance(monkeypatch):
+    """Tests never write to the project's dagster_home: each uses a temporary instance."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+
+
 def message_item(text: str, role: str = "assistant") -> dict[str, Any]:
     return {"type": "message", "role": role, "content": [{"type": "output_text", "text": text}]}
 

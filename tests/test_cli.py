@@ -69,6 +69,33 @@ def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
     assert (tmp_path / "reports" / "stats.json").read_bytes() == (sample_run / "reports" / "stats.json").read_bytes()
 
 
+def test_parallel_batches_give_the_same_exports_as_one_at_a_time(sample_run, tmp_path):
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--workers", "1"]) == 0
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "p"), "--workers", "2"]) == 0
+    for export in ("sft", "dpo", "grpo"):
+        for name in ("train.jsonl", "validation.jsonl"):
+            one = (tmp_path / "exports" / export / name).read_bytes()
+            assert one == (tmp_path / "p" / "exports" / export / name).read_bytes()
+            assert one == (sample_run / "exports" / export / name).read_bytes()
+
+
+def test_a_persistent_instance_records_every_run(tmp_path, monkeypatch):
+    import shutil
+
+    import dagster as dg
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out")]) == 0
+    with dg.DagsterInstance.get() as instance:
+        runs = instance.get_runs()
+        assert len(runs) == 4  # three batches, one at a time, then the datasets job
+        assert all(run.is_success for run in runs)
+        assert len(instance.get_dynamic_partitions("rollout_batches")) == 3
+
+
 def test_empty_source_still_writes_every_export_file(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "empty.jsonl").write_text("\n\n")

@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--source", action="append", required=True, help="folder or .jsonl/.jsonl.gz file; repeatable")
     run.add_argument("--storage", required=True, help="output folder")
     run.add_argument("--config", help="YAML config (see config.example.yaml)")
+    run.add_argument(
+        "--workers", type=int, default=None,
+        help="batches ingested in parallel (default: one per CPU with a temporary instance; "
+        "1 when DAGSTER_HOME is set, as SQLite instance storage takes one writer)",
+    )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
     return _run(args)
@@ -41,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.defs.runner import run_pipeline
+    from trajectory_assets.defs.runner import failure_reason, run_pipeline
     from trajectory_assets.definitions import RunSettings, build_definitions
     from trajectory_assets.io.sources import SourceError, batch_key, discover
 
@@ -57,12 +62,15 @@ def _run(args: argparse.Namespace) -> int:
 
     defs = build_definitions(RunSettings(sources=sources, storage=storage, config_file=args.config))
     quiet = {"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}}}
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    persistent = bool(os.environ.get("DAGSTER_HOME"))
+    workers = args.workers or (1 if persistent else os.cpu_count() or 1)
+    instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
     with instance:
-        run = run_pipeline(defs, instance, batches, quiet)
+        run = run_pipeline(defs, instance, batches, quiet, workers=workers)
     if not run.success:
-        failed = next(result for result in run.results if not result.success)
-        print(f"trajectory-assets: run failed: {_failure_reason(failed)}", file=sys.stderr)
+        failed_batch = next((b for b in run.batches if not b.success), None)
+        reason = f"batch {failed_batch.key}: {failed_batch.failure}" if failed_batch else failure_reason(run.datasets_result)
+        print(f"trajectory-assets: run failed: {reason}", file=sys.stderr)
         return EXIT_STEP_FAILED
 
     from trajectory_assets.io.storage import Storage
@@ -78,23 +86,6 @@ def _run(args: argparse.Namespace) -> int:
     print(f"quarantine: {store.uri(layout.QUARANTINE)}")
     print(f"report: {store.uri(layout.STATS_MARKDOWN)}")
     return 0
-
-
-def _failure_reason(result) -> str:
-    """The error raised by our code in the first failed step (under Dagster's wrappers), in one line."""
-    for event in result.all_events:
-        if not event.is_step_failure:
-            continue
-        data = event.step_failure_data
-        if data.user_failure_data is not None and data.user_failure_data.description:
-            return f"{event.step_key}: {data.user_failure_data.description}"
-        error = data.error
-        while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
-            error = error.cause
-        if error is not None:
-            lines = error.message.strip().splitlines()
-            return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
-    return "unknown failure (rerun with --verbose)"
 
 
 if __name__ == "__main__":

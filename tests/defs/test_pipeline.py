@@ -32,7 +32,7 @@ def run_job(sources, storage, config_file=None):
 def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     run, checks, materialized, _ = run_job([SAMPLE], tmp_path)
     assert run.success
-    assert len(run.batch_results) == 3  # one partition per sample file
+    assert len(run.batches) == 3  # one partition per sample file
     assert materialized == {
         "raw_rollouts", "validated_trajectories", "quarantined_records", "sft_dataset", "dpo_dataset",
         "grpo_dataset", "stats_report",

@@ -1,5 +1,13 @@
-"""Running the whole graph in-process (the CLI and the tests), as the UI's sensor would."""
+"""Running the whole graph in-process (the CLI and the tests), as the UI's sensor would.
 
+Batches are independent, so with ``workers > 1`` they run in parallel worker processes,
+each executing the same ``ingest_rollout_batch`` job for its batch against a temporary
+instance of its own (SQLite instance storage does not take concurrent writers). The
+datasets job then runs once, in this process, against the caller's instance.
+"""
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -9,19 +17,27 @@ from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
 
 
 @dataclass
+class BatchOutcome:
+    key: str
+    success: bool
+    failure: str | None = None  # one line, when the batch run failed
+    result: dg.ExecuteInProcessResult | None = None  # only when run in this process
+
+
+@dataclass
 class PipelineRun:
-    batch_results: dict[str, dg.ExecuteInProcessResult] = field(default_factory=dict)
+    batches: list[BatchOutcome] = field(default_factory=list)
     datasets_result: dg.ExecuteInProcessResult | None = None
 
     @property
     def success(self) -> bool:
-        return all(r.success for r in self.batch_results.values()) and bool(
-            self.datasets_result and self.datasets_result.success
-        )
+        return all(b.success for b in self.batches) and bool(self.datasets_result and self.datasets_result.success)
 
     @property
     def results(self) -> list[dg.ExecuteInProcessResult]:
-        return [*self.batch_results.values(), *([self.datasets_result] if self.datasets_result else [])]
+        """Every in-process result (batch runs done in workers are not among them)."""
+        in_process = [b.result for b in self.batches if b.result is not None]
+        return [*in_process, *([self.datasets_result] if self.datasets_result else [])]
 
 
 def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
@@ -34,17 +50,65 @@ def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
         instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, missing)
 
 
+def failure_reason(result: dg.ExecuteInProcessResult) -> str:
+    """The error raised by our code in the first failed step (under Dagster's wrappers), in one line."""
+    for event in result.all_events:
+        if not event.is_step_failure:
+            continue
+        data = event.step_failure_data
+        if data.user_failure_data is not None and data.user_failure_data.description:
+            return f"{event.step_key}: {data.user_failure_data.description}"
+        error = data.error
+        while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
+            error = error.cause
+        if error is not None:
+            lines = error.message.strip().splitlines()
+            return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
+    return "unknown failure (rerun with --verbose)"
+
+
+def _run_batch(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, run_config) -> BatchOutcome:
+    result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
+        run_config=run_config, instance=instance, partition_key=key, raise_on_error=False
+    )
+    return BatchOutcome(key, result.success, None if result.success else failure_reason(result), result)
+
+
+_worker_defs: dg.Definitions | None = None
+
+
+def _init_worker(defs: dg.Definitions) -> None:
+    global _worker_defs
+    _worker_defs = defs
+
+
+def _run_batch_in_worker(job: tuple[str, dict | None]) -> BatchOutcome:
+    key, run_config = job
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, [key])
+        outcome = _run_batch(_worker_defs, instance, key, run_config)
+    outcome.result = None  # results hold the instance; the outcome is what crosses back
+    return outcome
+
+
 def run_pipeline(
-    defs: dg.Definitions, instance: dg.DagsterInstance, batches: list[str], run_config: dict | None = None
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    batches: list[str],
+    run_config: dict | None = None,
+    workers: int = 1,
 ) -> PipelineRun:
     """One run per batch (a bad batch never blocks the others), then the datasets job."""
     sync_batches(instance, batches)
     run = PipelineRun()
-    ingest_job = defs.resolve_job_def(INGEST_JOB)
-    for key in batches:
-        run.batch_results[key] = ingest_job.execute_in_process(
-            run_config=run_config, instance=instance, partition_key=key, raise_on_error=False
-        )
+    if workers > 1 and len(batches) > 1:
+        # fork: the workers start with Dagster already imported and the definitions built
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(min(workers, len(batches)), mp_context=context,
+                                 initializer=_init_worker, initargs=(defs,)) as pool:
+            run.batches = list(pool.map(_run_batch_in_worker, [(key, run_config) for key in batches]))
+    else:
+        run.batches = [_run_batch(defs, instance, key, run_config) for key in batches]
     run.datasets_result = defs.resolve_job_def(MAIN_JOB).execute_in_process(
         run_config=run_config, instance=instance, raise_on_error=False
     )
