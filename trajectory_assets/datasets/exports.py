@@ -279,21 +279,24 @@ def iter_grpo(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig) ->
         keep = ~trajectories["mask_sample"].astype(bool)
         _count_dropped(excluded, "mask_sample", keep)
         trajectories = trajectories.loc[keep]
-    # one row per task, built from its first rollout's request (in table order)
+    # one row per task, built from its first rollout's request (in table order); the
+    # per-task aggregates are computed for all tasks at once, not group by group
+    by_task = trajectories.groupby("task_key", sort=False)
+    ids = by_task["trajectory_id"].agg(list)
+    mean_reward = by_task["reward"].mean()
     tasks: dict[str, dict[str, Any]] = {}
-    for task_key, group in trajectories.groupby("task_key", sort=False):
-        first = next(group.itertuples(index=False))
+    for first in trajectories.drop_duplicates("task_key").itertuples(index=False):
         agent_ref = _agent_ref(first.agent_ref, first.agent_name, config.default_agent_ref)
         if agent_ref is None:
             excluded["no_agent_ref"] += 1
             continue
-        rewards = group["reward"].dropna()
+        reward = mean_reward[first.task_key]
         tasks[first.trajectory_id] = {
             "agent_ref": agent_ref,
-            "task_key": task_key,
-            "trajectory_ids": group["trajectory_id"].tolist(),
-            "num_rollouts": len(group),
-            "mean_reward": float(rewards.mean()) if len(rewards) else None,
+            "task_key": first.task_key,
+            "trajectory_ids": ids[first.task_key],
+            "num_rollouts": len(ids[first.task_key]),
+            "mean_reward": None if pd.isna(reward) else float(reward),
         }
     yield ExportFrame(_frame([], GRPO_FRAME, split), excluded)
     for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(tasks)):

@@ -17,7 +17,7 @@ from trajectory_assets import __version__, layout
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
 from trajectory_assets.ingest import QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
-from trajectory_assets.io.sources import SourceError, SourceFile, SourceReadStats, batch_key, discover, iter_lines
+from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, sha256_of
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -46,18 +46,17 @@ def raw_rollouts(context: dg.AssetExecutionContext, sources: RolloutSources, sto
     The SHA-256 is the batch's data version, so Dagster knows when a batch really changed.
     """
     source = find_batch_source(sources, context.partition_key)
-    stats = SourceReadStats()
-    for _ in iter_lines(source, stats):  # one streaming pass; hashes the stored bytes
-        pass
-    if stats.error:
-        context.log.warning(f"{source.uri}: {stats.error} (the readable part is still ingested)")
-    record = {"uri": source.uri, "source_id": source.source_id, "sha256": stats.sha256, "bytes": stats.bytes_read}
+    try:
+        sha256, size = sha256_of(source)
+    except OSError as error:
+        raise dg.Failure(description=f"cannot read {source.uri}: {error}") from None
+    record = {"uri": source.uri, "source_id": source.source_id, "sha256": sha256, "bytes": size}
     store = storage.open()
     store.write_bytes(layout.batch_source(context.partition_key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return dg.MaterializeResult(
-        metadata={"source": source.uri, "sha256": stats.sha256, "bytes": stats.bytes_read,
+        metadata={"source": source.uri, "sha256": sha256, "bytes": size,
                   "dagster/uri": store.uri(layout.batch_source(context.partition_key))},
-        data_version=dg.DataVersion(stats.sha256),
+        data_version=dg.DataVersion(sha256),
     )
 
 
@@ -158,8 +157,10 @@ def validated_trajectories(context: dg.AssetExecutionContext, storage: Trajector
 @dg.asset_check(asset="validated_trajectories", blocking=True, name="trajectory_contract",
                 partitions_def=rollout_batches)
 def trajectory_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
-    """Re-validates the written Parquet file of the batch against the Pandera contract."""
-    frame = storage.open().read_parquet(layout.batch_trajectories(context.partition_key))
+    """Re-validates the written Parquet file of the batch against the Pandera contract
+    (reading only the contract's columns, not the message payloads)."""
+    columns = list(TrajectorySchema.to_schema().columns)
+    frame = storage.open().read_parquet(layout.batch_trajectories(context.partition_key), columns=columns)
     return contract_check_result(validate(TrajectorySchema, frame), asset="validated_trajectories",
                                  check_name="trajectory_contract")
 

@@ -110,6 +110,17 @@ def _protocol_prefix(path: str) -> str:
     return path.split("://", 1)[0] + "://" if "://" in path else ""
 
 
+def sha256_of(source: SourceFile) -> tuple[str, int]:
+    """(SHA-256, size) of the stored bytes, read in blocks: the batch's data version."""
+    digest = hashlib.sha256()
+    size = 0
+    with fsspec.open(source.uri, "rb") as handle:
+        while block := handle.read(READ_BLOCK):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
 def batch_key(source_id: str) -> str:
     """A source's batch (partition) key: readable, safe as a file name and a Dagster
     partition key, and unique (a short hash of the full id tells apart ids that only
