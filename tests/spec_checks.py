@@ -84,4 +84,23 @@ def check_grpo_line(line: str) -> dict[str, Any]:
     return row
 
 
-CHECKERS = {"sft": check_sft_line, "dpo": check_dpo_line, "grpo": check_grpo_line}
+def check_sft_hermes_line(line: str) -> dict[str, Any]:
+    """The seed's Hermes normalization: generated system prompt with a <tools> block first,
+    a <think> block on every gpt turn, tool results as <tool_response> JSON blocks."""
+    row = json.loads(line)
+    turns = row["conversations"]
+    assert turns[0]["from"] == "system" and "<tools>\n[" in turns[0]["value"]
+    assert {t["from"] for t in turns} <= {"system", "human", "gpt", "tool"}
+    for previous, turn in zip(turns, turns[1:]):
+        if turn["from"] == "gpt":
+            assert turn["value"].startswith("<think>\n") and "</think>\n" in turn["value"]
+        if turn["from"] == "tool":
+            assert previous["from"] == "gpt" and "<tool_call>" in previous["value"]
+            for block in turn["value"].split("</tool_response>")[:-1]:
+                response = json.loads(block.split("<tool_response>\n", 1)[1])
+                assert set(response) == {"tool_call_id", "name", "content"}
+    assert any(t["from"] == "gpt" for t in turns)
+    return row
+
+
+CHECKERS = {"sft": check_sft_line, "dpo": check_dpo_line, "grpo": check_grpo_line, "sft_hermes": check_sft_hermes_line}

@@ -20,7 +20,7 @@ def sample_run(tmp_path_factory):
 
 
 def test_writes_the_documented_layout(sample_run):
-    for export in ("sft", "dpo", "grpo"):
+    for export in ("sft", "dpo", "grpo", "sft_hermes"):
         for split in ("train", "validation"):
             assert (sample_run / "exports" / export / f"{split}.jsonl").is_file()
         manifest = json.loads((sample_run / "exports" / export / "manifest.json").read_text())

@@ -29,6 +29,10 @@ class SftConfig(_Section):
     require_completed: bool = True
     exclude_mask_sample: bool = True
     exclude_unanswered_tool_calls: bool = Field(True, description="drop runs that end on a call no tool answered")
+    exclude_quality_flags: list[str] = Field(
+        default_factory=list,
+        description="drop trajectories carrying any of these quality flags (the Hermes flags, formats/hermes.py)",
+    )
 
 
 class DpoConfig(_Section):
@@ -44,7 +48,10 @@ class DpoConfig(_Section):
 
 class GrpoConfig(_Section):
     default_agent_ref: str | None = Field(
-        None, description="agent name for tasks whose rollouts carry no agent_ref; null = skip those tasks"
+        None, description="agent name for NeMo Gym tasks whose rollouts carry no agent_ref; null = skip them"
+    )
+    hermes_agent_ref: str | None = Field(
+        "hermes_agent", description="agent name for tasks from Hermes trajectories (which name none); null = skip"
     )
     exclude_mask_sample: bool = False
 

@@ -22,7 +22,7 @@ from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, write_jsonl
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
 BATCH_ASSETS = {"raw_rollouts", "validated_trajectories", "quarantined_records"}
-DATASET_ASSETS = {"sft_dataset", "dpo_dataset", "grpo_dataset", "stats_report"}
+DATASET_ASSETS = {"sft_dataset", "dpo_dataset", "grpo_dataset", "sft_hermes_dataset", "stats_report"}
 STATE_QUERY = """
 {
   assetNodes {

@@ -35,7 +35,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert len(run.batches) == 3  # one partition per sample file
     assert materialized == {
         "raw_rollouts", "validated_trajectories", "quarantined_records", "sft_dataset", "dpo_dataset",
-        "grpo_dataset", "stats_report",
+        "grpo_dataset", "sft_hermes_dataset", "stats_report",
     }
     assert checks == {
         ("validated_trajectories", "nothing_lost"): True,
@@ -48,10 +48,12 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
         ("dpo_dataset", "dpo_margin"): True,
         ("grpo_dataset", "contract"): True,
         ("grpo_dataset", "no_split_leak"): True,
+        ("sft_hermes_dataset", "contract"): True,
+        ("sft_hermes_dataset", "no_split_leak"): True,
     }
     stats = json.loads((tmp_path / "reports" / "stats.json").read_text())
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"] == 14
-    for export in ("sft", "dpo", "grpo"):
+    for export in ("sft", "dpo", "grpo", "sft_hermes"):
         assert sum(stats["exports"][export].values()) > 0, f"the bundled sample must yield {export} rows"
 
 

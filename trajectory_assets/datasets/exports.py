@@ -12,6 +12,7 @@ strings and are spliced into the output with ``orjson.Fragment``, never re-encod
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import pandas as pd
 
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
 from trajectory_assets.formats.chat import divergence_point, role_shape
+from trajectory_assets.formats.hermes import render_hermes
 from trajectory_assets.formats.jsonutil import sha256_hex
 
 SPLITS = ("train", "validation")
@@ -29,11 +31,11 @@ SPLITS = ("train", "validation")
 # the trajectory columns each builder reads (so no more is loaded than it needs)
 SFT_COLUMNS = [
     "trajectory_id", "task_key", "task_type", "reward", "completed", "mask_sample",
-    "unanswered_tool_calls", "messages", "tools", "role_shape",
+    "unanswered_tool_calls", "quality_flags", "messages", "tools", "role_shape",
 ]
 DPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "completed", "mask_sample"]
 DPO_PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
-GRPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref"]
+GRPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref", "source_format"]
 GRPO_PAYLOAD_COLUMNS = ["trajectory_id", "request"]
 
 
@@ -64,6 +66,8 @@ DPO_FRAME = {
     "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float, "line": str,
 }
 GRPO_FRAME = {"task_key": str, "agent_name": str, "input_items": "int64", "line": str}
+SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "from_shape": str, "line": str}
+FROM_LETTER = {"system": "s", "human": "h", "gpt": "g", "tool": "t"}
 
 
 @dataclass
@@ -113,12 +117,35 @@ def _count_dropped(excluded: Counter, reason: str, keep: pd.Series) -> None:
 
 def iter_sft(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
     for chunk in table.scan(SFT_COLUMNS):
-        yield _sft_chunk(chunk, config, split)
+        selected, excluded = select_for_sft(chunk, config)
+        yield ExportFrame(_frame([_sft_record(row) for row in selected.itertuples(index=False)], SFT_FRAME, split),
+                          excluded)
 
 
-def _sft_chunk(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig) -> ExportFrame:
+def iter_sft_hermes(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
+    """The SFT rows again, rendered as Hermes ShareGPT (from either source format)."""
+    for chunk in table.scan(SFT_COLUMNS):
+        selected, excluded = select_for_sft(chunk, config)
+        records = []
+        for row in selected.itertuples(index=False):
+            conversations = render_hermes(orjson.loads(row.messages), orjson.loads(row.tools) if row.tools else None)
+            records.append(
+                {
+                    "trajectory_id": row.trajectory_id,
+                    "task_key": row.task_key,
+                    "from_shape": "".join(FROM_LETTER[turn["from"]] for turn in conversations),
+                    "line": orjson.dumps({"conversations": conversations, "trajectory_id": row.trajectory_id,
+                                          "task_key": row.task_key}).decode(),
+                }
+            )
+        yield ExportFrame(_frame(records, SFT_HERMES_FRAME, split), excluded)
+
+
+def select_for_sft(trajectories: pd.DataFrame, config: SftConfig) -> tuple[pd.DataFrame, Counter]:
+    """The SFT filter (shared by every SFT flavor): rows kept, and why the others were not."""
     excluded: Counter = Counter()
     keep = pd.Series(True, index=trajectories.index)
+    flags = "|".join(re.escape(flag) for flag in config.exclude_quality_flags)
     filters = [
         ("not_completed", config.require_completed, lambda t: t["completed"]),
         ("mask_sample", config.exclude_mask_sample, lambda t: ~t["mask_sample"]),
@@ -129,34 +156,37 @@ def _sft_chunk(trajectories: pd.DataFrame, config: SftConfig, split: SplitConfig
             # rows without a reward (Hermes trajectories) have nothing to filter on
             lambda t: t["reward"].isna() | (t["reward"] >= (config.min_reward or 0.0)),
         ),
+        (
+            "quality_flags",
+            bool(flags),
+            lambda t: ~t["quality_flags"].str.contains(rf"(?:^|,)(?:{flags})(?:,|$)", regex=True),
+        ),
     ]
     for reason, enabled, predicate in filters:
         if enabled:
             passes = predicate(trajectories).astype(bool)
             _count_dropped(excluded, reason, passes | ~keep)  # count each row under its first reason
             keep &= passes
-    selected = trajectories.loc[keep]
-    records = []
-    for row in selected.itertuples(index=False):
-        record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}
-        if row.tools is not None:
-            record["tools"] = orjson.Fragment(row.tools)
-        if row.reward is not None and not pd.isna(row.reward):
-            record["reward"] = row.reward
-        if row.task_type is not None:
-            record["task_type"] = row.task_type
-        record["trajectory_id"] = row.trajectory_id
-        record["task_key"] = row.task_key
-        records.append(
-            {
-                "trajectory_id": row.trajectory_id,
-                "task_key": row.task_key,
-                "role_shape": row.role_shape,
-                "reward": row.reward,
-                "line": orjson.dumps(record).decode(),
-            }
-        )
-    return ExportFrame(_frame(records, SFT_FRAME, split), excluded)
+    return trajectories.loc[keep], excluded
+
+
+def _sft_record(row) -> dict[str, Any]:
+    record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}
+    if row.tools is not None:
+        record["tools"] = orjson.Fragment(row.tools)
+    if row.reward is not None and not pd.isna(row.reward):
+        record["reward"] = row.reward
+    if row.task_type is not None:
+        record["task_type"] = row.task_type
+    record["trajectory_id"] = row.trajectory_id
+    record["task_key"] = row.task_key
+    return {
+        "trajectory_id": row.trajectory_id,
+        "task_key": row.task_key,
+        "role_shape": row.role_shape,
+        "reward": row.reward,
+        "line": orjson.dumps(record).decode(),
+    }
 
 
 def iter_dpo(table: TrajectoryTable, config: DpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
@@ -286,7 +316,8 @@ def iter_grpo(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig) ->
     mean_reward = by_task["reward"].mean()
     tasks: dict[str, dict[str, Any]] = {}
     for first in trajectories.drop_duplicates("task_key").itertuples(index=False):
-        agent_ref = _agent_ref(first.agent_ref, first.agent_name, config.default_agent_ref)
+        fallback = config.hermes_agent_ref if first.source_format == "hermes" else config.default_agent_ref
+        agent_ref = _agent_ref(first.agent_ref, first.agent_name, fallback)
         if agent_ref is None:
             excluded["no_agent_ref"] += 1
             continue
@@ -338,5 +369,6 @@ def _over_frame(builder: Callable[..., Iterator[ExportFrame]]) -> Callable[..., 
 
 
 build_sft = _over_frame(iter_sft)
+build_sft_hermes = _over_frame(iter_sft_hermes)
 build_dpo = _over_frame(iter_dpo)
 build_grpo = _over_frame(iter_grpo)

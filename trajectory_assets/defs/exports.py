@@ -14,6 +14,7 @@ import pandera.pandas as pa
 from schemas.dpo import DpoSchema
 from schemas.grpo import GrpoSchema
 from schemas.sft import SftSchema
+from schemas.sft_hermes import SftHermesSchema
 from schemas.validation import ContractResult, validate
 from trajectory_assets import __version__, layout
 from trajectory_assets.config import PipelineConfig
@@ -35,6 +36,11 @@ class ExportKind:
     build: Callable[..., Iterator[exports.ExportFrame]]  # (TrajectoryTable, config section, SplitConfig)
     # export field -> the validated_trajectories columns it is made from (shown in the UI)
     lineage: dict[str, list[str]]
+    config_section: str = ""  # the config section it reads; its own name when empty
+
+    @property
+    def section(self) -> str:
+        return self.config_section or self.name
 
     @property
     def asset_name(self) -> str:
@@ -59,6 +65,15 @@ EXPORT_KINDS = (
         {"prompt": ["messages"], "chosen": ["messages"], "rejected": ["messages"], "tools": ["tools"],
          "reward_chosen": ["reward"], "reward_rejected": ["reward"], "quality_difference": ["reward"],
          "chosen_id": ["trajectory_id"], "rejected_id": ["trajectory_id"], "task_key": ["task_key"]},
+    ),
+    ExportKind(
+        "sft_hermes",
+        "The SFT rows (same filter) rendered as Hermes ShareGPT: <think>, <tool_call> and <tool_response> "
+        "markup and the function-calling system prompt.",
+        SftHermesSchema,
+        exports.iter_sft_hermes,
+        {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+        config_section="sft",
     ),
     ExportKind(
         "grpo",
@@ -184,7 +199,7 @@ def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
         store = storage.open()
         batches = registered_batches(context)
         table = stored_trajectories(store, batches)
-        frames = kind.build(table, getattr(config, kind.name), config.split)
+        frames = kind.build(table, getattr(config, kind.section), config.split)
         try:
             written = _write_export(store, kind, frames, config)
         except _BrokenExport as broken:
@@ -197,7 +212,7 @@ def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
         manifest = build_manifest(
             export=kind.name,
             batches=batches,
-            config={kind.name: getattr(config, kind.name).model_dump(), "split": config.split.model_dump()},
+            config={kind.section: getattr(config, kind.section).model_dump(), "split": config.split.model_dump()},
             sources=read_summary(store, batches)["sources"],
             rows=written.rows,
             excluded=dict(written.excluded),

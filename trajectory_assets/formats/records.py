@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from trajectory_assets.formats import nemo_gym
+from trajectory_assets.formats import hermes, nemo_gym
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 
 
@@ -32,10 +32,13 @@ def convert_record(raw: bytes, *, source_id: str) -> Trajectory:
     record = parse_json_line(raw)
     if not isinstance(record, dict):
         raise Rejection("not_an_object", f"a JSON {type(record).__name__}, not an object")
+    # the format is told per record, not by file name: one folder may hold both
     if nemo_gym.looks_like_rollout(record):
         return nemo_gym.convert_rollout(record, source_id=source_id)
+    if hermes.looks_like_hermes(record):
+        return hermes.convert_hermes(record, source_id=source_id)
     raise Rejection(
         "not_a_rollout",
-        "no known rollout shape (NeMo Gym needs responses_create_params with response.output or output); keys: "
-        + ", ".join(sorted(record)[:12]),
+        "neither a NeMo Gym rollout (responses_create_params with response.output or output) nor a Hermes "
+        "trajectory (conversations); keys: " + ", ".join(sorted(record)[:12]),
     )

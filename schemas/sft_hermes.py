@@ -1,0 +1,29 @@
+"""Contract of Hermes-format SFT lines: ``{"conversations": [{"from", "value"}], ...}``.
+
+``from_shape`` has one letter per turn (s system, h human, g gpt, t tool): the generated
+system prompt comes first, each tool turn answers the gpt turn right before it, and there
+is at least one gpt turn.
+"""
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.sft import SPLITS
+from schemas.trajectory import HEX_ID
+
+FROM_SHAPE_PATTERN = r"^s(?:h|gt?)*$"
+
+
+class SftHermesSchema(pa.DataFrameModel):
+    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    split: Series[str] = pa.Field(isin=SPLITS)
+    from_shape: Series[str] = pa.Field(str_matches=FROM_SHAPE_PATTERN)
+    line: Series[str] = pa.Field(str_startswith='{"conversations":[{"from":"system"')
+
+    @pa.check("from_shape", name="has_gpt_turn")
+    def has_gpt_turn(cls, shape: Series[str]) -> Series[bool]:
+        return shape.str.contains("g", regex=False)
+
+    class Config:
+        strict = True

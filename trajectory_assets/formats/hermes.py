@@ -1,0 +1,332 @@
+"""Hermes Agent ShareGPT trajectories <-> canonical chat messages.
+
+Hermes writes ``{"conversations": [{"from", "value"}, ...]}`` rows (CLI files and the batch
+runner's ``batch_N.jsonl``) whose gpt turns carry ``<think>``, ``<tool_call>{json}``
+markup and whose tool turns carry ``<tool_response>{json}`` blocks. :func:`convert_hermes`
+parses the markup into structure; :func:`render_hermes` writes any canonical trajectory
+back in the seed's normalized form. Parsing what was rendered gives the same messages.
+
+Quality problems seen in real files are flagged, never fatal (``QUALITY_FLAGS``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from trajectory_assets.formats.chat import unanswered_tool_calls
+from trajectory_assets.formats.nemo_gym import task_key_for
+from trajectory_assets.formats.trajectory import Rejection, Trajectory
+
+SOURCE_FORMAT = "hermes"
+FROM_ROLE = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
+ROLE_FROM = {role: name for name, role in FROM_ROLE.items()}
+QUALITY_FLAGS = (
+    "unbalanced_think_tags",  # a <think> without </think> or a stray </think> in visible text
+    "consecutive_assistant_turns",  # gpt -> gpt with no tool result or user turn between
+    "unanswered_tool_calls",  # a <tool_call> no <tool_response> answers
+    "repeated_first_user_turn",  # the first human turn appears again
+    "no_reasoning",  # no gpt turn has any reasoning
+    "error_in_final_turn",  # the run says completed, the final turn holds an error message
+    "unparseable_tool_call",  # a <tool_call> whose JSON does not parse
+)
+
+# The Hermes function-calling system prompt (seed doc, "Complete Example"); {tools} is the
+# JSON list of {name, description, parameters, required: null}.
+SYSTEM_TEMPLATE = (
+    "You are a function calling AI model. You are provided with function signatures within <tools> </tools> "
+    "XML tags. You may call one or more functions to assist with the user query. If available tools are not "
+    "relevant in assisting with user query, just respond in natural conversational language. Don't make "
+    "assumptions about what values to plug into functions. After calling & executing the functions, you will "
+    "be provided with function results within <tool_response> </tool_response> XML tags. Here are the "
+    "available tools:\n<tools>\n{tools}\n</tools>\nFor each function call return a JSON object, with the "
+    "following pydantic model json schema for each:\n{{'title': 'FunctionCall', 'type': 'object', "
+    "'properties': {{'name': {{'title': 'Name', 'type': 'string'}}, 'arguments': {{'title': 'Arguments', "
+    "'type': 'object'}}}}, 'required': ['name', 'arguments']}}\nEach function call should be enclosed within "
+    "<tool_call> </tool_call> XML tags.\nExample:\n<tool_call>\n{{'name': <function-name>,'arguments': "
+    "<args-dict>}}\n</tool_call>"
+)
+TEMPLATE_START = "You are a function calling AI model."
+
+# the template itself mentions "<tools> </tools>": the block is the one holding a JSON list
+TOOLS_BLOCK = re.compile(r"<tools>\s*(\[.*?\])\s*</tools>", re.S)
+THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.S)
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+TOOL_RESPONSE_BLOCK = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.S)
+CALL_NAME = re.compile(r"""["']name["']\s*:\s*["']([^"']+)["']""")
+# what an API failure looks like when an agent wrote it into its final turn
+ERROR_TEXT = re.compile(
+    r"(?i)^\s*(?:error|api error)\b|error code:\s*\d|traceback \(most recent call last\)|"
+    r"rate limit(?:ed| exceeded)|internal server error|\bapi(?:connection|status)?error\b"
+)
+
+
+def looks_like_hermes(record: dict[str, Any]) -> bool:
+    return "conversations" in record or ("prompt_index" in record and ("discarded" in record or "failed" in record))
+
+
+def convert_hermes(record: dict[str, Any], *, source_id: str) -> Trajectory:
+    if "discarded" in record:
+        raise Rejection("hermes_discarded", f"the batch runner discarded prompt {record.get('prompt_index')!r} "
+                                            f"({record['discarded']})")
+    if record.get("failed") is True:
+        raise Rejection("hermes_failed", f"the batch runner marked prompt {record.get('prompt_index')!r} as failed")
+    conversations = record.get("conversations")
+    if not isinstance(conversations, list):
+        raise Rejection("invalid_structure", "conversations is not a list")
+
+    parser = _Parser()
+    for position, turn in enumerate(conversations):
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise Rejection("invalid_structure", f"conversations[{position}] is not a {{from, value}} object")
+        role = FROM_ROLE.get(turn.get("from"))
+        if role is None:
+            raise Rejection("unknown_role", f"conversations[{position}] is from {turn.get('from')!r}")
+        parser.add(role, turn["value"], position)
+
+    messages = parser.messages
+    users = [m for m in messages if m["role"] == "user"]
+    if not users:
+        raise Rejection("no_prompt", "the conversation holds no human turn")
+    prompt_length = messages.index(users[0]) + 1
+    if not any(m["role"] == "assistant" for m in messages[prompt_length:]):
+        raise Rejection("no_model_output", "the conversation holds no gpt turn after the first human turn")
+
+    completed = record.get("completed") is not False
+    flags = parser.flags | _conversation_flags(messages, completed)
+    prompt = messages[:prompt_length]
+    tools = parser.tools
+    metadata = {key: value for key, value in record.items() if key not in ("conversations", "model", "completed")}
+    return Trajectory(
+        source_format=SOURCE_FORMAT,
+        messages=messages,
+        prompt_length=prompt_length,
+        task_key=task_key_for(source_id, None, prompt, tools),
+        tools=tools,
+        reward=_supplied_reward(record),
+        model=record["model"] if isinstance(record.get("model"), str) and record["model"] else None,
+        task_type=_task_type(record),
+        completed=completed,
+        status=None if completed else "incomplete",
+        request=_request(prompt, tools),
+        quality_flags=sorted(flags),
+        metadata=metadata,
+    )
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] | None = None
+        self.flags: set[str] = set()
+        self._open_calls: list[dict[str, Any]] = []  # calls of the latest gpt turn not yet answered
+
+    def add(self, role: str, value: str, position: int) -> None:
+        if role == "system":
+            self._system(value)
+        elif role == "user":
+            self._open_calls = []
+            self.messages.append({"role": "user", "content": value})
+        elif role == "assistant":
+            self.messages.append(self._assistant(value, position))
+        else:
+            self._tool(value)
+
+    def _system(self, value: str) -> None:
+        block = TOOLS_BLOCK.search(value)
+        if block:
+            try:
+                self.tools = [_chat_tool(tool) for tool in json.loads(block.group(1))] or None
+            except (ValueError, TypeError, AttributeError):
+                raise Rejection("invalid_structure", "the <tools> block of the system prompt is not a JSON list "
+                                                     "of tools") from None
+        # the generated function-calling template carries nothing but the tools; text an
+        # agent put before it is its own system prompt
+        start = value.find(TEMPLATE_START) if block else -1
+        text = (value[:start] if start >= 0 else TOOLS_BLOCK.sub("", value)).strip()
+        if text:
+            if self.messages:
+                raise Rejection("misplaced_system_message", "a system turn follows other turns")
+            self.messages.append({"role": "system", "content": text})
+
+    def _assistant(self, value: str, position: int) -> dict[str, Any]:
+        reasoning_parts = [part.strip() for part in THINK_BLOCK.findall(value)]
+        visible = THINK_BLOCK.sub("", value)
+        if "<think>" in visible:  # opened, never closed: the rest of the turn is reasoning
+            self.flags.add("unbalanced_think_tags")
+            visible, _, unclosed = visible.partition("<think>")
+            reasoning_parts.append(unclosed.strip())
+        if "</think>" in visible:  # stray closing tag in visible text
+            self.flags.add("unbalanced_think_tags")
+            visible = visible.replace("</think>", "")
+        calls = []
+        for number, raw_call in enumerate(TOOL_CALL_BLOCK.findall(visible)):
+            calls.append(self._call(raw_call, f"call_{position}_{number}"))
+        visible = TOOL_CALL_BLOCK.sub("", visible).strip()
+        message: dict[str, Any] = {"role": "assistant", "content": visible}
+        reasoning = "\n\n".join(part for part in reasoning_parts if part)
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = calls
+        self._open_calls = list(calls)
+        return message
+
+    def _call(self, raw: str, call_id: str) -> dict[str, Any]:
+        try:
+            call = json.loads(raw)
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise ValueError("not a {name, arguments} object")
+            arguments = call.get("arguments", {})
+            arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+            name = call["name"]
+        except ValueError:
+            # kept, with its raw text as the arguments, so nothing is lost; flagged for filters
+            self.flags.add("unparseable_tool_call")
+            found = CALL_NAME.search(raw)
+            name, arguments = (found.group(1) if found else "unknown"), raw
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+    def _tool(self, value: str) -> None:
+        blocks = TOOL_RESPONSE_BLOCK.findall(value) or [value]
+        for block in blocks:
+            response = _json_or_none(block)
+            if isinstance(response, dict) and "content" in response:
+                named_id = response.get("tool_call_id")
+                content = response["content"]
+            else:
+                named_id, content = None, block
+            call = next((c for c in self._open_calls if c["id"] == named_id), None)
+            if call is None:
+                if not self._open_calls:
+                    raise Rejection("orphan_tool_output", "a tool response answers no open <tool_call>")
+                call = self._open_calls[0]  # matched by position, as Hermes itself does
+            self._open_calls.remove(call)
+            if not isinstance(content, str):
+                content = json.dumps(content, ensure_ascii=False)
+            self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+
+
+def _conversation_flags(messages: list[dict[str, Any]], completed: bool) -> set[str]:
+    flags = set()
+    roles = [m["role"] for m in messages]
+    if any(a == b == "assistant" for a, b in zip(roles, roles[1:])):
+        flags.add("consecutive_assistant_turns")
+    if unanswered_tool_calls(messages):
+        flags.add("unanswered_tool_calls")
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if users and users.count(users[0]) > 1:
+        flags.add("repeated_first_user_turn")
+    if not any(m.get("reasoning_content") for m in messages if m["role"] == "assistant"):
+        flags.add("no_reasoning")
+    if completed and isinstance(messages[-1].get("content"), str) and ERROR_TEXT.search(messages[-1]["content"]):
+        flags.add("error_in_final_turn")
+    return flags
+
+
+def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    function = {"name": tool["name"]}
+    for key in ("description", "parameters"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return {"type": "function", "function": function}
+
+
+def _request(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A NeMo Gym ``responses_create_params`` for the prompt, so RL rows can come from Hermes."""
+    request: dict[str, Any] = {"input": [{"role": m["role"], "content": m["content"]} for m in prompt]}
+    if tools:
+        request["tools"] = [{"type": "function", **t["function"]} for t in tools]
+    return request
+
+
+def _supplied_reward(record: dict[str, Any]) -> float | None:
+    """Hermes rows carry no reward; one supplied in ``metadata.reward`` (or ``reward``) is used."""
+    metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    for value in (metadata.get("reward"), record.get("reward")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _task_type(record: dict[str, Any]) -> str | None:
+    metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    value = metadata.get("task_type") or metadata.get("prompt_source")
+    return value if isinstance(value, str) and value else None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def tool_result_failed(content: str) -> bool:
+    """The batch runner's rule for a failed tool call (FORMATS.md, batch-runner statistics)."""
+    text = content.strip()
+    if not text or text.lower().startswith("error:"):
+        return True
+    result = _json_or_none(text) if text[:1] in "{[" else None
+    if isinstance(result, dict):
+        if result.get("error") is not None or result.get("success") is False:
+            return True
+        nested = result.get("content")
+        return isinstance(nested, dict) and nested.get("error") is not None
+    return False
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_hermes(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, str]]:
+    """Canonical messages -> Hermes ShareGPT turns, normalized as the seed describes."""
+    hermes_tools = [
+        {"name": t["function"]["name"], "description": t["function"].get("description", ""),
+         "parameters": t["function"].get("parameters", {}), "required": None}
+        for t in tools or []
+    ]
+    system = SYSTEM_TEMPLATE.format(tools=json.dumps(hermes_tools, ensure_ascii=False))
+    turns: list[dict[str, str]] = []
+    own_system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+    turns.append({"from": "system", "value": f"{own_system}\n\n{system}" if own_system else system})
+    call_names: dict[str, str] = {}
+    pending_responses: list[str] = []
+    for message in messages[1:] if own_system else messages:
+        role = message["role"]
+        if role != "tool" and pending_responses:
+            turns.append({"from": "tool", "value": "\n".join(pending_responses)})
+            pending_responses = []
+        if role == "user":
+            turns.append({"from": "human", "value": _text(message["content"])})
+        elif role == "assistant":
+            turns.append({"from": "gpt", "value": _render_assistant(message, call_names)})
+        elif role == "tool":
+            content = _text(message["content"])
+            parsed = _json_or_none(content) if content.lstrip()[:1] in ("{", "[") else None
+            response = {"tool_call_id": message["tool_call_id"], "name": call_names.get(message["tool_call_id"], ""),
+                        "content": parsed if parsed is not None else content}
+            pending_responses.append(f"<tool_response>\n{json.dumps(response, ensure_ascii=False)}\n</tool_response>")
+    if pending_responses:
+        turns.append({"from": "tool", "value": "\n".join(pending_responses)})
+    return turns
+
+
+def _render_assistant(message: dict[str, Any], call_names: dict[str, str]) -> str:
+    value = f"<think>\n{message.get('reasoning_content', '')}\n</think>\n" if message.get("reasoning_content") \
+        else "<think>\n</think>\n"
+    parts = [_text(message.get("content") or "")] if message.get("content") else []
+    for call in message.get("tool_calls", []):
+        call_names[call["id"]] = call["function"]["name"]
+        arguments = _json_or_none(call["function"]["arguments"])
+        body = {"name": call["function"]["name"], "arguments": arguments if isinstance(arguments, dict) else {}}
+        parts.append(f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>")
+    return value + "\n".join(parts)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
