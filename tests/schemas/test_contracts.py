@@ -137,3 +137,17 @@ def test_grpo_contract():
     assert "str_length" in failed_checks(GrpoSchema, rows.assign(agent_name=""))
     doubled = pd.concat([rows, rows], ignore_index=True)
     assert "unique" in failed_checks(GrpoSchema, doubled)
+
+
+def test_sft_hermes_contract():
+    from schemas.sft_hermes import SftHermesSchema
+    from tests.fixtures import hermes_rows
+    from trajectory_assets.datasets.exports import build_sft_hermes
+
+    frame = trajectory_frame([hermes_rows.tool_run(), make_rollout()])
+    rows = build_sft_hermes(frame, SftConfig(), SplitConfig()).rows
+    assert rows["from_shape"].tolist() == ["shgtg", "shg"]
+    assert validate(SftHermesSchema, rows).passed
+    assert "str_matches" in failed_checks(SftHermesSchema, rows.assign(from_shape="hsg"))  # system not first
+    assert "str_matches" in failed_checks(SftHermesSchema, rows.assign(from_shape="sht"))  # tool without a call
+    assert "has_gpt_turn" in failed_checks(SftHermesSchema, rows.assign(from_shape="sh"))

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import pandas as pd
+
+from trajectory_assets.formats.hermes import tool_result_failed
 
 STATS_COLUMNS = [
     "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
@@ -52,8 +57,51 @@ def _breakdown(trajectories: pd.DataFrame, column: str) -> list[dict[str, Any]]:
     ]
 
 
+HERMES_COLUMNS = ["source_format", "completed", "has_reasoning", "quality_flags", "messages"]
+
+
+def hermes_stats(chunks: Iterable[pd.DataFrame]) -> dict[str, Any]:
+    """Hermes section: tool usage and failure rates per tool (the batch runner's failure
+    rule), reasoning coverage, quality flags. Only Hermes rows' messages are decoded."""
+    trajectories = completed = with_reasoning = 0
+    flags: Counter = Counter()
+    calls: Counter = Counter()
+    failures: Counter = Counter()
+    for chunk in chunks:
+        hermes = chunk.loc[chunk["source_format"] == "hermes"]
+        trajectories += len(hermes)
+        completed += int(hermes["completed"].sum())
+        with_reasoning += int(hermes["has_reasoning"].sum())
+        for row_flags in hermes["quality_flags"]:
+            flags.update(flag for flag in row_flags.split(",") if flag)
+        for messages_json in hermes["messages"]:
+            names = {}
+            for message in orjson.loads(messages_json):
+                for call in message.get("tool_calls") or []:
+                    names[call["id"]] = call["function"]["name"]
+                    calls[call["function"]["name"]] += 1
+                if message["role"] == "tool" and isinstance(message["content"], str):
+                    if tool_result_failed(message["content"]):
+                        failures[names.get(message["tool_call_id"], "?")] += 1
+    return {
+        "trajectories": trajectories,
+        "completed": completed,
+        "reasoning_coverage": round(with_reasoning / trajectories, 4) if trajectories else None,
+        "quality_flags": dict(sorted(flags.items())),
+        "tools": {
+            name: {"calls": calls[name], "failures": failures[name],
+                   "failure_rate": round(failures[name] / calls[name], 4) if calls[name] else None}
+            for name in sorted(calls)
+        },
+    }
+
+
 def compute_stats(
-    trajectories: pd.DataFrame, ingest_summary: dict[str, Any], export_rows: dict[str, dict[str, int]]
+    trajectories: pd.DataFrame,
+    ingest_summary: dict[str, Any],
+    export_rows: dict[str, dict[str, int]],
+    hermes: dict[str, Any] | None = None,
+    duplicates_across_batches: int = 0,
 ) -> dict[str, Any]:
     return {
         "records_read": int(ingest_summary["records_read"]),
@@ -62,6 +110,8 @@ def compute_stats(
         "rejected_by_reason": dict(ingest_summary["rejected_by_reason"]),
         "sources": len(ingest_summary["sources"]),
         "sources_failed": int(ingest_summary["sources_failed"]),
+        # valid in two batches (files) at once: kept once in every dataset, counted here
+        "duplicates_across_batches": duplicates_across_batches,
         "exports": export_rows,
         "reward": _describe(trajectories["reward"]),
         "assistant_turns": _describe(trajectories["num_assistant_turns"]),
@@ -76,6 +126,7 @@ def compute_stats(
         "by_agent": _breakdown(trajectories, "agent_name"),
         "by_task_type": _breakdown(trajectories, "task_type"),
         "by_model": _breakdown(trajectories, "model"),
+        "hermes": hermes or {"trajectories": 0},
     }
 
 
@@ -85,7 +136,8 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         "",
         f"- records read: **{stats['records_read']}** = valid **{stats['records_valid']}**"
         f" + rejected **{stats['records_rejected']}**",
-        f"- sources: {stats['sources']} ({stats['sources_failed']} failed to read)",
+        f"- sources: {stats['sources']} ({stats['sources_failed']} failed to read); "
+        f"copies of one record in several batches, used once: {stats['duplicates_across_batches']}",
         f"- completed: {stats['completed']}, mask_sample: {stats['mask_sample']},"
         f" with reasoning: {stats['with_reasoning']}, unknown output items: {stats['unknown_items']}",
         "",
@@ -116,6 +168,18 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             [title, "trajectories", "mean reward", "mean turns", "tool calls"],
             [[r["name"], r["trajectories"], r["mean_reward"], r["mean_turns"], r["tool_calls"]] for r in stats[key]],
         )
+    hermes = stats.get("hermes") or {}
+    if hermes.get("trajectories"):
+        lines += [
+            "", "## Hermes", "",
+            f"- trajectories: {hermes['trajectories']} (completed {hermes['completed']}), "
+            f"reasoning coverage: {hermes['reasoning_coverage']:.1%}",
+            "",
+            *_table(["quality flag", "trajectories"], [[f, n] for f, n in hermes["quality_flags"].items()]),
+            "",
+            *_table(["tool", "calls", "failures", "failure rate"],
+                    [[name, t["calls"], t["failures"], t["failure_rate"]] for name, t in hermes["tools"].items()]),
+        ]
     if plot_files:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_files]
     return "\n".join(lines) + "\n"

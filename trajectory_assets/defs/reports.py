@@ -8,7 +8,14 @@ import orjson
 import pandas as pd
 
 from trajectory_assets import __version__, layout
-from trajectory_assets.datasets.stats import STATS_COLUMNS, compute_stats, render_markdown, reward_histogram_png
+from trajectory_assets.datasets.stats import (
+    HERMES_COLUMNS,
+    STATS_COLUMNS,
+    compute_stats,
+    hermes_stats,
+    render_markdown,
+    reward_histogram_png,
+)
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.defs.resources import TrajectoryStorage
@@ -27,7 +34,8 @@ def stats_report(context: dg.AssetExecutionContext, storage: TrajectoryStorage) 
     Also gathers every batch's quarantine into one ``quarantine/rejected.jsonl``."""
     store = storage.open()
     batches = registered_batches(context)
-    trajectories = pd.concat(list(stored_trajectories(store, batches).scan(STATS_COLUMNS)), ignore_index=True)
+    table = stored_trajectories(store, batches)
+    trajectories = pd.concat(list(table.scan(STATS_COLUMNS)), ignore_index=True)
     ingest_summary = read_summary(store, batches)
     with store.open_write(layout.QUARANTINE) as quarantine:
         for key in batches:
@@ -35,7 +43,8 @@ def stats_report(context: dg.AssetExecutionContext, storage: TrajectoryStorage) 
     export_rows = {
         kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))["rows"] for kind in EXPORT_KINDS
     }
-    stats = compute_stats(trajectories, ingest_summary, export_rows)
+    stats = compute_stats(trajectories, ingest_summary, export_rows, hermes_stats(table.scan(HERMES_COLUMNS)),
+                          duplicates_across_batches=table.duplicates_across_batches())
     plot = reward_histogram_png(trajectories)
     plot_name = layout.REWARD_PLOT.rsplit("/", 1)[1]
     markdown = render_markdown(stats, [plot_name])

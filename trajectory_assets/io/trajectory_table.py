@@ -2,6 +2,11 @@
 
 Implements ``datasets.exports.TrajectoryTable`` over the per-batch Parquet files, so the
 cross-batch assets never hold more than one chunk of message payloads at a time.
+
+Batches are ingested one by one, so a record copied into two files (a re-synced bucket,
+a gzip appended to again) is valid in both. The table keeps its first occurrence, in
+batch order, and counts the others (:meth:`duplicates_across_batches`), so no dataset
+trains on one rollout twice and the report says how many copies were dropped.
 """
 
 from __future__ import annotations
@@ -34,7 +39,26 @@ class StoredTrajectories:
 
     def scan(self, columns: list[str], ids: set[str] | None = None) -> Iterator[pd.DataFrame]:
         wanted = pa.array(sorted(ids), type=pa.string()) if ids is not None else None
+        read = columns if "trajectory_id" in columns else ["trajectory_id", *columns]
+        seen: set[str] = set()
         produced = False
+        for table in self._tables(read, wanted):
+            first = self._first_occurrences(table, seen)
+            if first.num_rows:
+                produced = True
+                yield first.select(columns).to_pandas()
+        if not produced:  # an empty table still has its columns and types
+            yield TRAJECTORY_ARROW_SCHEMA.empty_table().select(columns).to_pandas()
+
+    def duplicates_across_batches(self) -> int:
+        seen: set[str] = set()
+        total = kept = 0
+        for table in self._tables(["trajectory_id"], None):
+            total += table.num_rows
+            kept += self._first_occurrences(table, seen).num_rows
+        return total - kept
+
+    def _tables(self, columns: list[str], wanted: pa.Array | None) -> Iterator[pa.Table]:
         for key in self.batches:
             with self.store.fs.open(self.store.path(layout.batch_trajectories(key)), "rb") as handle:
                 for batch in pq.ParquetFile(handle).iter_batches(batch_size=self.chunk_rows, columns=columns):
@@ -42,7 +66,10 @@ class StoredTrajectories:
                     if wanted is not None:
                         table = table.filter(pc.is_in(table["trajectory_id"], value_set=wanted))
                     if table.num_rows:
-                        produced = True
-                        yield table.to_pandas()
-        if not produced:  # an empty table still has its columns and types
-            yield TRAJECTORY_ARROW_SCHEMA.empty_table().select(columns).to_pandas()
+                        yield table
+
+    @staticmethod
+    def _first_occurrences(table: pa.Table, seen: set[str]) -> pa.Table:
+        ids = table["trajectory_id"].to_pylist()
+        keep = [trajectory_id not in seen and not seen.add(trajectory_id) for trajectory_id in ids]
+        return table if all(keep) else table.filter(pa.array(keep))
