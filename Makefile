@@ -26,7 +26,7 @@ $(STAMP): requirements.lock pyproject.toml
 run: setup
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/trajectory-assets run --source samples/rollouts --storage data
 	@echo
-	@echo "Datasets: data/exports/{sft,dpo,grpo}/{train,validation}.jsonl (+ manifest.json)"
+	@echo "Datasets: data/exports/{sft,dpo,grpo,sft_hermes}/{train,validation}.jsonl (+ manifest.json)"
 	@echo "Report:   data/reports/stats.md    Quarantine: data/quarantine/rejected.jsonl"
 	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
 

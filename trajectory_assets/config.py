@@ -56,7 +56,14 @@ class GrpoConfig(_Section):
     exclude_mask_sample: bool = False
 
 
+class RedactionConfig(_Section):
+    enabled: bool = Field(True, description="replace secrets (API keys, tokens, private keys, passwords) "
+                                            "with typed placeholders before anything is stored")
+    emails: bool = Field(False, description="also replace e-mail addresses")
+
+
 class PipelineConfig(_Section):
+    redaction: RedactionConfig = RedactionConfig()
     split: SplitConfig = SplitConfig()
     sft: SftConfig = SftConfig()
     dpo: DpoConfig = DpoConfig()

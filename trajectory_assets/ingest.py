@@ -25,6 +25,7 @@ from trajectory_assets.formats.chat import (
 )
 from trajectory_assets.formats.jsonutil import dumps, sha256_hex
 from trajectory_assets.formats.records import convert_record
+from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
 
@@ -89,11 +90,15 @@ class IngestSummary:
     records_rejected: int = 0
     sources_failed: int = 0
     rejected_by_reason: Counter = field(default_factory=Counter)
+    redactions_by_type: Counter = field(default_factory=Counter)
+    redacted_trajectory_ids: list[str] = field(default_factory=list)
     sources: list[SourceSummary] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["rejected_by_reason"] = dict(sorted(self.rejected_by_reason.items()))
+        data["redactions_by_type"] = dict(sorted(self.redactions_by_type.items()))
+        data["redacted_trajectory_ids"] = sorted(self.redacted_trajectory_ids)
         return data
 
     @property
@@ -158,8 +163,13 @@ def ingest(
     write_trajectories: Callable[[pa.Table], None],
     write_rejections: Callable[[list[dict[str, Any]]], None],
     batch_rows: int = 2000,
+    redactor: Redactor | None = None,
 ) -> IngestSummary:
-    """Convert every record of every source, handing finished batches to the writers."""
+    """Convert every record of every source, handing finished batches to the writers.
+
+    With a redactor, each line is scrubbed of secrets right after its id (the hash of the
+    original bytes) is taken, so nothing stored, quarantined or exported holds them.
+    """
     summary = IngestSummary()
     seen_ids: dict[str, str] = {}
     rows: list[dict[str, Any]] = []
@@ -205,6 +215,11 @@ def ingest(
             summary.records_read += 1
             counts["records"] += 1
             trajectory_id = sha256_hex(raw)[:32]
+            if redactor is not None:
+                raw, found = redactor.redact(raw)
+                if found:
+                    summary.redactions_by_type.update(found)
+                    summary.redacted_trajectory_ids.append(trajectory_id)
             first_seen = seen_ids.get(trajectory_id)
             if first_seen is not None:
                 reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
@@ -260,6 +275,8 @@ def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         merged.records_rejected += summary["records_rejected"]
         merged.sources_failed += summary["sources_failed"]
         merged.rejected_by_reason.update(summary["rejected_by_reason"])
+        merged.redactions_by_type.update(summary.get("redactions_by_type", {}))
+        merged.redacted_trajectory_ids += summary.get("redacted_trajectory_ids", [])
     result = merged.as_dict()
     result["sources"] = [source for summary in summaries for source in summary["sources"]]
     return result

@@ -13,7 +13,7 @@ import pandas as pd
 from trajectory_assets.formats.hermes import tool_result_failed
 
 STATS_COLUMNS = [
-    "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
+    "trajectory_id", "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
     "num_messages", "num_assistant_turns", "num_tool_calls", "messages_chars", "total_tokens",
     "has_reasoning", "unknown_items",
 ]
@@ -108,6 +108,11 @@ def compute_stats(
         "records_valid": int(ingest_summary["records_valid"]),
         "records_rejected": int(ingest_summary["records_rejected"]),
         "rejected_by_reason": dict(ingest_summary["rejected_by_reason"]),
+        "redactions": {
+            "by_type": dict(ingest_summary.get("redactions_by_type", {})),
+            "trajectories": len(ingest_summary.get("redacted_trajectory_ids", [])),
+            "trajectory_ids": list(ingest_summary.get("redacted_trajectory_ids", [])),
+        },
         "sources": len(ingest_summary["sources"]),
         "sources_failed": int(ingest_summary["sources_failed"]),
         # valid in two batches (files) at once: kept once in every dataset, counted here
@@ -144,6 +149,13 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         "## Rejected by reason",
         "",
         *_table(["reason", "records"], [[r, n] for r, n in stats["rejected_by_reason"].items()]),
+        "",
+        "## Secrets redacted",
+        "",
+        f"{stats['redactions']['trajectories']} record(s) held secrets; every one was replaced by a typed "
+        "placeholder before anything was stored (ids in stats.json).",
+        "",
+        *_table(["type", "replaced"], [[t, n] for t, n in stats["redactions"]["by_type"].items()]),
         "",
         "## Export rows",
         "",

@@ -15,7 +15,8 @@ from schemas.trajectory import TrajectorySchema
 from schemas.validation import validate
 from trajectory_assets import __version__, layout
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
-from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
+from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
+from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.ingest import QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
 from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, sha256_of
 
@@ -93,8 +94,10 @@ def raw_rollouts(context: dg.AssetExecutionContext, sources: RolloutSources, sto
         )
     ],
 )
-def validated_trajectories(context: dg.AssetExecutionContext, storage: TrajectoryStorage):
+def validated_trajectories(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
     key = context.partition_key
+    redaction = settings.load().redaction
+    redactor = Redactor(emails=redaction.emails) if redaction.enabled else None
     store = storage.open()
     recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
     source = SourceFile(recorded["uri"], recorded["source_id"])
@@ -110,7 +113,7 @@ def validated_trajectories(context: dg.AssetExecutionContext, storage: Trajector
             quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
             quarantined += len(rows)
 
-        summary = ingest([source], parquet.write_table, write_rejections)
+        summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor)
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 
     with store.fs.open(store.path(layout.batch_trajectories(key)), "rb") as handle:
@@ -143,6 +146,7 @@ def validated_trajectories(context: dg.AssetExecutionContext, storage: Trajector
             "dagster/row_count": quarantined,
             "dagster/uri": store.uri(layout.batch_quarantine(key)),
             "rejected_by_reason": dg.MetadataValue.json(dict(summary.rejected_by_reason)),
+            "redactions_by_type": dg.MetadataValue.json(dict(summary.redactions_by_type)),
         },
     )
     yield dg.AssetCheckResult(

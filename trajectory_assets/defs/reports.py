@@ -43,8 +43,12 @@ def stats_report(context: dg.AssetExecutionContext, storage: TrajectoryStorage) 
     export_rows = {
         kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))["rows"] for kind in EXPORT_KINDS
     }
-    stats = compute_stats(trajectories, ingest_summary, export_rows, hermes_stats(table.scan(HERMES_COLUMNS)),
-                          duplicates_across_batches=table.duplicates_across_batches())
+    # only Hermes rows' messages are read for the Hermes section (none at all without them)
+    hermes_ids = set(trajectories.loc[trajectories["source_format"] == "hermes", "trajectory_id"])
+    hermes = hermes_stats(table.scan(HERMES_COLUMNS, ids=hermes_ids) if hermes_ids else [])
+    # the table keeps the first copy of a record found in several batches
+    copies = ingest_summary["records_valid"] - len(trajectories)
+    stats = compute_stats(trajectories, ingest_summary, export_rows, hermes, duplicates_across_batches=copies)
     plot = reward_histogram_png(trajectories)
     plot_name = layout.REWARD_PLOT.rsplit("/", 1)[1]
     markdown = render_markdown(stats, [plot_name])

@@ -5,8 +5,7 @@ cross-batch assets never hold more than one chunk of message payloads at a time.
 
 Batches are ingested one by one, so a record copied into two files (a re-synced bucket,
 a gzip appended to again) is valid in both. The table keeps its first occurrence, in
-batch order, and counts the others (:meth:`duplicates_across_batches`), so no dataset
-trains on one rollout twice and the report says how many copies were dropped.
+batch order, so no dataset trains on one rollout twice; the report counts the copies.
 """
 
 from __future__ import annotations
@@ -49,14 +48,6 @@ class StoredTrajectories:
                 yield first.select(columns).to_pandas()
         if not produced:  # an empty table still has its columns and types
             yield TRAJECTORY_ARROW_SCHEMA.empty_table().select(columns).to_pandas()
-
-    def duplicates_across_batches(self) -> int:
-        seen: set[str] = set()
-        total = kept = 0
-        for table in self._tables(["trajectory_id"], None):
-            total += table.num_rows
-            kept += self._first_occurrences(table, seen).num_rows
-        return total - kept
 
     def _tables(self, columns: list[str], wanted: pa.Array | None) -> Iterator[pa.Table]:
         for key in self.batches:
