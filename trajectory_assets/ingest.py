@@ -226,16 +226,18 @@ def ingest(
                 continue
             try:
                 trajectory = convert_record(raw, source_id=source.source_id)
+                row = trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line)
             except Rejection as rejection:
                 reject_row(source.uri, line, rejection.reason, rejection.detail, raw)
                 continue
             except Exception as error:  # hostile structure must never abort the run
                 where = traceback.extract_tb(error.__traceback__)[-1]
                 detail = f"{type(error).__name__}: {error} (at {where.name}:{where.lineno})"
-                reject_row(source.uri, line, "invalid_structure", detail, raw)
+                too_deep = isinstance(error, RecursionError) or "Recursion limit" in str(error)
+                reject_row(source.uri, line, "nesting_too_deep" if too_deep else "invalid_structure", detail, raw)
                 continue
             seen_ids[trajectory_id] = f"{source.uri}:{line}"
-            rows.append(trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line))
+            rows.append(row)
             pending_raw.append(raw)
             summary.records_valid += 1
             counts["valid"] += 1

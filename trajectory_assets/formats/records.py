@@ -15,6 +15,8 @@ def parse_json_line(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as error:
+        if "depth limit" in str(error):  # a nesting bomb: no parser should recurse into it
+            raise Rejection("nesting_too_deep", "JSON nested deeper than 1024 levels") from None
         fast_error = error
     try:
         text = raw.decode("utf-8")
