@@ -84,3 +84,17 @@ def test_storage_that_goes_away_fails_the_run_with_a_clear_message(tmp_path, mon
     assert process.returncode == 1, message
     assert message.startswith("trajectory-assets: run failed:") and "\n" not in message
     assert "Traceback" not in message
+
+
+def test_two_runs_on_the_same_storage_do_not_corrupt_each_other(source, tmp_path):
+    reference = tmp_path / "reference"
+    assert main(["run", "--source", str(source), "--storage", str(reference), "--workers", "1"]) == 0
+    shared = tmp_path / "shared"
+    runs = [cli_process("run", "--source", str(source), "--storage", str(shared), "--workers", "1") for _ in range(2)]
+    for run in runs:
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr.decode()
+    for relative, path in final_files(reference).items():
+        if relative.parts[0] in ("exports", "trajectories", "quarantine"):
+            assert (shared / relative).read_bytes() == path.read_bytes(), relative
+    assert not [p for p in shared.rglob("*") if ".tmp-" in p.name]  # every temporary file was renamed

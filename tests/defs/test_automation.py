@@ -10,7 +10,7 @@ from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
 from trajectory_assets.definitions import RunSettings, build_definitions
 from trajectory_assets.defs.automation import plan_batches
-from trajectory_assets.io.sources import batch_key
+from trajectory_assets.io.sources import batch_key, discover
 
 
 def test_plan_batches_splits_new_changed_and_gone():
@@ -51,6 +51,18 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
         tick2 = evaluate(defs, instance, tick.cursor)
         key_b = batch_key("in/sub/b.jsonl")
         assert [r.partition_key for r in tick2.run_requests] == [key_b]
+
+        # a touched file whose bytes did not change is not run again (its recorded SHA-256 matches)
+        from trajectory_assets.io.sources import sha256_of
+        from trajectory_assets.io.storage import Storage
+
+        sha, size = sha256_of(discover([str(first)])[0])
+        Storage(str(tmp_path / "out")).write_bytes(layout.batch_source(key_a), json.dumps({"sha256": sha}).encode())
+        stat = first.stat()
+        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        touched = evaluate(defs, instance, tick2.cursor)
+        assert not touched.run_requests and touched.cursor != tick2.cursor  # fingerprint noted, nothing run
+        tick2 = touched
 
         # a changed file is re-run under a new run key
         write_jsonl(first, [make_rollout(), make_rollout(request_input="more")])

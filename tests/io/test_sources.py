@@ -1,4 +1,5 @@
 import gzip
+import re
 import hashlib
 
 import pytest
@@ -57,3 +58,17 @@ def test_truncated_gzip_keeps_what_was_read_and_reports_the_error(tmp_path):
     lines, stats = lines_of(path)
     assert stats.error is not None and "read failed" in stats.error
     assert len(lines) > 0
+
+
+@pytest.mark.parametrize(
+    "source_id",
+    ["../../etc/passwd", "/abs/path.jsonl", "a/../../b.jsonl", "spaces and ünïcode/x y.jsonl", "..", "", "~/x|y;z.jsonl"],
+)
+def test_batch_keys_are_safe_file_names_and_unique(source_id):
+    from trajectory_assets.io.sources import batch_key
+    from trajectory_assets.io.storage import Storage
+
+    key = batch_key(source_id)
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", key) and not key.startswith(".")
+    assert Storage("/tmp/root").path(f"raw/batches/{key}.json").startswith("/tmp/root/raw/batches/")
+    assert batch_key(source_id + "x") != key

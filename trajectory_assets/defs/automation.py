@@ -6,8 +6,9 @@ import orjson
 
 from trajectory_assets import layout
 from trajectory_assets.defs.ingest import raw_rollouts, rollout_batches, validated_trajectories
-from trajectory_assets.defs.resources import RolloutSources
-from trajectory_assets.io.sources import SourceError, batch_key, discover, fingerprint
+from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
+from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, fingerprint, sha256_of
+from trajectory_assets.io.storage import Storage, StorageError
 
 INGEST_JOB = "ingest_rollout_batch"
 MAIN_JOB = "build_training_datasets"
@@ -37,6 +38,15 @@ def plan_batches(
     return new, changed, gone
 
 
+def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
+    """Whether the source's SHA-256 differs from the one its batch was last ingested from."""
+    try:
+        recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))["sha256"]
+    except StorageError:
+        return True  # never ingested (or its record is gone): run it
+    return sha256_of(source)[0] != recorded
+
+
 def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
     @dg.sensor(
         name="rollout_batch_sensor",
@@ -44,17 +54,23 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Registers each new source file as a batch partition and runs it; re-runs a batch "
-        "whose file changed; removes batches whose file is gone. The cursor holds every file's "
-        "fingerprint, so nothing is processed twice.",
+        "whose content changed (new SHA-256); removes batches whose file is gone. The cursor holds "
+        "every file's fingerprint, so nothing is read or processed twice.",
     )
-    def rollout_batch_sensor(context: dg.SensorEvaluationContext, sources: RolloutSources):
+    def rollout_batch_sensor(
+        context: dg.SensorEvaluationContext, sources: RolloutSources, storage: TrajectoryStorage
+    ):
         try:
             found = discover(sources.paths)
         except SourceError as error:
             return dg.SensorResult(skip_reason=str(error))
-        current = {batch_key(source.source_id): fingerprint(source.uri) for source in found}
+        by_key = {batch_key(source.source_id): source for source in found}
+        current = {key: fingerprint(source.uri) for key, source in by_key.items()}
         previous = orjson.loads(context.cursor) if context.cursor else {}
         new, changed, gone = plan_batches(current, previous)
+        # a new fingerprint (a touched file, a re-upload) is only a change if the bytes differ
+        store = storage.open()
+        changed = [key for key in changed if content_changed(store, key, by_key[key])]
         registered = set(context.instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
         to_register = [key for key in new if key not in registered]
         requests = [
@@ -67,13 +83,10 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
             partition_requests.append(rollout_batches.build_add_request(to_register))
         if gone:
             partition_requests.append(rollout_batches.build_delete_request([k for k in gone if k in registered]))
-        if not requests and not partition_requests:
-            return dg.SensorResult(skip_reason=f"no new or changed rollout files among {len(current)}")
-        return dg.SensorResult(
-            run_requests=requests,
-            dynamic_partitions_requests=partition_requests,
-            cursor=orjson.dumps(current, option=orjson.OPT_SORT_KEYS).decode(),
-        )
+        cursor = orjson.dumps(current, option=orjson.OPT_SORT_KEYS).decode()
+        if not requests and not partition_requests:  # the cursor still moves: touched files are not re-hashed
+            return dg.SensorResult(skip_reason=f"no new or changed rollout files among {len(current)}", cursor=cursor)
+        return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
 
     return rollout_batch_sensor
 
