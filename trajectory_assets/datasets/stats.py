@@ -152,8 +152,9 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         "",
         "## Secrets redacted",
         "",
-        f"{stats['redactions']['trajectories']} record(s) held secrets; every one was replaced by a typed "
-        "placeholder before anything was stored (ids in stats.json).",
+        (f"{stats['redactions']['trajectories']} record(s) held secrets; each was replaced by a typed "
+         "placeholder before anything was stored (ids in stats.json)."
+         if stats["redactions"]["trajectories"] else "No secrets found."),
         "",
         *_table(["type", "replaced"], [[t, n] for t, n in stats["redactions"]["by_type"].items()]),
         "",
