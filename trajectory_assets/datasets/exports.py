@@ -105,10 +105,6 @@ def _frame(records: list[dict[str, Any]], dtypes: dict[str, Any], split: SplitCo
     return rows
 
 
-def _fragment(value: str | None) -> orjson.Fragment | None:
-    return None if value is None else orjson.Fragment(value)
-
-
 def _count_dropped(excluded: Counter, reason: str, keep: pd.Series) -> None:
     dropped = int((~keep).sum())
     if dropped:

@@ -22,7 +22,6 @@ from trajectory_assets.formats.trajectory import Rejection, Trajectory
 
 SOURCE_FORMAT = "hermes"
 FROM_ROLE = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
-ROLE_FROM = {role: name for name, role in FROM_ROLE.items()}
 QUALITY_FLAGS = (
     "unbalanced_think_tags",  # a <think> without </think> or a stray </think> in visible text
     "consecutive_assistant_turns",  # gpt -> gpt with no tool result or user turn between

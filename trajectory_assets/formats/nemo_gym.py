@@ -362,7 +362,9 @@ def _usage(usage: Any, *keys: str) -> int | None:
 
 
 def _task_type(record: dict[str, Any]) -> str | None:
-    for value in (record.get("task_type"), (record.get("metadata") or {}).get("task_type") if isinstance(record.get("metadata"), dict) else None):
+    """A top-level ``task_type``, else one in the free-form ``metadata``."""
+    metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    for value in (record.get("task_type"), metadata.get("task_type")):
         if isinstance(value, str) and value:
             return value
     return None
