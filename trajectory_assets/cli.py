@@ -24,8 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trajectory-assets", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="materialize every asset (trajectories, exports, stats)")
-    run.add_argument("--source", action="append", required=True, help="folder or .jsonl/.jsonl.gz file; repeatable")
-    run.add_argument("--storage", required=True, help="output folder")
+    run.add_argument("--source", action="append", required=True,
+                     help="folder, .jsonl/.jsonl.gz file or s3://bucket/prefix; repeatable")
+    run.add_argument("--storage", required=True, help="output folder or s3://bucket/prefix")
     run.add_argument("--config", help="YAML config (see config.example.yaml)")
     run.add_argument(
         "--workers", type=int, default=None,
