@@ -2,7 +2,7 @@
 
 The rows of ``../shared/corpus/nemo_gym`` that are real rollouts are replicated with
 distinct tasks (a new ``_ng_task_index`` and a marked prompt, so neither task key form
-collides) and 1-5 rollouts per task with varied rewards, then written to several files
+collides) and 1-5 rollouts per task with varied rewards and marked outputs, then written to several files
 (each one batch / partition) until the target size is reached. Deterministic for a seed.
 """
 
@@ -49,6 +49,20 @@ def _mark_prompt(row: dict, task: int) -> None:
                     return
 
 
+def _mark_output(row: dict, rollout: int) -> None:
+    """Rollouts of one task differ in what the model said (real ones do; identical copies
+    would be de-duplicated and never paired): mark the last text the model produced."""
+    marker = f" [bench rollout {rollout}]"
+    for item in reversed(row["response"]["output"]):
+        if not isinstance(item, dict):
+            continue
+        parts = item.get("content") if item.get("type") == "message" else item.get("summary")
+        for part in reversed(parts if isinstance(parts, list) else []):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                part["text"] += marker
+                return
+
+
 def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7) -> dict:
     """Writes ``out/batch_NNN.jsonl`` files; returns {files, bytes, rows, tasks}."""
     out.mkdir(parents=True, exist_ok=True)
@@ -74,6 +88,7 @@ def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7) -> d
             row["_ng_rollout_index"] = rollout
             row["reward"] = rng.choice([0.0, 0.25, 0.5, 1.0])
             _mark_prompt(row, tasks)
+            _mark_output(row, rollout)
             line = (json.dumps(row, ensure_ascii=False) + "\n").encode()
             handle.write(line)
             file_bytes += len(line)

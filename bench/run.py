@@ -1,12 +1,18 @@
 """Times trajectory-assets against the seed's plain recipe and the parse-only floor.
 
-    python -m bench.run --sizes 250,1000 --repeats 2      (or: make bench)
+    python -m bench.run --sizes 250,500,1000 --repeats 2      (or: make bench)
 
 For each corpus size it builds a corpus (bench/corpus.py), then runs the three variants
 A/B interleaved in one session (the order rotates each repeat, so drift on this shared,
 noisy machine hits all of them alike), each in a fresh process, recording wall time and
-that process's peak RSS (``os.wait4``). Reports the median wall time, MB/s, peak RSS and
-the ratios run/recipe and run/floor, as JSON and as a Markdown table in bench/out/.
+the peak memory of the whole process tree (the command and every descendant, e.g. the
+run's parallel batch workers): every ~50 ms the tree is walked through /proc and the RSS
+and PSS (``smaps_rollup``, which splits shared pages between their sharers instead of
+counting them in every process) of its processes are summed; the peak of each sum is kept.
+Reports the median wall time, MB/s, peak RSS (tree), peak PSS (tree) and the ratios
+run/recipe and run/floor, as JSON and as a Markdown table in bench/out/. (The JSON also
+keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single process, not
+the tree.)
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,17 +45,98 @@ def variants(source: Path, work: Path) -> dict[str, list[str]]:
     }
 
 
-def measure(command: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak RSS bytes) of one fresh process."""
+SAMPLE_S = 0.05  # tree memory sampling period
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and all its live descendants. The kernel here has no
+    /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN), so parents come from /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:  # exited meanwhile
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])  # comm may hold ") "
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(children.get(pid, ()))
+    return tree
+
+
+def _memory(pid: int) -> tuple[int, int | None]:
+    """(RSS, PSS or None) bytes of one process; (0, 0) if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
+            fields = dict(line.split(b":", 1) for line in handle.read().splitlines()[1:])
+        return int(fields[b"Rss"].split()[0]) * 1024, int(fields[b"Pss"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    try:  # smaps_rollup unreadable: RSS alone from status
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024, None
+    except OSError:
+        pass
+    return 0, 0
+
+
+def _sample_tree(root: int) -> tuple[int, int | None]:
+    """(sum of RSS, sum of PSS or None if any process's PSS was unreadable) over the tree."""
+    rss = pss = 0
+    pss_ok = True
+    for pid in _process_tree(root):
+        one_rss, one_pss = _memory(pid)
+        rss += one_rss
+        if one_pss is None:
+            pss_ok = False
+        else:
+            pss += one_pss
+    return rss, pss if pss_ok else None
+
+
+def measure(command: list[str]) -> dict:
+    """Wall seconds and peak tree memory of one fresh process and its descendants."""
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}  # a temporary instance
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - started
-    if status != 0:
-        raise SystemExit(f"{command[:3]} failed: {process.stderr.read().decode()[-2000:]}")
-    # ru_maxrss is in KiB on Linux; it covers this process, not the machine
-    return wall, usage.ru_maxrss * 1024
+    peak_rss = peak_pss = 0
+    pss_ok = True
+    samples = 0
+    with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a chatty child cannot block on it
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # the child stays un-reaped until
+            if pid:                                                  # it exits, so its pid is stable
+                break
+            rss, pss = _sample_tree(process.pid)
+            samples += 1
+            peak_rss = max(peak_rss, rss)
+            if pss is None:
+                pss_ok = False
+            else:
+                peak_pss = max(peak_pss, pss)
+            time.sleep(SAMPLE_S)
+        wall = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if status != 0:
+            stderr.seek(0)
+            raise SystemExit(f"{command[:3]} failed: {stderr.read().decode(errors='replace')[-2000:]}")
+    return {
+        "wall_s": wall,
+        "peak_rss_tree": peak_rss,
+        "peak_pss_tree": peak_pss if pss_ok else None,
+        # ru_maxrss (KiB on Linux): the largest single process among the child and its reaped
+        # descendants, not their sum
+        "max_single_rss": usage.ru_maxrss * 1024,
+        "samples": samples,
+    }
 
 
 def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
@@ -56,22 +144,30 @@ def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
     shape = build_corpus(size_mb << 20, source, CORPUS)
     commands = variants(source, work)
     names = list(commands)
-    samples: dict[str, list[tuple[float, int]]] = {name: [] for name in names}
+    samples: dict[str, list[dict]] = {name: [] for name in names}
     for repeat in range(repeats):
         order = names[repeat % len(names):] + names[: repeat % len(names)]
         for name in order:
             shutil.rmtree(work / name, ignore_errors=True)
             samples[name].append(measure(commands[name]))
-            print(f"  {size_mb} MB  repeat {repeat + 1}  {name:6s} {samples[name][-1][0]:7.2f} s", flush=True)
+            last = samples[name][-1]
+            pss = f"{last['peak_pss_tree'] / 2**20:7.1f}" if last["peak_pss_tree"] is not None else "      ?"
+            print(f"  {size_mb} MB  repeat {repeat + 1}  {name:6s} {last['wall_s']:7.2f} s  "
+                  f"RSS(tree) {last['peak_rss_tree'] / 2**20:7.1f} MiB  PSS(tree) {pss} MiB", flush=True)
     megabytes = shape["bytes"] / 1e6
     result = {"size_mb": size_mb, "corpus": shape, "variants": {}}
     for name in names:
-        wall = statistics.median(w for w, _ in samples[name])
+        runs = samples[name]
+        wall = statistics.median(r["wall_s"] for r in runs)
+        pss = [r["peak_pss_tree"] for r in runs]
         result["variants"][name] = {
             "wall_s": round(wall, 3),
             "mb_per_s": round(megabytes / wall, 2),
-            "peak_rss_mib": round(max(r for _, r in samples[name]) / 2**20, 1),
-            "walls_s": [round(w, 3) for w, _ in samples[name]],
+            "peak_rss_tree_mib": round(max(r["peak_rss_tree"] for r in runs) / 2**20, 1),
+            "peak_pss_tree_mib": None if None in pss else round(max(pss) / 2**20, 1),
+            "max_single_rss_mib": round(max(r["max_single_rss"] for r in runs) / 2**20, 1),
+            "walls_s": [round(r["wall_s"], 3) for r in runs],
+            "memory_samples": [r["samples"] for r in runs],
         }
     run = result["variants"]["run"]["wall_s"]
     result["run_over_recipe"] = round(run / result["variants"]["recipe"]["wall_s"], 2)
@@ -81,8 +177,8 @@ def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
 
 def markdown(results: list[dict]) -> str:
     lines = [
-        "| corpus | variant | wall (median) | MB/s | peak RSS | run / recipe | run / floor |",
-        "|---|---|---|---|---|---|---|",
+        "| corpus | variant | wall (median) | MB/s | peak RSS (tree) | peak PSS (tree) | run / recipe | run / floor |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for name, v in result["variants"].items():
@@ -90,14 +186,16 @@ def markdown(results: list[dict]) -> str:
             lines.append(
                 f"| {result['corpus']['bytes'] / 1e6:.0f} MB, {result['corpus']['rows']} rows, "
                 f"{result['corpus']['files']} files | {name} | {v['wall_s']:.2f} s | {v['mb_per_s']} | "
-                f"{v['peak_rss_mib']} MiB | {ratios[0]} | {ratios[1]} |"
+                f"{v['peak_rss_tree_mib']} MiB | "
+                f"{'n/a' if v['peak_pss_tree_mib'] is None else str(v['peak_pss_tree_mib']) + ' MiB'} | "
+                f"{ratios[0]} | {ratios[1]} |"
             )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="250,1000", help="corpus sizes in MB, comma-separated")
+    parser.add_argument("--sizes", default="250,500,1000", help="corpus sizes in MB, comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--work", default="/tmp/trajectory-assets-bench", help="scratch folder for corpora and outputs")
     args = parser.parse_args(argv)
