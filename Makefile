@@ -3,11 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
+# the trainers test group's extras (TRL, transformers, CPU torch), reinstalled when their lock changes
+TRAIN_STAMP := $(VENV)/.trainers-$(shell cat requirements-train.lock | sha256sum | cut -c1-12)
+TORCH := torch==2.13.0
+# where pip's find-links config finds the CPU torch wheel; `make lock` resolves against it
+TORCH_WHEELS ?= /opt/wheels
 # the project's instance, for `make run` and `make ui` (tests use temporary ones)
 DAGSTER_HOME := $(CURDIR)/dagster_home
 UI_PORT ?= 3000
 
-.PHONY: setup browser run test ui bench lock sample clean
+.PHONY: setup trainers browser run test ui bench lock sample clean
 
 setup: $(STAMP)
 
@@ -23,6 +28,17 @@ $(STAMP): requirements.lock pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Only for tests/trainers (`make run` stays light). torch goes through pip, which takes the local
+# CPU wheel (uv would fetch the multi-GB CUDA build), its dependencies pinned by the trainers lock;
+# that lock leaves torch out, so uv then installs the rest around the torch already there.
+trainers: $(TRAIN_STAMP)
+
+$(TRAIN_STAMP): requirements-train.lock $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements-train.lock $(TORCH)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements-train.lock
+	rm -f $(VENV)/.trainers-*
+	touch $@
+
 run: setup
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/trajectory-assets run --source samples/rollouts --storage data
 	@echo
@@ -30,7 +46,7 @@ run: setup
 	@echo "Report:   data/reports/stats.md    Quarantine: data/quarantine/rejected.jsonl"
 	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
 
-test: setup browser
+test: setup browser trainers
 	$(BIN)/python -m pytest
 
 # The browser test drives Debian's Chromium (Playwright never downloads a browser here).
@@ -46,9 +62,12 @@ ui: setup
 bench: setup
 	$(BIN)/python -m bench.run
 
-# Regenerate the lock file after editing requirements.in (needs the registry).
+# Regenerate the lock files after editing requirements.in or requirements-train.in (needs the
+# registry). torch resolves against the local CPU wheel, so no nvidia-*/triton enter the lock.
 lock: setup
 	$(BIN)/uv pip compile requirements.in -o requirements.lock --python-version 3.11
+	$(BIN)/uv pip compile requirements-train.in -o requirements-train.lock --python-version 3.11 \
+	  --no-emit-package torch --find-links $(TORCH_WHEELS)
 
 sample: setup
 	$(BIN)/python samples/make_sample.py

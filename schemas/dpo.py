@@ -1,5 +1,5 @@
 """Contract of DPO export lines: ``{"prompt", "chosen", "rejected", "quality_difference",
-"reward_chosen", "reward_rejected"}`` plus lineage (``chosen_id``, ``rejected_id``)."""
+"reward_chosen", "reward_rejected"}`` plus lineage (``chosen_id``, ``rejected_id``, ``pairing``)."""
 
 import pandera.pandas as pa
 from pandera.typing import Series
@@ -12,7 +12,8 @@ STARTS_WITH_ASSISTANT = r"^[ac]"
 
 
 class DpoSchema(pa.DataFrameModel):
-    task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     split: Series[str] = pa.Field(isin=SPLITS)
     chosen_id: Series[str] = pa.Field(str_matches=HEX_ID)
     rejected_id: Series[str] = pa.Field(str_matches=HEX_ID)
@@ -43,3 +44,4 @@ class DpoSchema(pa.DataFrameModel):
 
     class Config:
         strict = True
+        unique = ["chosen_id", "rejected_id"]  # one row per pair; all_pairs_with_margin makes several per task

@@ -10,9 +10,11 @@ from schemas.trajectory import HEX_ID
 
 class GrpoSchema(pa.DataFrameModel):
     task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     split: Series[str] = pa.Field(isin=SPLITS)
     agent_name: Series[str] = pa.Field(str_length={"min_value": 1})
     input_items: Series[int] = pa.Field(ge=1)
+    mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
     line: Series[str] = pa.Field(str_startswith='{"responses_create_params":{')
 
     class Config:

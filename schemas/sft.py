@@ -16,6 +16,7 @@ SPLITS = ["train", "validation"]
 class SftSchema(pa.DataFrameModel):
     trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
     task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     split: Series[str] = pa.Field(isin=SPLITS)
     role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN)
     reward: Series[float] = pa.Field(nullable=True)

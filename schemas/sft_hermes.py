@@ -17,6 +17,7 @@ FROM_SHAPE_PATTERN = r"^s(?:h|gt?)*$"
 class SftHermesSchema(pa.DataFrameModel):
     trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
     task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     split: Series[str] = pa.Field(isin=SPLITS)
     from_shape: Series[str] = pa.Field(str_matches=FROM_SHAPE_PATTERN)
     line: Series[str] = pa.Field(str_startswith='{"conversations":[{"from":"system"')

@@ -15,6 +15,7 @@ class TrajectorySchema(pa.DataFrameModel):
     source_id: Series[str]
     source_line: Series[int] = pa.Field(ge=1)
     task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     reward: Series[float] = pa.Field(nullable=True)
     completed: Series[bool]
     mask_sample: Series[bool]
@@ -25,6 +26,9 @@ class TrajectorySchema(pa.DataFrameModel):
     num_assistant_turns: Series[int] = pa.Field(ge=1)
     num_tool_calls: Series[int] = pa.Field(ge=0)
     unanswered_tool_calls: Series[int] = pa.Field(ge=0)
+    tool_results: Series[int] = pa.Field(ge=0)
+    tool_errors: Series[int] = pa.Field(ge=0)
+    content_hash: Series[str] = pa.Field(str_matches=HEX_ID)
     messages_chars: Series[int] = pa.Field(gt=0)
     unknown_items: Series[int] = pa.Field(ge=0)
 
@@ -39,6 +43,10 @@ class TrajectorySchema(pa.DataFrameModel):
     @pa.dataframe_check(name="prompt_inside_messages")
     def prompt_inside_messages(cls, df):
         return df["prompt_length"] < df["num_messages"]
+
+    @pa.dataframe_check(name="tool_errors_within_results")
+    def tool_errors_within_results(cls, df):
+        return df["tool_errors"] <= df["tool_results"]
 
     @pa.dataframe_check(name="reward_is_finite")
     def reward_is_finite(cls, df):

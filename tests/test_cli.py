@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, SAMPLE
+from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
 
@@ -102,6 +102,40 @@ def test_empty_source_still_writes_every_export_file(tmp_path):
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 0
     for export in ("sft", "dpo", "grpo"):
         assert (tmp_path / "out" / "exports" / export / "train.jsonl").read_text() == ""
+
+
+def test_a_source_unreadable_from_its_first_byte_fails_after_all_the_work(tmp_path, capsys):
+    bad = tmp_path / "bad" / "x.jsonl.gz"
+    bad.parent.mkdir()
+    bad.write_text('{"not": "gzip"}\n')  # plain text named .gz: the read fails before any record
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(SAMPLE), "--source", str(bad), "--storage", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(bad) in err and "Not a gzipped file" in err and "Traceback" not in err
+    # the other sources were still ingested and every export written
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["records_valid"] > 0 and stats["sources_failed"] == 1
+    assert stats["exports"]["sft"]["train"] + stats["exports"]["sft"]["validation"] > 0
+    for export in ("sft", "dpo", "grpo"):
+        assert (out / "exports" / export / "manifest.json").is_file()
+
+
+def test_a_source_broken_after_some_records_keeps_them_and_exits_zero(tmp_path, capsys):
+    import gzip
+
+    rows = [json.dumps(make_rollout([message_item(f"answer {i}")], request_input=f"question {i}")) + "\n"
+            for i in range(300)]
+    whole = gzip.compress("".join(rows[:1]).encode())
+    cut = gzip.compress("".join(rows[1:]).encode())
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "cut.jsonl.gz").write_bytes(whole + cut[: len(cut) // 2])
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(out)]) == 0
+    assert "cannot read" not in capsys.readouterr().err
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["records_valid"] >= 1 and stats["sources_failed"] == 1
+    quarantine = [json.loads(line) for line in (out / "quarantine" / "rejected.jsonl").read_text().splitlines()]
+    assert [row["reason"] for row in quarantine if row["line"] is None] == ["unreadable_source"]
 
 
 def cli(*args, env=None):

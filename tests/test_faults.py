@@ -98,3 +98,90 @@ def test_two_runs_on_the_same_storage_do_not_corrupt_each_other(source, tmp_path
         if relative.parts[0] in ("exports", "trajectories", "quarantine"):
             assert (shared / relative).read_bytes() == path.read_bytes(), relative
     assert not [p for p in shared.rglob("*") if ".tmp-" in p.name]  # every temporary file was renamed
+
+
+def run_ingest(source_folder, storage, key_of):
+    """Runs the per-batch job in-process for the batch of ``key_of`` (a source id); returns
+    (result, step retry events, one-line failure reason)."""
+    import dagster as dg
+
+    from trajectory_assets import layout
+    from trajectory_assets.definitions import RunSettings, build_definitions
+    from trajectory_assets.defs.automation import INGEST_JOB
+    from trajectory_assets.defs.runner import failure_reason
+    from trajectory_assets.io.sources import batch_key
+
+    defs = build_definitions(RunSettings(sources=[str(source_folder)], storage=str(storage)))
+    key = batch_key(key_of)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, [key])
+        result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, partition_key=key, raise_on_error=False)
+        retries = [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+        reason = None if result.success else failure_reason(result)
+    return result, retries, reason
+
+
+def test_bad_records_and_unreadable_sources_are_never_retried(tmp_path):
+    from tests.fixtures.hostile import write_hostile_folder
+
+    write_hostile_folder(tmp_path / "in")
+    for source_id in ("in/truncated.jsonl", "in/broken link.jsonl", "in/x::y.jsonl"):
+        result, retries, reason = run_ingest(tmp_path / "in", tmp_path / "out", source_id)
+        assert result.success, reason
+        assert retries == [], source_id
+
+
+def test_a_storage_error_in_a_batch_is_retried_and_the_batch_completes(tmp_path, monkeypatch):
+    from trajectory_assets.io.storage import Storage
+
+    write_jsonl(tmp_path / "in" / "a.jsonl", [make_rollout([message_item("ok")])])
+    real_write_bytes = Storage.write_bytes
+    calls = []
+
+    def flaky_write_bytes(self, relative, data):
+        calls.append(relative)
+        if len(calls) == 1:
+            raise ConnectionResetError("connection reset by peer")
+        return real_write_bytes(self, relative, data)
+
+    monkeypatch.setattr(Storage, "write_bytes", flaky_write_bytes)
+    result, retries, reason = run_ingest(tmp_path / "in", tmp_path / "out", "in/a.jsonl")
+    assert result.success, reason
+    assert retries == ["raw_rollouts"]  # retried once (after 1 s), then done
+    assert (tmp_path / "out" / "quarantine" / "batches").is_dir()
+
+
+def test_a_bug_fails_the_batch_at_once_with_a_one_line_reason(tmp_path, monkeypatch):
+    import trajectory_assets.defs.ingest as ingest_defs
+
+    write_jsonl(tmp_path / "in" / "a.jsonl", [make_rollout([message_item("ok")])])
+
+    def broken(*args, **kwargs):
+        raise KeyError("no_such_column")
+
+    monkeypatch.setattr(ingest_defs, "ingest", broken)
+    started = time.monotonic()
+    result, retries, reason = run_ingest(tmp_path / "in", tmp_path / "out", "in/a.jsonl")
+    assert not result.success and retries == []  # the same code on the same bytes fails the same way
+    assert reason == "validated_trajectories: KeyError: 'no_such_column'"
+    assert time.monotonic() - started < 30
+
+
+def test_only_storage_faults_pass_through_to_the_retry_policy():
+    import dagster as dg
+    from botocore.exceptions import EndpointConnectionError
+
+    from trajectory_assets.defs.batches import STORAGE_RETRY, storage_faults_only
+    from trajectory_assets.io.storage import StorageError
+
+    assert STORAGE_RETRY.max_retries == 3 and STORAGE_RETRY.backoff == dg.Backoff.EXPONENTIAL
+    for fault in (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), TimeoutError("read timed out"),
+                  ConnectionRefusedError(111, "refused"), StorageError("cannot write s3://b/k")):
+        with pytest.raises(type(fault)):
+            with storage_faults_only():
+                raise fault
+    with pytest.raises(dg.Failure) as failed:
+        with storage_faults_only():
+            raise ValueError("a bug")
+    assert failed.value.allow_retries is False and failed.value.description == "ValueError: a bug"

@@ -3,6 +3,7 @@
 import json
 from collections import Counter
 
+import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,13 +11,19 @@ from tests.conftest import make_rollout, message_item
 from tests.fixtures.hostile import write_hostile_folder
 from trajectory_assets.cli import main
 from trajectory_assets.ingest import ingest
-from trajectory_assets.io.sources import discover
+from trajectory_assets.io.sources import batch_key, discover
 
 
-def test_an_adversarial_folder_runs_to_completion_with_every_record_accounted_for(tmp_path):
+def test_an_adversarial_folder_runs_to_completion_with_every_record_accounted_for(tmp_path, capsys):
     expected = write_hostile_folder(tmp_path / "in")
     out = tmp_path / "out"
-    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(out)]) == 0
+    # every batch and export is written; exit 2 names the one source that could not be read at all
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(out)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and "broken link.jsonl" in message and "Traceback" not in message
+    for export in ("sft", "dpo", "grpo"):
+        assert (out / "exports" / export / "manifest.json").is_file()
+    assert (out / "reports" / "stats.md").is_file()
     stats = json.loads((out / "reports" / "stats.json").read_text())
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"]
     quarantine = [json.loads(line) for line in (out / "quarantine" / "rejected.jsonl").read_text().splitlines()]
@@ -32,7 +39,15 @@ def test_an_adversarial_folder_runs_to_completion_with_every_record_accounted_fo
     # the gzip cut short: what was read before the cut is kept, the source failure is reported
     cut = by_file["cut short.jsonl.gz"]
     assert cut[None] == "unreadable_source"
-    assert stats["sources_failed"] == 1
+    # the broken symlink: one unreadable_source row with its URI and error, no records
+    (broken,) = [row for row in quarantine if row["source"].endswith("/broken link.jsonl")]
+    assert broken["reason"] == "unreadable_source" and broken["line"] is None
+    assert broken["source"] == str(tmp_path / "in" / "broken link.jsonl") and "cannot open" in broken["detail"]
+    assert stats["sources_failed"] == 2
+    # "x::y.jsonl" is read like any other file: its valid row is a trajectory, not a rejection
+    assert by_file["x::y.jsonl"] == {2: "invalid_json"}
+    trajectories = pd.read_parquet(out / "trajectories" / "batches" / f"{batch_key('in/x::y.jsonl')}.parquet")
+    assert trajectories["source_line"].tolist() == [1]
     summary_lines = sum(len(r) for r in expected.values() if not isinstance(r, str))
     assert stats["records_read"] > summary_lines  # plus the gzip lines read before the cut
 

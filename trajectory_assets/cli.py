@@ -5,7 +5,11 @@ then the datasets job), like the sensor and automation do in `dagster dev`.
 
 Exit code 0 when the run completes (quarantined records are not failures); 2 with a
 one-line reason when the arguments, a source, the config or storage cannot be used; 1 when
-a step fails (for example a blocking contract check).
+a step fails (for example a blocking contract check). A source that cannot be read at all
+(its read fails before its first record, e.g. a plain-text file named ``.jsonl.gz``) does
+not stop the run: every other batch and the exports are still written, then the exit code
+is 2 with the unreadable sources named. A source that breaks after some records keeps
+them (its failure is an ``unreadable_source`` quarantine row) and is not a failure.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.defs.runner import failure_reason, run_pipeline
+    from trajectory_assets.defs.runner import failure_reason, run_pipeline, unreadable_sources
     from trajectory_assets.definitions import RunSettings, build_definitions
     from trajectory_assets.io.sources import SourceError, batch_key, discover
 
@@ -86,6 +90,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{name}: {rows['train']} train, {rows['validation']} validation -> {store.uri(f'exports/{name}')}")
     print(f"quarantine: {store.uri(layout.QUARANTINE)}")
     print(f"report: {store.uri(layout.STATS_MARKDOWN)}")
+    unreadable = unreadable_sources(store, batches)
+    if unreadable:
+        named = "; ".join(f"{uri} ({error})" for uri, error in unreadable)
+        print(f"trajectory-assets: cannot read {len(unreadable)} source(s) at all: {named}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     return 0
 
 

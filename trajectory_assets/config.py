@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Section(BaseModel):
@@ -21,39 +21,94 @@ class SplitConfig(_Section):
     seed: str = Field("trajectory-assets", description="salt of the task_key hash that assigns splits")
 
 
-class SftConfig(_Section):
-    # NeMo Gym's SFT tutorial filters at reward >= 0.5..0.8; 0.5 keeps the lenient end.
-    min_reward: float | None = Field(
-        0.5, description="keep trajectories with reward >= this (rows without a reward pass); null = no filter"
-    )
-    require_completed: bool = True
-    exclude_mask_sample: bool = True
-    exclude_unanswered_tool_calls: bool = Field(True, description="drop runs that end on a call no tool answered")
+class Curation(_Section):
+    """Curation knobs shared by every export; each export section sets its own defaults.
+
+    Trajectory filters run first (vectorized over flat columns), then de-duplication of
+    the surviving trajectories, then balancing of the export's rows (SFT rows, DPO pairs,
+    GRPO tasks): a cap per ``task_type`` and a sample. Balancing ranks rows by a hash of
+    ``seed`` and the row's id, so it is deterministic and independent of file order.
+    """
+
+    min_reward: float | None = Field(None, description="keep trajectories with reward >= this "
+                                                       "(rows without a reward pass); null = no filter")
+    require_completed: bool = Field(True, description="response.status completed (Hermes: completed: true)")
+    exclude_mask_sample: bool = Field(True, description="the verifier flagged the reward as unreliable")
+    exclude_unanswered_tool_calls: bool = Field(False, description="drop runs that end on a call no tool answered")
     exclude_quality_flags: list[str] = Field(
         default_factory=list,
         description="drop trajectories carrying any of these quality flags (the Hermes flags, formats/hermes.py)",
     )
+    min_turns: int | None = Field(None, ge=1, description="minimum assistant turns")
+    max_turns: int | None = Field(None, ge=1, description="maximum assistant turns")
+    max_tokens: int | None = Field(None, ge=1, description="maximum total_tokens as recorded by the rollout's "
+                                                           "usage; rows without usage pass")
+    max_chars: int | None = Field(None, ge=1, description="maximum length of the messages as JSON, in characters")
+    max_tool_error_rate: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="maximum share of tool results that failed (formats/chat.py tool_result_failed); "
+                    "rows without tool results pass",
+    )
+    dedup: Literal["none", "exact", "near"] = Field(
+        "exact",
+        description="exact: one trajectory per identical conversation (SHA-256 of messages + tools); "
+                    "near: also drop conversations whose MinHash Jaccard similarity to a kept one is >= "
+                    "near_duplicate_threshold",
+    )
+    near_duplicate_threshold: float = Field(0.9, gt=0.0, le=1.0, description="Jaccard similarity for dedup: near")
+    max_per_task_type: int | None = Field(None, ge=1, description="cap of rows per task_type (balancing); "
+                                                                  "rows without a task_type form one group")
+    sample_fraction: float = Field(1.0, gt=0.0, le=1.0, description="deterministic share of rows kept")
+    seed: str = Field("trajectory-assets", description="salt of the hash that ranks rows for caps and sampling")
+
+    @model_validator(mode="after")
+    def _turn_range(self) -> "Curation":
+        if self.min_turns is not None and self.max_turns is not None and self.min_turns > self.max_turns:
+            raise ValueError(f"min_turns ({self.min_turns}) is greater than max_turns ({self.max_turns})")
+        return self
 
 
-class DpoConfig(_Section):
-    pairing: Literal["best_vs_worst", "exactly_two"] = Field(
+class SftConfig(Curation):
+    # NeMo Gym's SFT tutorial filters at reward >= 0.5..0.8; 0.5 keeps the lenient end.
+    min_reward: float | None = Field(0.5, description="keep trajectories with reward >= this "
+                                                      "(rows without a reward pass); null = no filter")
+    exclude_unanswered_tool_calls: bool = Field(True, description="drop runs that end on a call no tool answered")
+    # training on calls whose arguments are not JSON teaches the model to emit broken calls
+    exclude_quality_flags: list[str] = Field(
+        default_factory=lambda: ["unparseable_tool_call"],
+        description="drop trajectories carrying any of these quality flags (formats/hermes.py, formats/nemo_gym.py)",
+    )
+
+
+class DpoConfig(Curation):
+    pairing: Literal["best_vs_worst", "exactly_two", "all_pairs_with_margin"] = Field(
         "best_vs_worst",
         description="best_vs_worst: highest vs lowest reward of each task; exactly_two: the seed's rule, "
-        "only tasks with exactly two rollouts",
+        "only tasks with exactly two rollouts; all_pairs_with_margin: every pair of a task whose margin "
+        "is >= min_margin, widest first, at most max_pairs_per_task",
     )
     min_margin: float = Field(0.1, ge=0.0, description="minimum reward_chosen - reward_rejected (seed: 0.1)")
-    require_completed: bool = True
-    exclude_mask_sample: bool = True
+    max_pairs_per_task: int = Field(4, ge=1, description="cap of pairs per task for all_pairs_with_margin")
 
 
-class GrpoConfig(_Section):
+class GrpoConfig(Curation):
     default_agent_ref: str | None = Field(
         None, description="agent name for NeMo Gym tasks whose rollouts carry no agent_ref; null = skip them"
     )
     hermes_agent_ref: str | None = Field(
         "hermes_agent", description="agent name for tasks from Hermes trajectories (which name none); null = skip"
     )
-    exclude_mask_sample: bool = False
+    # A task is a prompt to roll out again, so rollouts that did not complete still tell
+    # how hard it is, and a masked reward says nothing about the prompt itself.
+    require_completed: bool = Field(False, description="only rollouts that completed count for a task")
+    exclude_mask_sample: bool = Field(False, description="ignore rollouts whose reward is flagged unreliable")
+    dedup: Literal["none", "exact", "near"] = Field("none", description="de-duplicate rollouts before grouping")
+    zero_variance_groups: Literal["drop", "flag", "keep"] = Field(
+        "drop",
+        description="tasks whose rollouts (two or more, with rewards) all got the same reward give GRPO no "
+                    "learning signal: drop them, flag them (zero_variance: true), or keep them as they are",
+    )
+    pass_threshold: float = Field(1.0, description="a rollout passes when reward >= this (pass rate, pass@k)")
 
 
 class RedactionConfig(_Section):

@@ -20,7 +20,9 @@ from schemas.validation import validate
 from trajectory_assets.formats.chat import (
     count_assistant_turns,
     count_tool_calls,
+    prompt_key,
     role_shape,
+    tool_result_counts,
     unanswered_tool_calls,
 )
 from trajectory_assets.formats.jsonutil import dumps, sha256_hex
@@ -37,6 +39,7 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
         ("source_id", pa.string()),
         ("source_line", pa.int64()),
         ("task_key", pa.string()),
+        ("prompt_key", pa.string()),
         ("task_index", pa.int64()),
         ("rollout_index", pa.int64()),
         ("agent_name", pa.string()),
@@ -56,11 +59,14 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
         ("num_assistant_turns", pa.int64()),
         ("num_tool_calls", pa.int64()),
         ("unanswered_tool_calls", pa.int64()),
+        ("tool_results", pa.int64()),
+        ("tool_errors", pa.int64()),
         ("has_reasoning", pa.bool_()),
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
         ("total_tokens", pa.int64()),
         ("messages_chars", pa.int64()),
+        ("content_hash", pa.string()),
         ("unknown_items", pa.int64()),
         ("quality_flags", pa.string()),
         ("request", pa.string()),
@@ -108,7 +114,9 @@ class IngestSummary:
 
 def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: SourceFile, line: int) -> dict[str, Any]:
     messages_json = dumps(trajectory.messages).decode()
+    tools_json = _json_or_none(trajectory.tools)
     agent_ref = trajectory.metadata.pop("agent_ref", None)
+    tool_results, tool_errors = tool_result_counts(trajectory.messages)
     return {
         "trajectory_id": trajectory_id,
         "source_format": trajectory.source_format,
@@ -116,6 +124,8 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "source_id": source.source_id,
         "source_line": line,
         "task_key": trajectory.task_key,
+        # what the split is by: a task index only means something inside one collection
+        "prompt_key": prompt_key(trajectory.messages[: trajectory.prompt_length], trajectory.tools),
         "task_index": trajectory.task_index,
         "rollout_index": trajectory.rollout_index,
         "agent_name": trajectory.agent_name,
@@ -130,16 +140,21 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "messages": messages_json,
         "prompt_length": trajectory.prompt_length,
         "role_shape": role_shape(trajectory.messages),
-        "tools": _json_or_none(trajectory.tools),
+        "tools": tools_json,
         "num_messages": len(trajectory.messages),
         "num_assistant_turns": count_assistant_turns(trajectory.messages),
         "num_tool_calls": count_tool_calls(trajectory.messages),
         "unanswered_tool_calls": unanswered_tool_calls(trajectory.messages),
+        "tool_results": tool_results,
+        "tool_errors": tool_errors,
         "has_reasoning": any("reasoning_content" in m for m in trajectory.messages),
         "input_tokens": trajectory.input_tokens,
         "output_tokens": trajectory.output_tokens,
         "total_tokens": trajectory.total_tokens,
         "messages_chars": len(messages_json),
+        # what exact de-duplication compares: the conversation and its tools, not the raw
+        # line (two rollouts with the same conversation differ in ids and rewards)
+        "content_hash": sha256_hex(f"{messages_json}\n{tools_json or ''}".encode()),
         "unknown_items": trajectory.unknown_items,
         "quality_flags": ",".join(trajectory.quality_flags),
         "request": _json_or_none(trajectory.request),

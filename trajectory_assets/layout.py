@@ -9,6 +9,7 @@ REPORTS = "reports"
 STATS_JSON = "reports/stats.json"
 STATS_MARKDOWN = "reports/stats.md"
 REWARD_PLOT = "reports/reward_histogram.png"
+TASKS = "reports/tasks.jsonl"  # per task: rollouts, passes, mean reward, pass@k
 QUARANTINE = "quarantine/rejected.jsonl"  # every batch's rejected records together
 
 
@@ -28,9 +29,18 @@ def batch_quarantine(key: str) -> str:
     return f"quarantine/batches/{key}.jsonl"
 
 
-def export_file(export: str, split: str) -> str:
-    return f"exports/{export}/{split}.jsonl"
+def export_file(export: str, split: str, file_format: str = "jsonl") -> str:
+    return f"exports/{export}/{split}.{file_format}"
 
 
 def export_manifest(export: str) -> str:
     return f"exports/{export}/manifest.json"
+
+
+def export_card(export: str) -> str:
+    return f"exports/{export}/README.md"
+
+
+def export_extra(export: str, name: str) -> str:
+    """A trainer's own index file beside the data (LLaMA-Factory's dataset_info.json)."""
+    return f"exports/{export}/{name}"

@@ -10,11 +10,22 @@ from trajectory_assets.datasets.exports import (
     FrameTable,
     build_dpo,
     build_grpo,
+    build_llama_factory,
     build_sft,
+    build_sft_hermes,
+    build_trl_dpo,
+    build_trl_grpo,
+    build_trl_sft,
+    build_verl,
     collect,
     iter_dpo,
     iter_grpo,
+    iter_llama_factory,
     iter_sft,
+    iter_trl_dpo,
+    iter_trl_grpo,
+    iter_trl_sft,
+    iter_verl,
     split_of,
 )
 
@@ -111,7 +122,7 @@ def test_dpo_single_rollout_tasks_and_ineligible_rows_are_counted():
     masked = task(1, 0.0, "b", mask_sample=True)
     frame = trajectory_frame([task(0, 1.0), task(1, 1.0, "a"), masked])
     result = build_dpo(frame, DpoConfig(), ALL_TRAIN)
-    assert result.excluded == {"ineligible_trajectories": 1, "single_rollout_task": 2}
+    assert result.excluded == {"mask_sample": 1, "single_rollout_task": 2}
 
 
 # ---------- GRPO
@@ -122,7 +133,7 @@ def test_grpo_one_row_per_task_with_request_and_agent_ref():
     rows = rows_of(build_grpo(frame, GrpoConfig(), ALL_TRAIN))
     assert len(rows) == 2
     assert rows[0]["responses_create_params"] == {"input": "task 0"}
-    assert rows[0]["agent_ref"] == {"name": "agent"}
+    assert rows[0]["agent_ref"] == {"type": "responses_api_agents", "name": "agent"}  # ng_prepare_data's form
     assert rows[0]["num_rollouts"] == 2 and rows[0]["mean_reward"] == 0.5
     assert len(rows[0]["trajectory_ids"]) == 2
 
@@ -178,7 +189,12 @@ class OneRowChunks:
             yield chunk.iloc[[position]]
 
 
-@pytest.mark.parametrize("builder, config", [(iter_sft, SftConfig()), (iter_dpo, DpoConfig()), (iter_grpo, GrpoConfig())])
+@pytest.mark.parametrize("builder, config", [
+    (iter_sft, SftConfig()), (iter_dpo, DpoConfig()), (iter_grpo, GrpoConfig(zero_variance_groups="keep")),
+    (iter_dpo, DpoConfig(pairing="all_pairs_with_margin")), (iter_trl_sft, SftConfig()), (iter_trl_dpo, DpoConfig()),
+    (iter_trl_grpo, GrpoConfig()), (iter_verl, GrpoConfig()), (iter_llama_factory, SftConfig()),
+    (iter_sft, SftConfig(dedup="near", max_per_task_type=2, sample_fraction=0.8)),
+])
 def test_chunked_reading_gives_the_same_rows_as_one_frame(builder, config):
     rows = [task(i % 4, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.0, 0.25, 1.0, 0.0])]
     frame = trajectory_frame(rows)
@@ -187,3 +203,151 @@ def test_chunked_reading_gives_the_same_rows_as_one_frame(builder, config):
     assert len(whole.rows) > 0
     assert sorted(chunked.rows["line"]) == sorted(whole.rows["line"])
     assert chunked.excluded == whole.excluded
+
+
+# ---------- DPO pairing strategies
+
+
+def test_all_pairs_with_margin_keeps_the_widest_pairs_up_to_the_cap():
+    rewards = {"r1": 1.0, "r2": 0.6, "r3": 0.0, "r4": 0.55}
+    frame = trajectory_frame([task(0, reward, answer) for answer, reward in rewards.items()])
+    config = DpoConfig(pairing="all_pairs_with_margin", max_pairs_per_task=4)
+    result = build_dpo(frame, config, ALL_TRAIN)
+    margins = [round(row["quality_difference"], 6) for row in rows_of(result)]
+    # six pairs; 0.6 vs 0.55 is below the margin, and the narrowest of the rest (0.4) is over the cap
+    assert margins == [1.0, 0.6, 0.55, 0.45]
+    assert result.excluded == {"below_min_margin": 1, "pair_cap": 1}
+    assert {row["pairing"] for row in rows_of(result)} == {"all_pairs_with_margin"}
+    assert len({(row["chosen_id"], row["rejected_id"]) for row in rows_of(result)}) == 4
+
+
+def test_all_pairs_counts_ties_once_and_never_pairs_them():
+    frame = trajectory_frame([task(0, 1.0, "a"), task(0, 1.0, "b"), task(0, 0.0, "c")])
+    result = build_dpo(frame, DpoConfig(pairing="all_pairs_with_margin"), ALL_TRAIN)
+    assert len(result.rows) == 2 and result.excluded == {"tied_rewards": 1}
+
+
+def test_best_vs_worst_breaks_reward_ties_by_trajectory_id_not_file_order():
+    rows = [task(0, 1.0, "a"), task(0, 1.0, "b"), task(0, 0.0, "c")]
+    first = rows_of(build_dpo(trajectory_frame(rows), DpoConfig(), ALL_TRAIN))
+    second = rows_of(build_dpo(trajectory_frame([rows[1], rows[0], rows[2]]), DpoConfig(), ALL_TRAIN))
+    assert first[0]["chosen_id"] == second[0]["chosen_id"] == min(first[0]["chosen_id"], second[0]["chosen_id"])
+
+
+def test_dpo_rows_carry_their_provenance():
+    frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b")])
+    (row,) = rows_of(build_dpo(frame, DpoConfig(), ALL_TRAIN))
+    ids = dict(zip(frame["trajectory_id"], frame["reward"]))
+    assert ids[row["chosen_id"]] == 1.0 and ids[row["rejected_id"]] == 0.0
+    assert row["pairing"] == "best_vs_worst" and row["task_key"] == frame["task_key"][0]
+
+
+# ---------- GRPO groups
+
+
+def test_grpo_zero_variance_groups_are_dropped_flagged_or_kept():
+    frame = trajectory_frame([task(0, 1.0, "a"), task(0, 1.0, "b"), task(1, 1.0, "a"), task(1, 0.0, "b"),
+                              task(2, 0.0)])
+    dropped = build_grpo(frame, GrpoConfig(), ALL_TRAIN)
+    # task 2 has one rollout: no evidence of zero variance, so it stays
+    assert [row["num_rollouts"] for row in rows_of(dropped)] == [2, 1]
+    assert dropped.excluded == {"zero_variance_group": 1}
+    flagged = rows_of(build_grpo(frame, GrpoConfig(zero_variance_groups="flag"), ALL_TRAIN))
+    assert [row["zero_variance"] for row in flagged] == [True, False, False]
+    assert len(rows_of(build_grpo(frame, GrpoConfig(zero_variance_groups="keep"), ALL_TRAIN))) == 3
+
+
+def test_grpo_rows_report_pass_rate_and_reward_spread():
+    frame = trajectory_frame([task(0, r, f"x{i}") for i, r in enumerate([1.0, 1.0, 0.0, 0.5])])
+    (row,) = rows_of(build_grpo(frame, GrpoConfig(pass_threshold=0.5), ALL_TRAIN))
+    assert row["pass_rate"] == 0.75 and row["mean_reward"] == 0.625
+    assert abs(row["reward_std"] - 0.414578) < 1e-6
+
+
+# ---------- split by prompt
+
+
+def test_the_same_prompt_in_two_collections_never_lands_in_both_splits():
+    import pandas as pd
+
+    first = trajectory_frame([task(i, 1.0) for i in range(30)], source_id="a.jsonl")
+    second = trajectory_frame([task(i, 0.0, "b") for i in range(30)], source_id="b.jsonl")
+    frame = pd.concat([first, second], ignore_index=True)
+    assert set(first["task_key"]).isdisjoint(second["task_key"])  # task indices are scoped to their file
+    rows = build_sft(frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.5)).rows
+    assert rows.groupby("prompt_key")["split"].nunique().max() == 1
+    assert set(rows["split"]) == {"train", "validation"}
+
+
+# ---------- trainer flavors
+
+
+def tool_rollout(**extra):
+    row = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
+                        message_item("It is sunny.")], reward=1.0, **extra)
+    row["responses_create_params"]["tools"] = [
+        {"type": "function", "name": "lookup", "description": "weather", "parameters": {"type": "object"}}]
+    return row
+
+
+def test_trl_sft_keeps_tool_calls_and_stores_tools_as_one_json_string():
+    (row,) = rows_of(build_trl_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
+    call = row["messages"][1]["tool_calls"][0]
+    assert call["function"] == {"name": "lookup", "arguments": '{"city": "Paris"}'}
+    assert row["messages"][1]["content"] == "" and row["messages"][2]["tool_call_id"] == "c1"
+    assert json.loads(row["tools"])[0]["function"]["name"] == "lookup"
+
+
+def test_trl_sft_counts_conversations_with_images_instead_of_writing_them():
+    image = make_rollout(request_input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "what is this?"}, {"type": "input_image", "image_url": "data:x"}]}])
+    result = build_trl_sft(trajectory_frame([image, make_rollout()]), SftConfig(), ALL_TRAIN)
+    assert len(result.rows) == 1 and result.excluded == {"non_text_content": 1}
+
+
+def test_trl_dpo_and_grpo_rows():
+    frame = trajectory_frame([task(0, 1.0, "a", expected_answer=42), task(0, 0.0, "b", expected_answer=42)])
+    (pair,) = rows_of(build_trl_dpo(frame, DpoConfig(), ALL_TRAIN))
+    assert pair["prompt"] == [{"role": "user", "content": "task 0"}] and pair["tools"] is None
+    assert pair["chosen"][0]["role"] == "assistant" and pair["rejected"][0]["content"] == "b"
+    (prompt_row,) = rows_of(build_trl_grpo(frame, GrpoConfig(), ALL_TRAIN))
+    assert prompt_row["prompt"] == [{"role": "user", "content": "task 0"}]
+    assert prompt_row["ground_truth"] == "42" and prompt_row["agent_name"] == "agent"
+
+
+def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
+    import pyarrow as pa
+
+    from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
+
+    frame = trajectory_frame([task(0, 1.0, "a", expected_answer="yes"), task(0, 0.0, "b", expected_answer="yes"),
+                              tool_rollout(agent_ref={"name": "weather"})])
+    rows = rows_of(build_verl(frame, GrpoConfig(), ALL_TRAIN))
+    table = pa.Table.from_pylist(rows, schema=VERL_ARROW_SCHEMA)
+    assert table.num_rows == 2
+    assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "yes"}
+    assert rows[0]["data_source"] == "agent" and rows[1]["data_source"] == "weather"
+    assert [row["extra_info"]["index"] for row in rows] == [0, 1]
+
+
+def test_llama_factory_rows_alternate_as_sharegpt_requires():
+    (row,) = rows_of(build_llama_factory(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    assert [turn["from"] for turn in row["conversations"]] == ["human", "function_call", "observation", "gpt"]
+    assert json.loads(row["conversations"][1]["value"]) == [{"name": "lookup", "arguments": {"city": "Paris"}}]
+    assert json.loads(row["tools"])[0]["name"] == "lookup"
+
+
+def test_every_sft_flavor_follows_the_same_curation():
+    rows = [task(i, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.2, 0.9, 0.0])]
+    frame = trajectory_frame(rows)
+    ids = [set(build(frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])
+           for build in (build_sft, build_trl_sft, build_llama_factory, build_sft_hermes)]
+    assert ids[0] == ids[1] == ids[2] == ids[3] and len(ids[0]) == 2
+
+
+@pytest.mark.parametrize("pairing", ["best_vs_worst", "exactly_two", "all_pairs_with_margin"])
+def test_tasks_whose_rollouts_all_tie_make_no_pairs(pairing):
+    frame = trajectory_frame([task(i, 0.5, f"answer {j}") for i in range(3) for j in range(2)])
+    result = build_dpo(frame, DpoConfig(pairing=pairing), ALL_TRAIN)
+    assert result.rows.empty and result.excluded == {"tied_rewards": 3}

@@ -5,6 +5,9 @@ SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "source
            "rejected_by_reason": {"invalid_json": 2}, "sources": [{}]}
 
 
+MANIFESTS = {"sft": {"rows": {"train": 1, "validation": 0}, "excluded": {"below_min_reward": 2}}}
+
+
 def frame():
     return trajectory_frame([
         make_rollout([call_item("f", "{}", "c"), output_item("c", "r"), message_item("ok")], reward=1.0,
@@ -15,7 +18,7 @@ def frame():
 
 
 def test_counts_distributions_and_breakdowns():
-    stats = compute_stats(frame(), SUMMARY, {"sft": {"train": 1, "validation": 0}})
+    stats = compute_stats(frame(), SUMMARY, MANIFESTS)
     assert (stats["records_read"], stats["records_valid"], stats["records_rejected"]) == (5, 3, 2)
     assert stats["reward"]["min"] == -2.0 and stats["reward"]["max"] == 1.0 and stats["reward"]["count"] == 3
     assert stats["tool_calls"]["max"] == 1.0
@@ -26,7 +29,7 @@ def test_counts_distributions_and_breakdowns():
 
 
 def test_markdown_shows_reconciliation_reasons_exports_and_plot():
-    stats = compute_stats(frame(), SUMMARY, {"sft": {"train": 1, "validation": 0}})
+    stats = compute_stats(frame(), SUMMARY, MANIFESTS)
     markdown = render_markdown(stats, ["reward_histogram.png"])
     assert "records read: **5** = valid **3** + rejected **2**" in markdown
     assert "| invalid_json | 2 |" in markdown
@@ -37,3 +40,33 @@ def test_markdown_shows_reconciliation_reasons_exports_and_plot():
 def test_plot_is_a_png_even_without_rewards():
     assert reward_histogram_png(frame()).startswith(b"\x89PNG")
     assert reward_histogram_png(frame().iloc[0:0]).startswith(b"\x89PNG")
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from trajectory_assets.datasets.stats import pass_at_k
+
+    assert pass_at_k(5, 0, 1) == 0.0 and pass_at_k(5, 5, 3) == 1.0
+    assert pass_at_k(4, 1, 1) == 0.25
+    assert abs(pass_at_k(4, 1, 2) - 0.5) < 1e-12  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(4, 2, 3) == 1.0  # any 3 of 4 include a pass
+
+
+def test_task_stats_per_task_and_means_over_tasks_with_enough_rollouts():
+    from trajectory_assets.datasets.stats import task_stats
+
+    rows = [make_rollout(reward=r, request_input="t0", _ng_task_index=0, response_id=i)
+            for i, r in enumerate([1.0, 0.0, 0.0, 0.0])]
+    rows += [make_rollout(reward=1.0, request_input="t1", _ng_task_index=1, response_id=9),
+             make_rollout(reward=1.0, request_input="t1", _ng_task_index=1, response_id=10)]
+    summary, tasks = task_stats(trajectory_frame(rows), pass_threshold=1.0)
+    by_rollouts = {task["rollouts"]: task for task in tasks}
+    assert by_rollouts[4]["pass_at_k"] == {"1": 0.25, "2": 0.5, "4": 1.0} and not by_rollouts[4]["zero_variance"]
+    assert by_rollouts[2]["zero_variance"] and by_rollouts[2]["mean_reward"] == 1.0
+    assert summary["pass_at_k"]["1"] == {"tasks": 2, "mean": 0.625}
+    assert summary["pass_at_k"]["4"] == {"tasks": 1, "mean": 1.0}
+    assert summary["zero_variance_tasks"] == 1
+
+
+def test_markdown_lists_exclusions_per_export():
+    stats = compute_stats(frame(), SUMMARY, MANIFESTS)
+    assert "| sft | below_min_reward | 2 |" in render_markdown(stats, [])

@@ -79,6 +79,26 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
         assert json.loads(tick3.cursor).keys() == {key_a, key_b}
 
 
+def test_a_file_that_becomes_unreadable_is_rerun_not_a_sensor_error(tmp_path):
+    target = write_jsonl(tmp_path / "data" / "a.jsonl", [make_rollout()])
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.jsonl").symlink_to(target)
+    defs = build_definitions(RunSettings(sources=[str(source)], storage=str(tmp_path / "out")))
+    with dg.instance_for_test() as instance:
+        tick = evaluate(defs, instance)
+        (first,) = tick.run_requests
+        from trajectory_assets.io.sources import sha256_of
+        from trajectory_assets.io.storage import Storage
+
+        sha, _ = sha256_of(discover([str(source / "a.jsonl")])[0])
+        Storage(str(tmp_path / "out")).write_bytes(layout.batch_source(first.partition_key),
+                                                   json.dumps({"sha256": sha}).encode())
+        target.unlink()  # the link now points nowhere
+        (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
+        assert rerun.partition_key == first.partition_key and rerun.run_key != first.run_key
+
+
 def test_sensor_skips_with_a_reason_when_the_source_is_missing(tmp_path):
     defs = build_definitions(RunSettings(sources=[str(tmp_path / "missing")], storage=str(tmp_path / "out")))
     with dg.instance_for_test() as instance:

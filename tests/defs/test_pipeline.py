@@ -1,5 +1,6 @@
 """End to end through Dagster: materialize the whole graph on fixtures, checks included."""
 
+import dataclasses
 import json
 
 import dagster as dg
@@ -7,6 +8,7 @@ import pytest
 
 from tests.conftest import SAMPLE, make_rollout, message_item, write_jsonl
 from trajectory_assets.definitions import RunSettings, build_definitions
+from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.defs.runner import run_pipeline
 from trajectory_assets.io.sources import batch_key, discover
 
@@ -33,28 +35,23 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     run, checks, materialized, _ = run_job([SAMPLE], tmp_path)
     assert run.success
     assert len(run.batches) == 3  # one partition per sample file
-    assert materialized == {
-        "raw_rollouts", "validated_trajectories", "quarantined_records", "sft_dataset", "dpo_dataset",
-        "grpo_dataset", "sft_hermes_dataset", "stats_report",
+    exports = [kind.asset_name for kind in EXPORT_KINDS]
+    assert set(exports) == {f"{name}_dataset" for name in (
+        "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory")}
+    assert materialized == {"raw_rollouts", "validated_trajectories", "quarantined_records", *exports, "stats_report"}
+    expected_checks = {
+        ("validated_trajectories", "nothing_lost"),
+        ("validated_trajectories", "trajectory_contract"),
+        ("quarantined_records", "quarantine_contract"),
+        *((asset, check) for asset in exports for check in ("contract", "no_split_leak")),
+        ("dpo_dataset", "dpo_margin"),
+        ("trl_dpo_dataset", "dpo_margin"),
     }
-    assert checks == {
-        ("validated_trajectories", "nothing_lost"): True,
-        ("validated_trajectories", "trajectory_contract"): True,
-        ("quarantined_records", "quarantine_contract"): True,
-        ("sft_dataset", "contract"): True,
-        ("sft_dataset", "no_split_leak"): True,
-        ("dpo_dataset", "contract"): True,
-        ("dpo_dataset", "no_split_leak"): True,
-        ("dpo_dataset", "dpo_margin"): True,
-        ("grpo_dataset", "contract"): True,
-        ("grpo_dataset", "no_split_leak"): True,
-        ("sft_hermes_dataset", "contract"): True,
-        ("sft_hermes_dataset", "no_split_leak"): True,
-    }
+    assert checks == {check: True for check in expected_checks}
     stats = json.loads((tmp_path / "reports" / "stats.json").read_text())
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"] == 14
-    for export in ("sft", "dpo", "grpo", "sft_hermes"):
-        assert sum(stats["exports"][export].values()) > 0, f"the bundled sample must yield {export} rows"
+    for kind in EXPORT_KINDS:
+        assert sum(stats["exports"][kind.name].values()) > 0, f"the bundled sample must yield {kind.name} rows"
 
 
 def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path):
@@ -94,9 +91,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
             frame.rows["role_shape"] = "x"  # what a bug in the builder would produce
             yield frame
 
-    buggy_sft = export_defs.build_export_asset(
-        export_defs.ExportKind(sft.name, sft.description, sft.contract, buggy_builder, sft.lineage)
-    )
+    buggy_sft = export_defs.build_export_asset(dataclasses.replace(sft, build=buggy_builder))
     resources = {
         "sources": RolloutSources(paths=[str(SAMPLE)]),
         "storage": TrajectoryStorage(root=str(tmp_path)),

@@ -1,5 +1,6 @@
 """One test per conversion rule of NeMo Gym rollouts -> canonical chat trajectories."""
 
+import json
 import math
 
 import pytest
@@ -142,8 +143,68 @@ def test_unknown_output_items_are_kept_in_metadata_and_counted():
     output = [{"type": "web_search_call", "id": "ws1"}, message_item("found")]
     trajectory = convert(make_rollout(output))
     assert trajectory.unknown_items == 1
-    assert trajectory.metadata["unknown_items"] == [{"where": "output[0]", "type": "web_search_call"}]
+    assert trajectory.metadata["unknown_items"] == [
+        {"where": "output[0]", "type": "web_search_call", "item": {"type": "web_search_call", "id": "ws1"}}]
     assert trajectory.messages[-1]["content"] == "found"
+
+
+def test_unknown_content_parts_are_skipped_kept_in_metadata_and_counted():
+    file_part = {"type": "input_file", "file_id": "f1", "filename": "a.pdf"}
+    request_input = [{"role": "user", "content": [{"type": "input_text", "text": "read this"}, file_part]}]
+    output = [{"type": "message", "role": "assistant", "content": [{"type": "mystery"}]}, message_item("done")]
+    trajectory = convert(make_rollout(output, request_input=request_input))
+    assert trajectory.messages[0] == {"role": "user", "content": "read this"}
+    # a message left with no part at all has empty content, as with content []: an empty
+    # assistant turn is then filled by the text that follows it
+    assert trajectory.messages[1:] == [{"role": "assistant", "content": "done"}]
+    assert convert(make_rollout(output[:1])).messages[1:] == [{"role": "assistant", "content": ""}]
+    assert trajectory.unknown_items == 2
+    assert trajectory.metadata["unknown_items"] == [
+        {"where": "responses_create_params.input[0].content[1]", "type": "input_file", "part": file_part},
+        {"where": "output[0].content[0]", "type": "mystery", "part": {"type": "mystery"}},
+    ]
+
+
+def test_a_known_part_type_without_its_text_is_still_broken_structure():
+    output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": 5}]}]
+    assert rejection_reason(make_rollout(output)) == "invalid_structure"
+
+
+@pytest.mark.parametrize("arguments, flagged", [
+    ('{"city": "Paris"}', False), ("{}", False), ('{"city": "Par', True), ("city=Paris", True), ("", True),
+])
+def test_unparseable_function_call_arguments_are_kept_and_flagged(arguments, flagged):
+    output = [call_item("f", arguments, "c1"), output_item("c1", "r"), message_item("ok")]
+    trajectory = convert(make_rollout(output))
+    assert trajectory.messages[1]["tool_calls"][0]["function"]["arguments"] == arguments
+    assert trajectory.quality_flags == (["unparseable_tool_call"] if flagged else [])
+
+
+@pytest.mark.parametrize("where", ["input", "output", "reasoning", "arguments", "tool_output", "parts"])
+@pytest.mark.parametrize("tag", ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+                                 "</tool_response>"])
+def test_hermes_markup_in_any_text_is_flagged(where, tag):
+    text = f"see {tag} here"
+    request_input, output = "q", [message_item("a")]
+    if where == "input":
+        request_input = text
+    elif where == "output":
+        output = [message_item(text)]
+    elif where == "reasoning":
+        output = [{"type": "reasoning", "summary": [{"type": "summary_text", "text": text}]}, message_item("a")]
+    elif where == "arguments":
+        output = [call_item("f", json.dumps({"x": text}), "c1"), output_item("c1", "r"), message_item("a")]
+    elif where == "tool_output":
+        output = [call_item("f", "{}", "c1"), output_item("c1", text), message_item("a")]
+    else:  # text parts of a content list with an image
+        request_input = [{"role": "user", "content": [{"type": "input_text", "text": text},
+                                                      {"type": "input_image", "image_url": "data:x"}]}]
+    assert convert(make_rollout(output, request_input=request_input)).quality_flags == ["hermes_markup_in_content"]
+
+
+def test_ordinary_angle_brackets_are_not_hermes_markup():
+    row = make_rollout([message_item("if a < b and <b>bold</b> or <thinking>")], request_input="<tool> x")
+    assert convert(row).quality_flags == []
 
 
 def test_tool_output_for_a_call_never_made_is_rejected():

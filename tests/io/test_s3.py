@@ -64,6 +64,52 @@ def test_storage_writes_and_reads_objects(s3):
     assert store.uri("a/b.json") == f"s3://{BUCKET}/out/a/b.json"
     with pytest.raises(Exception, match="materialize its asset first"):
         store.read_bytes("missing.json")
+    store.remove("a/b.json")
+    store.remove("a/b.json")  # a missing object is fine
+    assert not store.exists("a/b.json")
+
+
+def test_a_failed_write_keeps_the_previous_object(s3):
+    """fsspec's ``__exit__`` commits even on an exception: the half object must not replace the old one."""
+    store = Storage(f"s3://{BUCKET}/out")
+    store.write_bytes("exports/sft/train.jsonl", b'{"old": 1}\n')
+    with pytest.raises(RuntimeError, match="blocking check failed"):
+        with store.open_write("exports/sft/train.jsonl") as handle:
+            handle.write(b'{"half": ')
+            raise RuntimeError("blocking check failed")
+    assert s3.cat_file(f"{BUCKET}/out/exports/sft/train.jsonl") == b'{"old": 1}\n'
+
+
+MIB = 1 << 20
+
+
+def test_a_failed_multipart_write_is_aborted_and_keeps_the_previous_object(s3):
+    store = Storage(f"s3://{BUCKET}/out")
+    old = b"o" * (11 * MIB)
+    with store.open_write("big.jsonl") as handle:
+        handle.blocksize = 5 * MIB  # S3's smallest part: force the multipart path (s3fs's default is 50 MiB)
+        handle.write(old)
+    assert s3.cat_file(f"{BUCKET}/out/big.jsonl") == old
+    with pytest.raises(RuntimeError):
+        with store.open_write("big.jsonl") as handle:
+            handle.blocksize = 5 * MIB
+            for _ in range(3):
+                handle.write(b"n" * (4 * MIB))
+            assert handle.mpu is not None and handle.parts  # parts were uploaded already
+            raise RuntimeError("killed mid-write")
+    s3.invalidate_cache()
+    assert s3.cat_file(f"{BUCKET}/out/big.jsonl") == old
+    assert not s3.call_s3("list_multipart_uploads", Bucket=BUCKET).get("Uploads")  # the upload was aborted
+
+
+def test_a_failed_write_of_a_new_key_leaves_no_object(s3):
+    store = Storage(f"s3://{BUCKET}/out")
+    with pytest.raises(RuntimeError):
+        with store.open_write("new.jsonl") as handle:
+            handle.write(b"x")
+            raise RuntimeError("failed")
+    s3.invalidate_cache()
+    assert not s3.exists(f"{BUCKET}/out/new.jsonl")
 
 
 def test_s3_run_gives_the_same_records_and_exports_as_a_local_run(s3, tmp_path):
@@ -101,3 +147,70 @@ def test_storage_options_through_fsspec_environment(s3, s3_endpoint, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert s3.exists(f"{BUCKET}/opts/exports/sft/manifest.json")
+
+
+def test_a_run_survives_the_endpoint_going_away_for_two_seconds(tmp_path, monkeypatch):
+    """The S3 server stops mid-run and comes back on the same port 2 s later: the steps that
+    hit the outage are retried (STORAGE_RETRY; botocore's own retries are switched off with
+    AWS_MAX_ATTEMPTS=1, so they cannot mask it) and the run ends as a clean run does."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    from tests.conftest import PROJECT_ROOT
+
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "local")]) == 0
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    process = None
+    try:
+        fs.mkdir("outage")
+        fs.put(str(SAMPLE) + "/", "outage/rollouts/", recursive=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trajectory_assets.cli", "run", "--source", "s3://outage/rollouts",
+             "--storage", "s3://outage/out", "--workers", "1"],
+            cwd=PROJECT_ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while not fs.find("outage/out/raw/") and time.monotonic() < deadline:  # the run is writing
+            time.sleep(0.05)
+            fs.invalidate_cache()
+        assert process.poll() is None, "the run ended before the outage"
+        server.stop()
+        time.sleep(2)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()  # the same port; moto keeps its objects in this process
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr.decode()
+        for export in ("sft", "dpo", "grpo"):
+            for name in ("train.jsonl", "validation.jsonl", "manifest.json"):
+                remote = fs.cat_file(f"outage/out/exports/{export}/{name}")
+                local = (tmp_path / "local" / "exports" / export / name).read_bytes()
+                if name == "manifest.json":  # the same, but for where the sources were read from
+                    remote, local = json.loads(remote), json.loads(local)
+                    for manifest in (remote, local):
+                        manifest["sources"] = [s["sha256"] for s in manifest["sources"]]
+                        manifest.get("config", {}).pop("sources", None)
+                assert remote == local, (export, name)
+        assert json.loads(fs.cat_file("outage/out/reports/stats.json")) == json.loads(
+            (tmp_path / "local" / "reports" / "stats.json").read_text())
+        assert not fs.call_s3("list_multipart_uploads", Bucket="outage").get("Uploads")
+    finally:
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.wait()
+        server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()

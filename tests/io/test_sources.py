@@ -72,3 +72,54 @@ def test_batch_keys_are_safe_file_names_and_unique(source_id):
     assert re.fullmatch(r"[A-Za-z0-9._-]+", key) and not key.startswith(".")
     assert Storage("/tmp/root").path(f"raw/batches/{key}.json").startswith("/tmp/root/raw/batches/")
     assert batch_key(source_id + "x") != key
+
+
+def test_a_name_with_double_colons_is_a_plain_file_not_a_chained_url(tmp_path):
+    from trajectory_assets.io.sources import fingerprint, sha256_of
+
+    path = tmp_path / "x::y.jsonl"
+    path.write_bytes(b'{"n": 1}\n{"n": 2}\n')
+    lines, stats = lines_of(path)
+    assert [line for _, line in lines] == [b'{"n": 1}', b'{"n": 2}']
+    assert stats.error is None
+    (source,) = discover([str(tmp_path)])
+    assert source.uri == str(path)
+    assert sha256_of(source) == (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_size)
+    assert fingerprint(source.uri).startswith("size:18:")
+
+
+def test_a_broken_symlink_is_a_source_that_cannot_be_opened_not_an_exception(tmp_path):
+    from trajectory_assets.io.sources import fingerprint, is_unreadable, sha256_of
+
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "missing-target.jsonl")
+    (source,) = discover([str(tmp_path)])  # found in its folder (named alone, it is a SourceError)
+    stats = SourceReadStats()
+    assert list(iter_lines(source, stats)) == []
+    assert stats.error.startswith("cannot open:") and stats.sha256 == ""
+    with pytest.raises(OSError) as raised:
+        sha256_of(source)
+    assert is_unreadable(raised.value, source.uri)
+    assert fingerprint(source.uri) == "unreadable:FileNotFoundError"  # the sensor still sees a batch
+
+
+def test_only_missing_or_forbidden_objects_count_as_unreadable_remote_sources():
+    from trajectory_assets.io.sources import is_unreadable
+
+    for error in (FileNotFoundError("k"), PermissionError("k")):
+        assert is_unreadable(error, "s3://bucket/k.jsonl")
+    assert not is_unreadable(ConnectionResetError("reset"), "s3://bucket/k.jsonl")  # retried instead
+    assert not is_unreadable(TimeoutError("slow"), "s3://bucket/k.jsonl")
+    assert is_unreadable(OSError(5, "I/O error"), "/data/k.jsonl")
+
+
+def test_remote_and_local_sources_are_opened_without_parsing_their_names_as_urls():
+    from fsspec.implementations.local import LocalFileSystem
+
+    from trajectory_assets.io.sources import filesystem_of
+
+    fs, path = filesystem_of("/data/a::b/x::y.jsonl")
+    assert isinstance(fs, LocalFileSystem) and path == "/data/a::b/x::y.jsonl"
+    fs, path = filesystem_of("file:///data/x::y.jsonl")
+    assert isinstance(fs, LocalFileSystem) and path == "/data/x::y.jsonl"
+    fs, path = filesystem_of("memory://bucket/x::y.jsonl")
+    assert "memory" in fs.protocol and path.endswith("bucket/x::y.jsonl")

@@ -44,3 +44,13 @@ def test_parquet_round_trip_and_missing_file_message(tmp_path):
     assert store.read_parquet("t.parquet")["x"].tolist() == [1, 2]
     with pytest.raises(StorageError, match="materialize its asset first"):
         store.read_parquet("missing.parquet")
+
+
+def test_remove_deletes_a_file_and_accepts_a_missing_one(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("a/manifest.json", b"{}")
+    store.remove("a/manifest.json")
+    assert not store.exists("a/manifest.json")
+    store.remove("a/manifest.json")  # already gone: fine
+    with pytest.raises(StorageError, match="outside the storage root"):
+        store.remove("../x")

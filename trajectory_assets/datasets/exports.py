@@ -1,42 +1,61 @@
-"""SFT, DPO and GRPO rows from validated trajectories.
+"""Export rows from validated trajectories: three families, each in several formats.
 
-Builders stream: ``iter_sft`` / ``iter_dpo`` / ``iter_grpo`` read a :class:`TrajectoryTable`
-chunk by chunk and yield :class:`ExportFrame` chunks: one row per export line, holding the
-finished JSON line (``line``), its ``split`` and the flat columns that the export's Pandera
-contract checks, plus counts of what was left out and why. Memory stays bounded by a chunk:
-DPO and GRPO first plan on the small columns of every trajectory (ids, task keys, rewards),
-then fetch the large payloads of only the rows they use. Nested message payloads stay JSON
-strings and are spliced into the output with ``orjson.Fragment``, never re-encoded.
-``build_sft`` / ``build_dpo`` / ``build_grpo`` are the same over one in-memory DataFrame.
+Every export works the same way, so memory stays bounded by a chunk:
+
+1. **plan** on the small flat columns of every trajectory (ids, keys, rewards, counts):
+   curation (``datasets/curation.py``) picks the trajectories, then the family builds its
+   units: SFT rows (one per trajectory), DPO pairs (two rollouts of a task), GRPO tasks
+   (one per task), and balances them (cap per task_type, sample);
+2. **fetch** the message payloads of only the planned trajectories, chunk by chunk;
+3. **render** each unit in the export's format: the seed formats (SFT, Hermes ShareGPT SFT,
+   DPO, NeMo Gym GRPO input) and the trainer flavors (TRL, LLaMA-Factory, verl). A unit a
+   format cannot express raises ``Unrepresentable`` and is counted, never written lossily.
+
+Builders yield :class:`ExportFrame` chunks: one row per export line, holding the finished
+JSON line (``line``), its ``split`` and the flat columns its Pandera contract checks, plus
+counts of what was left out and why. Payloads stay JSON strings, spliced into lines with
+``orjson.Fragment`` where they are copied unchanged. The split is by ``prompt_key`` (the
+content of the prompt), so one prompt never lands in both splits, even when two source
+files hold it under different task indices.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import orjson
 import pandas as pd
 
-from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
+from trajectory_assets.config import Curation, DpoConfig, GrpoConfig, SftConfig, SplitConfig
+from trajectory_assets.datasets.curation import (
+    FILTER_COLUMNS,
+    balance,
+    drop_exact_duplicates,
+    filter_trajectories,
+    near_duplicates,
+)
 from trajectory_assets.formats.chat import divergence_point, role_shape
 from trajectory_assets.formats.hermes import render_hermes
 from trajectory_assets.formats.jsonutil import sha256_hex
+from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
+from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG
+from trajectory_assets.formats.text_chat import text_messages, value_types
+from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.formats.verl import ground_truth_of, verl_row
 
 SPLITS = ("train", "validation")
 
-# the trajectory columns each builder reads (so no more is loaded than it needs)
-SFT_COLUMNS = [
-    "trajectory_id", "task_key", "task_type", "reward", "completed", "mask_sample",
-    "unanswered_tool_calls", "quality_flags", "messages", "tools", "role_shape",
+PLAN_COLUMNS = [*FILTER_COLUMNS, "prompt_key"]
+SFT_PAYLOAD_COLUMNS = [
+    "trajectory_id", "task_key", "prompt_key", "task_type", "reward", "quality_flags", "messages", "tools", "role_shape",
 ]
-DPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "completed", "mask_sample"]
 DPO_PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
-GRPO_PLAN_COLUMNS = ["trajectory_id", "task_key", "reward", "mask_sample", "agent_name", "agent_ref", "source_format"]
-GRPO_PAYLOAD_COLUMNS = ["trajectory_id", "request"]
+GRPO_PLAN_COLUMNS = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format"]
+GRPO_PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "metadata"]
 
 
 class TrajectoryTable(Protocol):
@@ -56,18 +75,6 @@ class FrameTable:
     def scan(self, columns: list[str], ids: set[str] | None = None) -> Iterator[pd.DataFrame]:
         chunk = self.frame[columns]
         yield chunk if ids is None else chunk.loc[chunk["trajectory_id"].isin(ids)]
-
-
-# Flat columns of each export frame (what its contract checks) with their dtypes, so even
-# an empty export has the columns and types its contract expects.
-SFT_FRAME = {"trajectory_id": str, "task_key": str, "role_shape": str, "reward": float, "line": str}
-DPO_FRAME = {
-    "task_key": str, "chosen_id": str, "rejected_id": str, "prompt_shape": str, "chosen_shape": str,
-    "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float, "line": str,
-}
-GRPO_FRAME = {"task_key": str, "agent_name": str, "input_items": "int64", "line": str}
-SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "from_shape": str, "line": str}
-FROM_LETTER = {"system": "s", "human": "h", "gpt": "g", "tool": "t"}
 
 
 @dataclass
@@ -92,192 +99,162 @@ def _concat(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(list(chunks), ignore_index=True)  # a TrajectoryTable yields at least one chunk
 
 
-def split_of(task_key: str, config: SplitConfig) -> str:
-    """Deterministic, per task: every rollout of a prompt lands in the same split."""
-    bucket = int(sha256_hex(f"{config.seed}:{task_key}".encode())[:8], 16) / 2**32
+def split_of(prompt_key: str, config: SplitConfig) -> str:
+    """Deterministic, per prompt: every rollout of a prompt lands in the same split."""
+    bucket = int(sha256_hex(f"{config.seed}:{prompt_key}".encode())[:8], 16) / 2**32
     return "validation" if bucket < config.validation_fraction else "train"
 
 
 def _frame(records: list[dict[str, Any]], dtypes: dict[str, Any], split: SplitConfig) -> pd.DataFrame:
     rows = pd.DataFrame.from_records(records, columns=list(dtypes)).astype(dtypes)
-    split_by_task = {key: split_of(key, split) for key in rows["task_key"].unique()}
-    rows.insert(rows.columns.get_loc("task_key") + 1, "split", rows["task_key"].map(split_by_task).astype(str))
+    split_by_prompt = {key: split_of(key, split) for key in rows["prompt_key"].unique()}
+    rows.insert(rows.columns.get_loc("task_key") + 1, "split", rows["prompt_key"].map(split_by_prompt).astype(str))
     return rows
 
 
-def _count_dropped(excluded: Counter, reason: str, keep: pd.Series) -> None:
-    dropped = int((~keep).sum())
-    if dropped:
-        excluded[reason] += dropped
+def _loads_or_none(value: str | None) -> Any:
+    return None if value is None else orjson.loads(value)
 
 
-def iter_sft(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-    for chunk in table.scan(SFT_COLUMNS):
-        selected, excluded = select_for_sft(chunk, config)
-        yield ExportFrame(_frame([_sft_record(row) for row in selected.itertuples(index=False)], SFT_FRAME, split),
-                          excluded)
+# ------------------------------------------------------------------ curation (all families)
 
 
-def iter_sft_hermes(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-    """The SFT rows again, rendered as Hermes ShareGPT (from either source format)."""
-    for chunk in table.scan(SFT_COLUMNS):
-        selected, excluded = select_for_sft(chunk, config)
-        records = []
-        for row in selected.itertuples(index=False):
-            conversations = render_hermes(orjson.loads(row.messages), orjson.loads(row.tools) if row.tools else None)
-            records.append(
-                {
-                    "trajectory_id": row.trajectory_id,
-                    "task_key": row.task_key,
-                    "from_shape": "".join(FROM_LETTER[turn["from"]] for turn in conversations),
-                    "line": orjson.dumps({"conversations": conversations, "trajectory_id": row.trajectory_id,
-                                          "task_key": row.task_key}).decode(),
-                }
-            )
-        yield ExportFrame(_frame(records, SFT_HERMES_FRAME, split), excluded)
+def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list[str]) -> tuple[pd.DataFrame, Counter]:
+    """The trajectories an export may use (flat columns only), and why the others were left out."""
+    kept, excluded = filter_trajectories(_concat(table.scan(columns)), config)
+    if config.dedup != "none":
+        kept = drop_exact_duplicates(kept, excluded)
+    if config.dedup == "near" and len(kept) > 1:
+        payloads = (
+            pair
+            for chunk in table.scan(["trajectory_id", "messages"], ids=set(kept["trajectory_id"]))
+            for pair in zip(chunk["trajectory_id"], chunk["messages"])
+        )
+        near = near_duplicates(payloads, config.near_duplicate_threshold)
+        if near:
+            excluded["near_duplicate"] += len(near)
+            kept = kept.loc[~kept["trajectory_id"].isin(near)]
+    return kept, excluded
 
 
-def select_for_sft(trajectories: pd.DataFrame, config: SftConfig) -> tuple[pd.DataFrame, Counter]:
-    """The SFT filter (shared by every SFT flavor): rows kept, and why the others were not."""
-    excluded: Counter = Counter()
-    keep = pd.Series(True, index=trajectories.index)
-    flags = "|".join(re.escape(flag) for flag in config.exclude_quality_flags)
-    filters = [
-        ("not_completed", config.require_completed, lambda t: t["completed"]),
-        ("mask_sample", config.exclude_mask_sample, lambda t: ~t["mask_sample"]),
-        ("unanswered_tool_calls", config.exclude_unanswered_tool_calls, lambda t: t["unanswered_tool_calls"] == 0),
-        (
-            "below_min_reward",
-            config.min_reward is not None,
-            # rows without a reward (Hermes trajectories) have nothing to filter on
-            lambda t: t["reward"].isna() | (t["reward"] >= (config.min_reward or 0.0)),
-        ),
-        (
-            "quality_flags",
-            bool(flags),
-            lambda t: ~t["quality_flags"].str.contains(rf"(?:^|,)(?:{flags})(?:,|$)", regex=True),
-        ),
-    ]
-    for reason, enabled, predicate in filters:
-        if enabled:
-            passes = predicate(trajectories).astype(bool)
-            _count_dropped(excluded, reason, passes | ~keep)  # count each row under its first reason
-            keep &= passes
-    return trajectories.loc[keep], excluded
+# ------------------------------------------------------------------ SFT family
+
+
+def plan_sft(table: TrajectoryTable, config: SftConfig) -> tuple[pd.DataFrame, Counter]:
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS)
+    return balance(kept, config, "trajectory_id", excluded), excluded
+
+
+def _sft_family(render: Callable[[Any], dict[str, Any]], dtypes: dict[str, Any]):
+    def iter_export(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
+        plan, excluded = plan_sft(table, config)
+        yield ExportFrame(_frame([], dtypes, split), excluded)
+        if plan.empty:
+            return
+        for chunk in table.scan(SFT_PAYLOAD_COLUMNS, ids=set(plan["trajectory_id"])):
+            records, unrepresentable = [], Counter()
+            for row in chunk.itertuples(index=False):
+                try:
+                    records.append(render(row))
+                except Unrepresentable as error:
+                    unrepresentable[error.reason] += 1
+            yield ExportFrame(_frame(records, dtypes, split), unrepresentable)
+
+    return iter_export
+
+
+def _lineage(row) -> dict[str, str]:
+    return {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "prompt_key": row.prompt_key}
 
 
 def _sft_record(row) -> dict[str, Any]:
     record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}
     if row.tools is not None:
         record["tools"] = orjson.Fragment(row.tools)
-    if row.reward is not None and not pd.isna(row.reward):
+    if not pd.isna(row.reward):
         record["reward"] = row.reward
     if row.task_type is not None:
         record["task_type"] = row.task_type
     record["trajectory_id"] = row.trajectory_id
     record["task_key"] = row.task_key
+    return {**_lineage(row), "role_shape": row.role_shape, "reward": row.reward, "line": orjson.dumps(record).decode()}
+
+
+FROM_LETTER = {"system": "s", "human": "h", "gpt": "g", "tool": "t"}
+
+
+def _sft_hermes_record(row) -> dict[str, Any]:
+    if HERMES_MARKUP_FLAG in row.quality_flags.split(","):
+        raise Unrepresentable(HERMES_MARKUP_FLAG)
+    conversations = render_hermes(orjson.loads(row.messages), _loads_or_none(row.tools))
+    line = {"conversations": conversations, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
     return {
-        "trajectory_id": row.trajectory_id,
-        "task_key": row.task_key,
+        **_lineage(row),
+        "from_shape": "".join(FROM_LETTER[turn["from"]] for turn in conversations),
+        "line": orjson.dumps(line).decode(),
+    }
+
+
+def _trl_sft_record(row) -> dict[str, Any]:
+    messages = text_messages(orjson.loads(row.messages))
+    record = {"messages": messages, "tools": row.tools, "reward": None if pd.isna(row.reward) else row.reward,
+              "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
+    return {
+        **_lineage(row),
         "role_shape": row.role_shape,
         "reward": row.reward,
+        "value_types": value_types(messages),
+        "tools_type": type(row.tools).__name__,
         "line": orjson.dumps(record).decode(),
     }
 
 
-def iter_dpo(table: TrajectoryTable, config: DpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-    excluded: Counter = Counter()
-    trajectories = _concat(table.scan(DPO_PLAN_COLUMNS))
-    eligible = pd.Series(True, index=trajectories.index)
-    if config.require_completed:
-        eligible &= trajectories["completed"].astype(bool)
-    if config.exclude_mask_sample:
-        eligible &= ~trajectories["mask_sample"].astype(bool)
-    eligible &= trajectories["reward"].notna()
-    _count_dropped(excluded, "ineligible_trajectories", eligible)
-    pairs = []
-    for chosen, rejected in _candidate_pairs(trajectories.loc[eligible], config, excluded):
-        margin = float(chosen.reward) - float(rejected.reward)
-        if margin <= 0 or margin < config.min_margin:
-            excluded["below_min_margin" if margin > 0 else "tied_rewards"] += 1
-        else:
-            pairs.append((chosen, rejected, margin))
-    yield ExportFrame(_frame([], DPO_FRAME, split), excluded)  # the plan's exclusions
-
-    # payloads arrive chunk by chunk; a pair is written as soon as both sides are loaded
-    waiting: dict[str, list[int]] = {}
-    for index, (chosen, rejected, _) in enumerate(pairs):
-        waiting.setdefault(chosen.trajectory_id, []).append(index)
-        waiting.setdefault(rejected.trajectory_id, []).append(index)
-    loaded: dict[str, tuple[str, str | None]] = {}
-    written: set[int] = set()
-    for chunk in table.scan(DPO_PAYLOAD_COLUMNS, ids=set(waiting)):
-        loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
-        ready = sorted(
-            index
-            for trajectory_id in chunk["trajectory_id"]
-            for index in waiting[trajectory_id]
-            if pairs[index][0].trajectory_id in loaded and pairs[index][1].trajectory_id in loaded
-        )
-        records, chunk_excluded = [], Counter()
-        for index in dict.fromkeys(ready):  # a pair within one chunk is ready twice
-            chosen, rejected, margin = pairs[index]
-            record = _dpo_record(chosen, rejected, margin, loaded[chosen.trajectory_id],
-                                 loaded[rejected.trajectory_id], chunk_excluded)
-            written.add(index)
-            if record:
-                records.append(record)
-        # keep a payload only while a pair still waits for it
-        for index in set(ready):
-            for trajectory_id in (pairs[index][0].trajectory_id, pairs[index][1].trajectory_id):
-                if all(other in written for other in waiting[trajectory_id]):
-                    loaded.pop(trajectory_id, None)
-        yield ExportFrame(_frame(records, DPO_FRAME, split), chunk_excluded)
+def _llama_factory_record(row) -> dict[str, Any]:
+    record = to_llama_factory(orjson.loads(row.messages), _loads_or_none(row.tools))
+    record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
+    return {**_lineage(row), "turn_shape": turn_shape(record["conversations"]), "line": orjson.dumps(record).decode()}
 
 
-def _dpo_record(chosen, rejected, margin: float, chosen_payload, rejected_payload, excluded: Counter):
-    chosen_messages = orjson.loads(chosen_payload[0])
-    rejected_messages = orjson.loads(rejected_payload[0])
-    shared = divergence_point(chosen_messages, rejected_messages)
-    if shared == 0:
-        excluded["no_shared_prompt"] += 1
-        return None
-    full_chosen_shape = role_shape(chosen_messages)
-    full_rejected_shape = role_shape(rejected_messages)
-    record: dict[str, Any] = {
-        "prompt": chosen_messages[:shared],
-        "chosen": chosen_messages[shared:],
-        "rejected": rejected_messages[shared:],
-        "quality_difference": margin,
-        "reward_chosen": float(chosen.reward),
-        "reward_rejected": float(rejected.reward),
-    }
-    if chosen_payload[1] is not None:
-        record["tools"] = orjson.Fragment(chosen_payload[1])
-    record.update(chosen_id=chosen.trajectory_id, rejected_id=rejected.trajectory_id, task_key=chosen.task_key)
-    return {
-        "task_key": chosen.task_key,
-        "chosen_id": chosen.trajectory_id,
-        "rejected_id": rejected.trajectory_id,
-        "prompt_shape": full_chosen_shape[:shared],
-        "chosen_shape": full_chosen_shape[shared:],
-        "rejected_shape": full_rejected_shape[shared:],
-        "reward_chosen": record["reward_chosen"],
-        "reward_rejected": record["reward_rejected"],
-        "quality_difference": margin,
-        "line": orjson.dumps(record).decode(),
-    }
+SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float, "line": str}
+SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str, "line": str}
+TRL_SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
+                 "value_types": str, "tools_type": str, "line": str}
+LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "line": str}
+
+iter_sft = _sft_family(_sft_record, SFT_FRAME)
+iter_sft_hermes = _sft_family(_sft_hermes_record, SFT_HERMES_FRAME)
+iter_trl_sft = _sft_family(_trl_sft_record, TRL_SFT_FRAME)
+iter_llama_factory = _sft_family(_llama_factory_record, LLAMA_FACTORY_FRAME)
 
 
-def _candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Counter):
-    """(chosen, rejected) rows per task, in order of the tasks' first appearance.
+# ------------------------------------------------------------------ DPO family
 
-    Ranks every task at once (one sort, no per-group Python): the best rollout is the
-    highest reward, the worst the lowest; trajectory_id breaks ties so the choice never
-    depends on file order.
+PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id", "reward_chosen", "reward_rejected"]
+
+
+def plan_dpo(table: TrajectoryTable, config: DpoConfig) -> tuple[pd.DataFrame, Counter]:
+    """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance."""
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS)
+    rewarded = kept["reward"].notna()
+    if (~rewarded).any():
+        excluded["no_reward"] += int((~rewarded).sum())
+    pairs = candidate_pairs(kept.loc[rewarded], config, excluded)
+    margin = pairs["reward_chosen"] - pairs["reward_rejected"]
+    for reason, dropped in (("tied_rewards", margin <= 0), ("below_min_margin", (margin > 0) & (margin < config.min_margin))):
+        if dropped.any():
+            excluded[reason] += int(dropped.sum())
+    # assigned before filtering: assigning a Series to an empty frame would reindex it to the Series
+    pairs = pairs.assign(quality_difference=margin).loc[margin >= max(config.min_margin, np.nextafter(0.0, 1.0))]
+    pairs = balance(pairs.assign(pair_id=pairs["chosen_id"] + pairs["rejected_id"]), config, "pair_id", excluded)
+    return pairs.drop(columns="pair_id").reset_index(drop=True), excluded
+
+
+def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Counter) -> pd.DataFrame:
+    """(chosen, rejected) candidates per task by the configured strategy, before the margin.
+
+    Ranks every task at once (sorts and one merge, no per-group Python). ``trajectory_id``
+    breaks reward ties, so the choice never depends on file order.
     """
-    if candidates.empty:
-        return []
     sizes = candidates.groupby("task_key", sort=False)["task_key"].transform("size")
     single = int(candidates.loc[sizes < 2, "task_key"].nunique())  # counted per task, not per row
     if single:
@@ -290,81 +267,312 @@ def _candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Coun
             excluded["task_without_exactly_two_rollouts"] += skipped
         groups = groups.loc[group_sizes == 2]
     order = {key: position for position, key in enumerate(groups["task_key"].unique())}
+    side = groups[["task_key", "prompt_key", "task_type", "trajectory_id", "reward"]]
+    if config.pairing == "all_pairs_with_margin":
+        pairs = side.merge(side[["task_key", "trajectory_id", "reward"]], on="task_key", suffixes=("_c", "_r"))
+        # each unordered pair once: the higher reward chosen; equal rewards once, as a tie
+        pairs = pairs.loc[(pairs["reward_c"] > pairs["reward_r"]) | (
+            (pairs["reward_c"] == pairs["reward_r"]) & (pairs["trajectory_id_c"] < pairs["trajectory_id_r"]))]
+        pairs = pairs.assign(order=pairs["task_key"].map(order), margin=pairs["reward_c"] - pairs["reward_r"])
+        pairs = pairs.sort_values(["order", "margin", "trajectory_id_c", "trajectory_id_r"],
+                                  ascending=[True, False, True, True], kind="mergesort")
+        widest = pairs["margin"] >= config.min_margin
+        # the cap counts only pairs that could be kept, widest first
+        over_cap = widest & (pairs.loc[widest].groupby("task_key").cumcount() >= config.max_pairs_per_task
+                             ).reindex(pairs.index, fill_value=False)
+        if over_cap.any():
+            excluded["pair_cap"] += int(over_cap.sum())
+        pairs = pairs.loc[~over_cap]
+        chosen = pairs.rename(columns={"trajectory_id_c": "chosen_id", "reward_c": "reward_chosen",
+                                       "trajectory_id_r": "rejected_id", "reward_r": "reward_rejected"})
+        return chosen[PAIR_COLUMNS].reset_index(drop=True)
     best = groups.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
     worst = groups.sort_values(["reward", "trajectory_id"], ascending=[True, True], kind="mergesort")
-    best = best.drop_duplicates("task_key").set_index("task_key", drop=False)
-    worst = worst.drop_duplicates("task_key").set_index("task_key", drop=False)
+    best = best.drop_duplicates("task_key").set_index("task_key")
+    worst = worst.drop_duplicates("task_key").set_index("task_key")
     keys = sorted(order, key=order.__getitem__)
-    return list(zip(best.loc[keys].itertuples(index=False), worst.loc[keys].itertuples(index=False)))
+    return pd.DataFrame({
+        "task_key": keys,
+        "prompt_key": best.loc[keys, "prompt_key"].to_numpy(),
+        "task_type": best.loc[keys, "task_type"].to_numpy(),
+        "chosen_id": best.loc[keys, "trajectory_id"].to_numpy(),
+        "rejected_id": worst.loc[keys, "trajectory_id"].to_numpy(),
+        "reward_chosen": best.loc[keys, "reward"].to_numpy(dtype=float),
+        "reward_rejected": worst.loc[keys, "reward"].to_numpy(dtype=float),
+    }, columns=PAIR_COLUMNS)
 
 
-def iter_grpo(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-    excluded: Counter = Counter()
-    trajectories = _concat(table.scan(GRPO_PLAN_COLUMNS))
-    if config.exclude_mask_sample:
-        keep = ~trajectories["mask_sample"].astype(bool)
-        _count_dropped(excluded, "mask_sample", keep)
-        trajectories = trajectories.loc[keep]
-    # one row per task, built from its first rollout's request (in table order); the
-    # per-task aggregates are computed for all tasks at once, not group by group
-    by_task = trajectories.groupby("task_key", sort=False)
-    ids = by_task["trajectory_id"].agg(list)
-    mean_reward = by_task["reward"].mean()
-    tasks: dict[str, dict[str, Any]] = {}
-    for first in trajectories.drop_duplicates("task_key").itertuples(index=False):
+def _dpo_family(render: Callable[..., dict[str, Any]], dtypes: dict[str, Any]):
+    def iter_export(table: TrajectoryTable, config: DpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
+        pairs, excluded = plan_dpo(table, config)
+        yield ExportFrame(_frame([], dtypes, split), excluded)
+        if pairs.empty:
+            return
+        pair_rows = list(pairs.itertuples(index=False))
+        # payloads arrive chunk by chunk; a pair is written as soon as both sides are loaded,
+        # and a payload is dropped once no pair waits for it
+        waiting: dict[str, list[int]] = {}
+        for index, pair in enumerate(pair_rows):
+            waiting.setdefault(pair.chosen_id, []).append(index)
+            waiting.setdefault(pair.rejected_id, []).append(index)
+        loaded: dict[str, tuple[str, str | None]] = {}
+        written: set[int] = set()
+        for chunk in table.scan(DPO_PAYLOAD_COLUMNS, ids=set(waiting)):
+            loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
+            ready = sorted({
+                index
+                for trajectory_id in chunk["trajectory_id"]
+                for index in waiting[trajectory_id]
+                if pair_rows[index].chosen_id in loaded and pair_rows[index].rejected_id in loaded
+            } - written)
+            records, unrepresentable = [], Counter()
+            for index in ready:
+                pair = pair_rows[index]
+                written.add(index)
+                try:
+                    records.append(render(pair, loaded[pair.chosen_id], loaded[pair.rejected_id], config.pairing))
+                except Unrepresentable as error:
+                    unrepresentable[error.reason] += 1
+            for index in ready:
+                for trajectory_id in (pair_rows[index].chosen_id, pair_rows[index].rejected_id):
+                    if all(other in written for other in waiting[trajectory_id]):
+                        loaded.pop(trajectory_id, None)
+            yield ExportFrame(_frame(records, dtypes, split), unrepresentable)
+
+    return iter_export
+
+
+def _split_pair(chosen_messages: list, rejected_messages: list) -> tuple[int, str, str]:
+    """Where the two conversations diverge (both continue with an assistant turn there)."""
+    shared = divergence_point(chosen_messages, rejected_messages)
+    if shared == 0:
+        raise Unrepresentable("no_shared_prompt")
+    return shared, role_shape(chosen_messages), role_shape(rejected_messages)
+
+
+def _pair_columns(pair, shared: int, chosen_shape: str, rejected_shape: str) -> dict[str, Any]:
+    return {
+        "task_key": pair.task_key, "prompt_key": pair.prompt_key, "chosen_id": pair.chosen_id,
+        "rejected_id": pair.rejected_id, "prompt_shape": chosen_shape[:shared], "chosen_shape": chosen_shape[shared:],
+        "rejected_shape": rejected_shape[shared:], "reward_chosen": pair.reward_chosen,
+        "reward_rejected": pair.reward_rejected, "quality_difference": pair.quality_difference,
+    }
+
+
+def _pair_record(pair, prompt, chosen, rejected, tools, pairing: str) -> dict[str, Any]:
+    return {
+        "prompt": prompt, "chosen": chosen, "rejected": rejected,
+        "quality_difference": pair.quality_difference,
+        "reward_chosen": pair.reward_chosen, "reward_rejected": pair.reward_rejected,
+        **({"tools": tools} if tools is not None else {}),
+        "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key, "pairing": pairing,
+    }
+
+
+def _dpo_record(pair, chosen_payload, rejected_payload, pairing: str) -> dict[str, Any]:
+    chosen_messages, rejected_messages = orjson.loads(chosen_payload[0]), orjson.loads(rejected_payload[0])
+    shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
+    tools = None if chosen_payload[1] is None else orjson.Fragment(chosen_payload[1])
+    record = _pair_record(pair, chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:],
+                          tools, pairing)
+    return {**_pair_columns(pair, shared, chosen_shape, rejected_shape), "line": orjson.dumps(record).decode()}
+
+
+def _trl_dpo_record(pair, chosen_payload, rejected_payload, pairing: str) -> dict[str, Any]:
+    chosen_messages, rejected_messages = orjson.loads(chosen_payload[0]), orjson.loads(rejected_payload[0])
+    shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
+    prompt, chosen = text_messages(chosen_messages[:shared]), text_messages(chosen_messages[shared:])
+    rejected = text_messages(rejected_messages[shared:])
+    # always present (null without tools), so the column has one type
+    record = _pair_record(pair, prompt, chosen, rejected, chosen_payload[1], pairing)
+    record.setdefault("tools", None)
+    return {
+        **_pair_columns(pair, shared, chosen_shape, rejected_shape),
+        "value_types": value_types(prompt + chosen + rejected),
+        "tools_type": type(chosen_payload[1]).__name__,
+        "line": orjson.dumps(record).decode(),
+    }
+
+
+DPO_FRAME = {
+    "task_key": str, "prompt_key": str, "chosen_id": str, "rejected_id": str, "prompt_shape": str, "chosen_shape": str,
+    "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float, "line": str,
+}
+TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k != "line"}, "value_types": str, "tools_type": str,
+                 "line": str}
+
+iter_dpo = _dpo_family(_dpo_record, DPO_FRAME)
+iter_trl_dpo = _dpo_family(_trl_dpo_record, TRL_DPO_FRAME)
+
+
+# ------------------------------------------------------------------ GRPO family
+
+
+def plan_grpo(table: TrajectoryTable, config: GrpoConfig) -> tuple[pd.DataFrame, Counter]:
+    """One row per task: its first rollout (in table order) and aggregates over all of them."""
+    kept, excluded = curated_trajectories(table, config, GRPO_PLAN_COLUMNS)
+    passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
+    by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
+    aggregates = by_task.agg(
+        trajectory_ids=("trajectory_id", list),
+        num_rollouts=("trajectory_id", "size"),
+        rewarded=("reward", "count"),
+        mean_reward=("reward", "mean"),
+        reward_std=("reward", lambda r: r.std(ddof=0)),
+        pass_rate=("passed", "mean"),
+    )
+    tasks = kept.drop_duplicates("task_key").set_index("task_key", drop=False).join(aggregates)
+    # no learning signal: two or more rewarded rollouts, all with the same reward
+    tasks["zero_variance"] = (tasks["rewarded"] >= 2) & (tasks["reward_std"] == 0)
+    agent_refs = []
+    for first in tasks.itertuples(index=False):
         fallback = config.hermes_agent_ref if first.source_format == "hermes" else config.default_agent_ref
-        agent_ref = _agent_ref(first.agent_ref, first.agent_name, fallback)
-        if agent_ref is None:
-            excluded["no_agent_ref"] += 1
-            continue
-        reward = mean_reward[first.task_key]
-        tasks[first.trajectory_id] = {
-            "agent_ref": agent_ref,
-            "task_key": first.task_key,
-            "trajectory_ids": ids[first.task_key],
-            "num_rollouts": len(ids[first.task_key]),
-            "mean_reward": None if pd.isna(reward) else float(reward),
-        }
-    yield ExportFrame(_frame([], GRPO_FRAME, split), excluded)
-    for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(tasks)):
-        records, chunk_excluded = [], Counter()
-        for trajectory_id, request_json in zip(chunk["trajectory_id"], chunk["request"]):
-            task = tasks[trajectory_id]
-            if request_json is None:
-                chunk_excluded["no_request"] += 1
-                continue
-            request = orjson.loads(request_json)
-            request_input = request.get("input")
-            records.append(
-                {
-                    "task_key": task["task_key"],
-                    "agent_name": task["agent_ref"]["name"],
-                    "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
-                    "line": orjson.dumps({"responses_create_params": request, **task}).decode(),
-                }
-            )
-        yield ExportFrame(_frame(records, GRPO_FRAME, split), chunk_excluded)
+        agent_refs.append(_agent_ref(first.agent_ref, first.agent_name, fallback))
+    tasks["agent_ref"] = agent_refs
+    no_agent = tasks["agent_ref"].isna()
+    if no_agent.any():
+        excluded["no_agent_ref"] += int(no_agent.sum())
+    tasks = tasks.loc[~no_agent]
+    if config.zero_variance_groups == "drop" and tasks["zero_variance"].any():
+        excluded["zero_variance_group"] += int(tasks["zero_variance"].sum())
+        tasks = tasks.loc[~tasks["zero_variance"]]
+    return balance(tasks.reset_index(drop=True), config, "task_key", excluded), excluded
 
 
 def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name: str | None) -> dict[str, Any] | None:
-    """NeMo Gym routes RL rows by ``agent_ref``; ``ng_prepare_data`` writes the dict form."""
+    """NeMo Gym routes RL rows by ``agent_ref``; ``ng_prepare_data`` writes
+    ``{"type": "responses_api_agents", "name"}``, so every row gets that form."""
     if agent_ref_json is not None:
         agent_ref = orjson.loads(agent_ref_json)
         if isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str) and agent_ref["name"]:
-            return agent_ref
+            return {"type": "responses_api_agents", **agent_ref}
     name = agent_name or default_name
     return {"type": "responses_api_agents", "name": name} if name else None
+
+
+def _task_summary(task) -> dict[str, Any]:
+    return {
+        "task_key": task.task_key,
+        "trajectory_ids": task.trajectory_ids,
+        "num_rollouts": int(task.num_rollouts),
+        "mean_reward": None if pd.isna(task.mean_reward) else float(task.mean_reward),
+        "reward_std": None if pd.isna(task.reward_std) else float(task.reward_std),
+        "pass_rate": None if pd.isna(task.pass_rate) else float(task.pass_rate),
+        "zero_variance": bool(task.zero_variance),
+    }
+
+
+def _grpo_family(render: Callable[..., dict[str, Any]], dtypes: dict[str, Any]):
+    def iter_export(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
+        tasks, excluded = plan_grpo(table, config)
+        yield ExportFrame(_frame([], dtypes, split), excluded)
+        if tasks.empty:
+            return
+        by_first = {task.trajectory_id: task for task in tasks.itertuples(index=False)}
+        position = {trajectory_id: index for index, trajectory_id in enumerate(by_first)}
+        for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(by_first)):
+            records, unrepresentable = [], Counter()
+            for payload in chunk.itertuples(index=False):
+                task = by_first[payload.trajectory_id]
+                try:
+                    records.append(render(task, payload, position[payload.trajectory_id], split))
+                except Unrepresentable as error:
+                    unrepresentable[error.reason] += 1
+            yield ExportFrame(_frame(records, dtypes, split), unrepresentable)
+
+    return iter_export
+
+
+def _grpo_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any]:
+    if payload.request is None:
+        raise Unrepresentable("no_request")
+    request = orjson.loads(payload.request)
+    request_input = request.get("input")
+    line = {"responses_create_params": request, "agent_ref": task.agent_ref, **_task_summary(task)}
+    return {
+        "task_key": task.task_key,
+        "prompt_key": task.prompt_key,
+        "agent_name": task.agent_ref["name"],
+        "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
+        "mean_reward": task.mean_reward,
+        "line": orjson.dumps(line).decode(),
+    }
+
+
+def _prompt(payload) -> list[dict[str, Any]]:
+    return orjson.loads(payload.messages)[: payload.prompt_length]
+
+
+def _trl_grpo_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any]:
+    prompt = text_messages(_prompt(payload))
+    # every column besides prompt reaches TRL's reward functions as a keyword argument
+    line = {"prompt": prompt, "tools": payload.tools, "ground_truth": ground_truth_of(orjson.loads(payload.metadata)),
+            "agent_name": task.agent_ref["name"], "task_type": task.task_type, **_task_summary(task)}
+    return {
+        "task_key": task.task_key,
+        "prompt_key": task.prompt_key,
+        "prompt_shape": role_shape(prompt),
+        "mean_reward": task.mean_reward,
+        "value_types": value_types(prompt),
+        "tools_type": type(payload.tools).__name__,
+        "line": orjson.dumps(line).decode(),
+    }
+
+
+def _verl_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any]:
+    prompt = _prompt(payload)
+    row = verl_row(
+        prompt=prompt,
+        data_source=task.agent_ref["name"],  # the environment: what picks the reward function
+        ability=task.task_type or "agent",
+        ground_truth=ground_truth_of(orjson.loads(payload.metadata)),
+        split=split_of(task.prompt_key, split),
+        index=index,
+        task_key=task.task_key,
+        agent_ref=task.agent_ref,
+        tools=_loads_or_none(payload.tools),
+        num_rollouts=int(task.num_rollouts),
+        mean_reward=None if pd.isna(task.mean_reward) else float(task.mean_reward),
+        trajectory_ids=task.trajectory_ids,
+    )
+    return {
+        "task_key": task.task_key,
+        "prompt_key": task.prompt_key,
+        "data_source": row["data_source"],
+        "ability": row["ability"],
+        "prompt_shape": role_shape(prompt),
+        "index": index,
+        "mean_reward": task.mean_reward,
+        "line": orjson.dumps(row).decode(),
+    }
+
+
+GRPO_FRAME = {"task_key": str, "prompt_key": str, "agent_name": str, "input_items": "int64", "mean_reward": float,
+              "line": str}
+TRL_GRPO_FRAME = {"task_key": str, "prompt_key": str, "prompt_shape": str, "mean_reward": float, "value_types": str,
+                  "tools_type": str, "line": str}
+VERL_FRAME = {"task_key": str, "prompt_key": str, "data_source": str, "ability": str, "prompt_shape": str,
+              "index": "int64", "mean_reward": float, "line": str}
+
+iter_grpo = _grpo_family(_grpo_record, GRPO_FRAME)
+iter_trl_grpo = _grpo_family(_trl_grpo_record, TRL_GRPO_FRAME)
+iter_verl = _grpo_family(_verl_record, VERL_FRAME)
 
 
 def _over_frame(builder: Callable[..., Iterator[ExportFrame]]) -> Callable[..., ExportFrame]:
     def build(trajectories: pd.DataFrame, config: Any, split: SplitConfig) -> ExportFrame:
         return collect(builder(FrameTable(trajectories), config, split))
 
-    build.__doc__ = f"{builder.__name__} over one in-memory DataFrame, collected into one ExportFrame."
+    build.__doc__ = "The export over one in-memory DataFrame, collected into one ExportFrame."
     return build
 
 
 build_sft = _over_frame(iter_sft)
 build_sft_hermes = _over_frame(iter_sft_hermes)
+build_trl_sft = _over_frame(iter_trl_sft)
+build_llama_factory = _over_frame(iter_llama_factory)
 build_dpo = _over_frame(iter_dpo)
+build_trl_dpo = _over_frame(iter_trl_dpo)
 build_grpo = _over_frame(iter_grpo)
+build_trl_grpo = _over_frame(iter_trl_grpo)
+build_verl = _over_frame(iter_verl)

@@ -1,30 +1,57 @@
 """Export manifests: which sources, under which config and code, made a dataset.
 
-No timestamps: re-running on unchanged inputs writes a byte-identical manifest.
+No timestamps: re-running on unchanged inputs writes a byte-identical manifest. The
+manifest is written after the files it describes, and removed before they are replaced,
+so a manifest always describes the files beside it (its SHA-256s prove it); an export
+folder without one is incomplete.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trajectory_assets import __version__
+import numpy as np
+
+from trajectory_assets import code_version
+
+
+def describe(values: np.ndarray) -> dict[str, Any]:
+    """count / min / mean / quantiles / max of the finite values (an empty one is just the count)."""
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {"count": 0}
+    p10, p50, p90 = np.quantile(values, [0.1, 0.5, 0.9]).tolist()
+    return {
+        "count": int(values.size),
+        "min": float(values.min()),
+        "p10": round(p10, 6),
+        "mean": round(float(values.mean()), 6),
+        "p50": round(p50, 6),
+        "p90": round(p90, 6),
+        "max": float(values.max()),
+    }
 
 
 def build_manifest(
     *,
     export: str,
+    file_format: str,
+    config_section: str,
     batches: list[str],
     config: dict[str, Any],
     sources: list[dict[str, Any]],
     rows: dict[str, int],
     excluded: dict[str, int],
+    distributions: dict[str, dict[str, Any]],
     files: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         "export": export,
+        "format": file_format,
         "producer": "trajectory-assets",
-        "code_version": __version__,
-        "config": config,
+        "code_version": code_version(),
+        "config_section": config_section,  # the section of config that curated this export
+        "config": config,  # the whole pipeline config: redaction changes the bytes too
         "batches": batches,
         "sources": [
             {"uri": s["uri"], "source_id": s["source_id"], "sha256": s["sha256"], "records": s["records"]}
@@ -32,5 +59,6 @@ def build_manifest(
         ],
         "rows": rows,
         "excluded": dict(sorted(excluded.items())),
-        "files": files,  # name -> sha256, bytes, lines of what was written
+        "distributions": distributions,
+        "files": files,  # name -> sha256, bytes, rows of what was written
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -10,10 +11,11 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from trajectory_assets.formats.hermes import tool_result_failed
+from trajectory_assets.datasets.markdown import table
+from trajectory_assets.formats.chat import tool_result_failed
 
 STATS_COLUMNS = [
-    "trajectory_id", "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
+    "trajectory_id", "task_key", "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
     "num_messages", "num_assistant_turns", "num_tool_calls", "messages_chars", "total_tokens",
     "has_reasoning", "unknown_items",
 ]
@@ -96,13 +98,58 @@ def hermes_stats(chunks: Iterable[pd.DataFrame]) -> dict[str, Any]:
     }
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Chance that at least one of k rollouts drawn from n (c of them passing) passes:
+    the unbiased estimator 1 - C(n-c, k) / C(n, k) (Chen et al., 2021, "Evaluating Large
+    Language Models Trained on Code")."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def task_stats(trajectories: pd.DataFrame, pass_threshold: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Per task (every rewarded rollout of a task_key): rollouts, passes, mean reward, and
+    pass@k; plus the means over tasks that have at least k rollouts, for k = 1, 2, 4, ..."""
+    rewarded = trajectories.loc[trajectories["reward"].notna(), ["task_key", "task_type", "reward"]]
+    by_task = rewarded.assign(passed=rewarded["reward"] >= pass_threshold).groupby("task_key", sort=True)
+    table = by_task.agg(task_type=("task_type", "first"), rollouts=("reward", "size"), passes=("passed", "sum"),
+                        mean_reward=("reward", "mean"), min_reward=("reward", "min"), max_reward=("reward", "max"))
+    max_rollouts = int(table["rollouts"].max()) if len(table) else 0
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= max_rollouts]
+    tasks = []
+    for key, row in table.iterrows():
+        n, c = int(row.rollouts), int(row.passes)
+        tasks.append({
+            "task_key": key, "task_type": row.task_type, "rollouts": n, "passes": c,
+            "mean_reward": round(float(row.mean_reward), 6),
+            "zero_variance": n >= 2 and row.min_reward == row.max_reward,
+            "pass_at_k": {str(k): round(pass_at_k(n, c, k), 6) for k in ks if k <= n},
+        })
+    summary = {
+        "tasks": len(tasks),
+        "pass_threshold": pass_threshold,
+        "rollouts_per_task": _describe(table["rollouts"]),
+        "mean_reward_per_task": _describe(table["mean_reward"]),
+        "zero_variance_tasks": sum(task["zero_variance"] for task in tasks),
+        "pass_at_k": {
+            str(k): {"tasks": len(values), "mean": round(sum(values) / len(values), 6)}
+            for k in ks
+            if (values := [task["pass_at_k"][str(k)] for task in tasks if str(k) in task["pass_at_k"]])
+        },
+    }
+    return summary, tasks
+
+
 def compute_stats(
     trajectories: pd.DataFrame,
     ingest_summary: dict[str, Any],
-    export_rows: dict[str, dict[str, int]],
+    manifests: dict[str, dict[str, Any]],
     hermes: dict[str, Any] | None = None,
     duplicates_across_batches: int = 0,
+    tasks: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``manifests``: each export's manifest (rows, exclusions and distributions come from it)."""
+    dpo = manifests.get("dpo")
     return {
         "records_read": int(ingest_summary["records_read"]),
         "records_valid": int(ingest_summary["records_valid"]),
@@ -117,7 +164,14 @@ def compute_stats(
         "sources_failed": int(ingest_summary["sources_failed"]),
         # valid in two batches (files) at once: kept once in every dataset, counted here
         "duplicates_across_batches": duplicates_across_batches,
-        "exports": export_rows,
+        "exports": {name: manifest["rows"] for name, manifest in manifests.items()},
+        "excluded_by_export": {name: manifest["excluded"] for name, manifest in manifests.items()},
+        "dpo_pairs": None if dpo is None else {
+            "pairing": dpo["config"]["dpo"]["pairing"],
+            "pairs": sum(dpo["rows"].values()),
+            "quality_difference": dpo["distributions"].get("quality_difference", {"count": 0}),
+        },
+        "tasks": tasks or {"tasks": 0},
         "reward": _describe(trajectories["reward"]),
         "assistant_turns": _describe(trajectories["num_assistant_turns"]),
         "tool_calls": _describe(trajectories["num_tool_calls"]),
@@ -148,7 +202,7 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         "",
         "## Rejected by reason",
         "",
-        *_table(["reason", "records"], [[r, n] for r, n in stats["rejected_by_reason"].items()]),
+        *table(["reason", "records"], [[r, n] for r, n in stats["rejected_by_reason"].items()]),
         "",
         "## Secrets redacted",
         "",
@@ -156,18 +210,18 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
          "placeholder before anything was stored (ids in stats.json)."
          if stats["redactions"]["trajectories"] else "No secrets found."),
         "",
-        *_table(["type", "replaced"], [[t, n] for t, n in stats["redactions"]["by_type"].items()]),
+        *table(["type", "replaced"], [[t, n] for t, n in stats["redactions"]["by_type"].items()]),
         "",
         "## Export rows",
         "",
-        *_table(
+        *table(
             ["export", "train", "validation"],
             [[name, c.get("train", 0), c.get("validation", 0)] for name, c in stats["exports"].items()],
         ),
         "",
         "## Distributions",
         "",
-        *_table(
+        *table(
             ["measure", "count", "min", "mean", "p50", "p90", "max"],
             [
                 [name, *(stats[name].get(k, "") for k in ("count", "min", "mean", "p50", "p90", "max"))]
@@ -175,9 +229,34 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             ],
         ),
     ]
+    tasks = stats["tasks"]
+    if tasks.get("tasks"):
+        lines += [
+            "", "## Tasks (rollouts of one prompt)", "",
+            f"- tasks with rewards: {tasks['tasks']}; a rollout passes at reward >= {tasks['pass_threshold']};"
+            f" tasks whose rollouts all got one reward (no GRPO signal): {tasks['zero_variance_tasks']}",
+            f"- rollouts per task: mean {tasks['rollouts_per_task']['mean']}, max {tasks['rollouts_per_task']['max']};"
+            f" mean reward per task: p50 {tasks['mean_reward_per_task']['p50']},"
+            f" mean {tasks['mean_reward_per_task']['mean']} (every task in reports/tasks.jsonl)",
+            "",
+            *table(["k", "pass@k (mean over tasks)", "tasks with >= k rollouts"],
+                   [[k, v["mean"], v["tasks"]] for k, v in tasks["pass_at_k"].items()]),
+        ]
+    if stats["dpo_pairs"]:
+        margin = stats["dpo_pairs"]["quality_difference"]
+        lines += [
+            "", "## DPO pairs", "",
+            *table(["pairing", "pairs", "margin min", "margin p50", "margin mean", "margin max"],
+                   [[stats["dpo_pairs"]["pairing"], stats["dpo_pairs"]["pairs"],
+                     *(margin.get(k, "") for k in ("min", "p50", "mean", "max"))]]),
+        ]
+    lines += ["", "## Left out of each export", ""]
+    lines += table(["export", "reason", "rows"],
+                   [[name, reason, count] for name, excluded in stats["excluded_by_export"].items()
+                    for reason, count in excluded.items()])
     for key, title in (("by_agent", "agent"), ("by_task_type", "task_type"), ("by_model", "model")):
         lines += ["", f"## By {title}", ""]
-        lines += _table(
+        lines += table(
             [title, "trajectories", "mean reward", "mean turns", "tool calls"],
             [[r["name"], r["trajectories"], r["mean_reward"], r["mean_turns"], r["tool_calls"]] for r in stats[key]],
         )
@@ -188,22 +267,15 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             f"- trajectories: {hermes['trajectories']} (completed {hermes['completed']}), "
             f"reasoning coverage: {hermes['reasoning_coverage']:.1%}",
             "",
-            *_table(["quality flag", "trajectories"], [[f, n] for f, n in hermes["quality_flags"].items()]),
+            *table(["quality flag", "trajectories"], [[f, n] for f, n in hermes["quality_flags"].items()]),
             "",
-            *_table(["tool", "calls", "failures", "failure rate"],
+            *table(["tool", "calls", "failures", "failure rate"],
                     [[name, t["calls"], t["failures"], t["failure_rate"]] for name, t in hermes["tools"].items()]),
         ]
     if plot_files:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_files]
     return "\n".join(lines) + "\n"
 
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    if not rows:
-        return ["(none)"]
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
-    return out
 
 
 def reward_histogram_png(trajectories: pd.DataFrame) -> bytes:

@@ -7,7 +7,15 @@ import orjson
 from trajectory_assets import layout
 from trajectory_assets.defs.ingest import raw_rollouts, rollout_batches, validated_trajectories
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
-from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, fingerprint, sha256_of
+from trajectory_assets.io.sources import (
+    SourceError,
+    SourceFile,
+    batch_key,
+    discover,
+    fingerprint,
+    is_unreadable,
+    sha256_of,
+)
 from trajectory_assets.io.storage import Storage, StorageError
 
 INGEST_JOB = "ingest_rollout_batch"
@@ -44,7 +52,12 @@ def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
         recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))["sha256"]
     except StorageError:
         return True  # never ingested (or its record is gone): run it
-    return sha256_of(source)[0] != recorded
+    try:
+        return sha256_of(source)[0] != recorded
+    except OSError as error:
+        if not is_unreadable(error, source.uri):
+            raise  # a passing storage fault: the next evaluation looks again
+        return True  # it became unreadable: its run reports it as an unreadable source
 
 
 def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:

@@ -14,11 +14,12 @@ from schemas.quarantine import QuarantineSchema
 from schemas.trajectory import TrajectorySchema
 from schemas.validation import validate
 from trajectory_assets import __version__, layout
+from trajectory_assets.defs.batches import STORAGE_RETRY, storage_faults_only
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.ingest import QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
-from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, sha256_of
+from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, is_unreadable, sha256_of
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -28,11 +29,12 @@ def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     try:
         found = discover(sources.paths)
     except SourceError as error:
-        raise dg.Failure(description=str(error)) from None
+        raise dg.Failure(description=str(error), allow_retries=False) from None
     for source in found:
         if batch_key(source.source_id) == key:
             return source
-    raise dg.Failure(description=f"batch {key!r} is no longer among the configured sources {sources.paths}")
+    raise dg.Failure(description=f"batch {key!r} is no longer among the configured sources {sources.paths}",
+                     allow_retries=False)
 
 
 @dg.asset(
@@ -40,24 +42,36 @@ def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     group_name=GROUP,
     code_version=__version__,
     kinds={"jsonl"},
+    retry_policy=STORAGE_RETRY,
 )
 def raw_rollouts(context: dg.AssetExecutionContext, sources: RolloutSources, storage: TrajectoryStorage):
     """One rollout file (NeMo Gym ``*.jsonl`` / ``*.jsonl.gz``): its URI, size and SHA-256.
 
     The SHA-256 is the batch's data version, so Dagster knows when a batch really changed.
+    A source that cannot be opened (a broken symlink, no permission, a missing object) is
+    recorded with its error instead of failing the batch: `validated_trajectories` then
+    reports it as an ``unreadable_source`` and the other batches and the datasets go on.
     """
-    source = find_batch_source(sources, context.partition_key)
-    try:
-        sha256, size = sha256_of(source)
-    except OSError as error:
-        raise dg.Failure(description=f"cannot read {source.uri}: {error}") from None
-    record = {"uri": source.uri, "source_id": source.source_id, "sha256": sha256, "bytes": size}
-    store = storage.open()
-    store.write_bytes(layout.batch_source(context.partition_key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    with storage_faults_only():
+        source = find_batch_source(sources, context.partition_key)
+        error = None
+        try:
+            sha256, size = sha256_of(source)
+        except OSError as failure:
+            if not is_unreadable(failure, source.uri):
+                raise  # a passing storage fault: retried
+            sha256, size, error = "", 0, f"cannot read: {failure}"
+            context.log.warning(f"{source.uri}: {error}")
+        record = {"uri": source.uri, "source_id": source.source_id, "sha256": sha256, "bytes": size}
+        if error:
+            record["error"] = error
+        store = storage.open()
+        store.write_bytes(layout.batch_source(context.partition_key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return dg.MaterializeResult(
         metadata={"source": source.uri, "sha256": sha256, "bytes": size,
-                  "dagster/uri": store.uri(layout.batch_source(context.partition_key))},
-        data_version=dg.DataVersion(sha256),
+                  "dagster/uri": store.uri(layout.batch_source(context.partition_key)),
+                  **({"error": error} if error else {})},
+        data_version=dg.DataVersion(sha256 or "unreadable"),
     )
 
 
@@ -93,10 +107,21 @@ def raw_rollouts(context: dg.AssetExecutionContext, sources: RolloutSources, sto
             description="records_read == records_valid + records_rejected, and the files hold exactly those rows",
         )
     ],
+    retry_policy=STORAGE_RETRY,
 )
 def validated_trajectories(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
-    key = context.partition_key
-    redaction = settings.load().redaction
+    with storage_faults_only():
+        summary, quarantined, rows_written, source = _ingest_batch(context.partition_key, storage, settings)
+    yield from _batch_results(context.partition_key, storage, summary, quarantined, rows_written, source)
+
+
+def _ingest_batch(key: str, storage: TrajectoryStorage, settings: PipelineSettings):
+    """Writes the batch's trajectories, quarantine and summary. A source that cannot be
+    opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error."""
+    try:
+        redaction = settings.load().redaction
+    except dg.Failure as error:  # the config cannot be used: retrying won't change it
+        raise dg.Failure(description=error.description, allow_retries=False) from None
     redactor = Redactor(emails=redaction.emails) if redaction.enabled else None
     store = storage.open()
     recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
@@ -118,6 +143,12 @@ def validated_trajectories(context: dg.AssetExecutionContext, storage: Trajector
 
     with store.fs.open(store.path(layout.batch_trajectories(key)), "rb") as handle:
         rows_written = pq.ParquetFile(handle).metadata.num_rows
+    return summary, quarantined, rows_written, source
+
+
+def _batch_results(key: str, storage: TrajectoryStorage, summary, quarantined: int, rows_written: int,
+                   source: SourceFile):
+    store = storage.open()
     reconciled = (
         summary.reconciles
         and rows_written == summary.records_valid
@@ -159,21 +190,23 @@ def validated_trajectories(context: dg.AssetExecutionContext, storage: Trajector
 
 
 @dg.asset_check(asset="validated_trajectories", blocking=True, name="trajectory_contract",
-                partitions_def=rollout_batches)
+                partitions_def=rollout_batches, retry_policy=STORAGE_RETRY)
 def trajectory_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
     """Re-validates the written Parquet file of the batch against the Pandera contract
     (reading only the contract's columns, not the message payloads)."""
     columns = list(TrajectorySchema.to_schema().columns)
-    frame = storage.open().read_parquet(layout.batch_trajectories(context.partition_key), columns=columns)
+    with storage_faults_only():
+        frame = storage.open().read_parquet(layout.batch_trajectories(context.partition_key), columns=columns)
     return contract_check_result(validate(TrajectorySchema, frame), asset="validated_trajectories",
                                  check_name="trajectory_contract")
 
 
 @dg.asset_check(asset="quarantined_records", blocking=True, name="quarantine_contract",
-                partitions_def=rollout_batches)
+                partitions_def=rollout_batches, retry_policy=STORAGE_RETRY)
 def quarantine_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
     """Every quarantine row of the batch names its source, reason and raw text."""
-    rows = storage.open().read_jsonl(layout.batch_quarantine(context.partition_key))
+    with storage_faults_only():
+        rows = storage.open().read_jsonl(layout.batch_quarantine(context.partition_key))
     frame = pd.DataFrame(rows, columns=list(QUARANTINE_FIELDS)).astype({"line": "Int64"})
     return contract_check_result(validate(QuarantineSchema, frame), asset="quarantined_records",
                                  check_name="quarantine_contract")

@@ -14,6 +14,8 @@ import dagster as dg
 
 from trajectory_assets import layout
 from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
+from trajectory_assets.defs.batches import read_summary
+from trajectory_assets.io.storage import Storage
 
 
 @dataclass
@@ -59,12 +61,26 @@ def failure_reason(result: dg.ExecuteInProcessResult) -> str:
         if data.user_failure_data is not None and data.user_failure_data.description:
             return f"{event.step_key}: {data.user_failure_data.description}"
         error = data.error
-        while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
+        # under Dagster's wrappers, and under the retry policy's "Exceeded max_retries"
+        while error is not None and error.cause is not None and (
+            error.cls_name.startswith("Dagster") or error.cls_name.startswith("RetryRequested")
+        ):
             error = error.cause
         if error is not None:
             lines = error.message.strip().splitlines()
             return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
     return "unknown failure (rerun with --verbose)"
+
+
+def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, str]]:
+    """(URI, error) of every source that could not be read at all: its read failed before
+    it gave a single record. A source that broke after some records is not among them (its
+    records are kept; its failure is an ``unreadable_source`` quarantine row)."""
+    return [
+        (source["uri"], " ".join(str(source["error"]).split()))
+        for source in read_summary(store, batches)["sources"]
+        if source.get("error") and not source.get("records")
+    ]
 
 
 def _run_batch(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, run_config) -> BatchOutcome:

@@ -14,7 +14,10 @@ the seed's role rules with one vectorized regex instead of a Python loop per row
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from trajectory_assets.formats.jsonutil import canonical, sha256_hex
 
 # system only first; every tool message answers the assistant call run before it;
 # at least one assistant turn. Pandera applies these to the role_shape column.
@@ -45,6 +48,12 @@ def role_shape(messages: list[dict[str, Any]]) -> str:
             open_calls = set()
             letters.append(ROLE_LETTER.get(role, "?"))
     return "".join(letters)
+
+
+def prompt_key(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """The identity of a prompt by its content (SHA-256 of canonical JSON of the prompt
+    messages and tools): the same in every file, process and machine."""
+    return sha256_hex(canonical(["prompt", prompt, tools]))[:24]
 
 
 def count_assistant_turns(messages: list[dict[str, Any]]) -> int:
@@ -89,3 +98,36 @@ def divergence_point(first: list[dict[str, Any]], second: list[dict[str, Any]]) 
             return shared
         shared -= 1
     return 0
+
+
+def tool_result_failed(content: str) -> bool:
+    """A failed tool call, by the Hermes batch runner's rule (FORMATS.md, batch-runner
+    statistics): a JSON result with a non-null ``error``, a nested ``content.error`` or
+    ``success: false``, or a text that is empty or starts with ``error:``. Applied to both
+    source formats, so the tool-error rate means the same thing everywhere."""
+    text = content.strip()
+    if not text or text.lower().startswith("error:"):
+        return True
+    result = None
+    if text[:1] in "{[":
+        try:
+            result = json.loads(text)
+        except ValueError:
+            return False
+    if isinstance(result, dict):
+        if result.get("error") is not None or result.get("success") is False:
+            return True
+        nested = result.get("content")
+        return isinstance(nested, dict) and nested.get("error") is not None
+    return False
+
+
+def tool_result_counts(messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """(tool results, failed tool results) of a conversation; non-text results are not judged."""
+    results = errors = 0
+    for message in messages:
+        if message.get("role") == "tool":
+            results += 1
+            content = message.get("content")
+            errors += isinstance(content, str) and tool_result_failed(content)
+    return results, errors

@@ -4,9 +4,39 @@ Hermes writes ``{"conversations": [{"from", "value"}, ...]}`` rows (CLI files an
 runner's ``batch_N.jsonl``) whose gpt turns carry ``<think>``, ``<tool_call>{json}``
 markup and whose tool turns carry ``<tool_response>{json}`` blocks. :func:`convert_hermes`
 parses the markup into structure; :func:`render_hermes` writes any canonical trajectory
-back in the seed's normalized form. Parsing what was rendered gives the same messages.
+back in the seed's normalized form. Parsing what was rendered gives the same messages,
+tool call ids included.
 
 Quality problems seen in real files are flagged, never fatal (``QUALITY_FLAGS``).
+
+Matching ``<tool_response>`` blocks to ``<tool_call>`` blocks. The seed's markup gives a
+call no id (a call JSON that carries an ``id`` keeps it); a response names a
+``tool_call_id``. The responses of one tool turn are matched against every call of the
+conversation that is still unanswered:
+
+1. by id, when the response names the id of such a call (one taken from the markup or
+   from an earlier response);
+2. by position otherwise, the way Hermes writes them: the responses answer the latest gpt
+   turn's open calls in order; when a turn holds more responses than that turn has open
+   calls, they answer the last unanswered calls of the conversation in order (so
+   gpt(call A) -> gpt(call B) -> tool(A, B) pairs A with A). Within those candidates a
+   response goes first to a call with the same ``name``. A call matched by position
+   takes the response's ``tool_call_id`` as its id (unless another call already holds
+   it); a call that no response answers keeps a generated id ``call_<turn>_<n>``.
+
+Where a matched response goes:
+
+- answering a call of the latest gpt turn: its own ``tool`` message, right after that
+  turn's calls (the canonical role rules, ``chat.ROLE_SHAPE_PATTERN``);
+- answering a call of an earlier gpt turn (the model went on without the result): a tool
+  message there would break the role rules and moving it would claim the model saw a
+  result it did not, so it is kept in ``metadata["late_tool_responses"]`` (``turn``,
+  ``tool_call_id``, ``content``), the call stays unanswered and the record is flagged
+  ``late_tool_response``;
+- matching no call at all (more responses than unanswered calls, a response naming a
+  call already answered, a tool turn before any call): kept in
+  ``metadata["unmatched_tool_responses"]`` (``turn``, ``raw`` text) and flagged
+  ``unmatched_tool_response``. The record stays valid.
 """
 
 from __future__ import annotations
@@ -30,6 +60,8 @@ QUALITY_FLAGS = (
     "no_reasoning",  # no gpt turn has any reasoning
     "error_in_final_turn",  # the run says completed, the final turn holds an error message
     "unparseable_tool_call",  # a <tool_call> whose JSON does not parse
+    "late_tool_response",  # a <tool_response> answering a call of an earlier gpt turn (kept in metadata)
+    "unmatched_tool_response",  # a <tool_response> answering no call (kept in metadata)
 )
 
 # The Hermes function-calling system prompt (seed doc, "Complete Example"); {tools} is the
@@ -98,6 +130,7 @@ def convert_hermes(record: dict[str, Any], *, source_id: str) -> Trajectory:
     prompt = messages[:prompt_length]
     tools = parser.tools
     metadata = {key: value for key, value in record.items() if key not in ("conversations", "model", "completed")}
+    metadata.update(parser.kept_responses)
     return Trajectory(
         source_format=SOURCE_FORMAT,
         messages=messages,
@@ -115,23 +148,56 @@ def convert_hermes(record: dict[str, Any], *, source_id: str) -> Trajectory:
     )
 
 
+class _Call:
+    """A parsed ``<tool_call>`` and what the matching knows about it."""
+
+    def __init__(self, call: dict[str, Any], turn: dict[str, Any], generated_id: bool) -> None:
+        self.call = call  # the canonical entry inside the assistant message
+        self.turn = turn  # that assistant message
+        self.generated_id = generated_id  # True until a response (or the markup) names its id
+        self.open = True  # no response matched yet
+
+    @property
+    def id(self) -> str:
+        return self.call["id"]
+
+    @property
+    def name(self) -> str:
+        return self.call["function"]["name"]
+
+
+class _Response:
+    def __init__(self, block: str) -> None:
+        self.raw = block
+        response = _json_or_none(block)
+        if isinstance(response, dict) and "content" in response:
+            named_id, name, content = response.get("tool_call_id"), response.get("name"), response["content"]
+        else:
+            named_id, name, content = None, None, block
+        self.named_id = named_id if isinstance(named_id, str) and named_id else None
+        self.name = name if isinstance(name, str) and name else None
+        self.content = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+
 class _Parser:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] | None = None
         self.flags: set[str] = set()
-        self._open_calls: list[dict[str, Any]] = []  # calls of the latest gpt turn not yet answered
+        self.kept_responses: dict[str, list[dict[str, Any]]] = {}  # late / unmatched, for metadata
+        self._calls: list[_Call] = []  # every call of the conversation, in order
+        self._latest: list[_Call] = []  # calls of the latest gpt turn, while tool turns may follow it
 
     def add(self, role: str, value: str, position: int) -> None:
         if role == "system":
             self._system(value)
         elif role == "user":
-            self._open_calls = []
+            self._latest = []
             self.messages.append({"role": "user", "content": value})
         elif role == "assistant":
-            self.messages.append(self._assistant(value, position))
+            self._assistant(value, position)
         else:
-            self._tool(value)
+            self._tool(value, position)
 
     def _system(self, value: str) -> None:
         block = TOOLS_BLOCK.search(value)
@@ -150,7 +216,7 @@ class _Parser:
                 raise Rejection("misplaced_system_message", "a system turn follows other turns")
             self.messages.append({"role": "system", "content": text})
 
-    def _assistant(self, value: str, position: int) -> dict[str, Any]:
+    def _assistant(self, value: str, position: int) -> None:
         reasoning_parts = [part.strip() for part in THINK_BLOCK.findall(value)]
         visible = THINK_BLOCK.sub("", value)
         if "<think>" in visible:  # opened, never closed: the rest of the turn is reasoning
@@ -160,20 +226,20 @@ class _Parser:
         if "</think>" in visible:  # stray closing tag in visible text
             self.flags.add("unbalanced_think_tags")
             visible = visible.replace("</think>", "")
-        calls = []
-        for number, raw_call in enumerate(TOOL_CALL_BLOCK.findall(visible)):
-            calls.append(self._call(raw_call, f"call_{position}_{number}"))
-        visible = TOOL_CALL_BLOCK.sub("", visible).strip()
-        message: dict[str, Any] = {"role": "assistant", "content": visible}
+        message: dict[str, Any] = {"role": "assistant", "content": ""}
+        calls = [self._call(raw_call, position, number, message)
+                 for number, raw_call in enumerate(TOOL_CALL_BLOCK.findall(visible))]
+        message["content"] = TOOL_CALL_BLOCK.sub("", visible).strip()
         reasoning = "\n\n".join(part for part in reasoning_parts if part)
         if reasoning:
             message["reasoning_content"] = reasoning
         if calls:
-            message["tool_calls"] = calls
-        self._open_calls = list(calls)
-        return message
+            message["tool_calls"] = [call.call for call in calls]
+        self.messages.append(message)
+        self._latest = calls
 
-    def _call(self, raw: str, call_id: str) -> dict[str, Any]:
+    def _call(self, raw: str, position: int, number: int, turn: dict[str, Any]) -> _Call:
+        own_id = None
         try:
             call = json.loads(raw)
             if not isinstance(call, dict) or not isinstance(call.get("name"), str):
@@ -181,31 +247,80 @@ class _Parser:
             arguments = call.get("arguments", {})
             arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
             name = call["name"]
+            if isinstance(call.get("id"), str) and call["id"] and not self._holder(call["id"]):
+                own_id = call["id"]
         except ValueError:
             # kept, with its raw text as the arguments, so nothing is lost; flagged for filters
             self.flags.add("unparseable_tool_call")
             found = CALL_NAME.search(raw)
             name, arguments = (found.group(1) if found else "unknown"), raw
-        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        call_id = own_id or self._fresh_id(f"call_{position}_{number}")
+        entry = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        parsed = _Call(entry, turn, generated_id=own_id is None)
+        self._calls.append(parsed)
+        return parsed
 
-    def _tool(self, value: str) -> None:
-        blocks = TOOL_RESPONSE_BLOCK.findall(value) or [value]
-        for block in blocks:
-            response = _json_or_none(block)
-            if isinstance(response, dict) and "content" in response:
-                named_id = response.get("tool_call_id")
-                content = response["content"]
-            else:
-                named_id, content = None, block
-            call = next((c for c in self._open_calls if c["id"] == named_id), None)
+    def _holder(self, call_id: str) -> _Call | None:
+        return next((c for c in self._calls if c.id == call_id), None)
+
+    def _fresh_id(self, base: str) -> str:
+        call_id, suffix = base, 0
+        while self._holder(call_id) is not None:
+            suffix += 1
+            call_id = f"{base}_{suffix}"
+        return call_id
+
+    def _adopt(self, call: _Call, named_id: str) -> None:
+        """A call matched by position takes the id its response names, when it can."""
+        if not call.generated_id or call.id == named_id:
+            return
+        holder = self._holder(named_id)
+        if holder is not None:
+            if not (holder.generated_id and holder.open):
+                return  # the id is taken for good: keep the generated one
+            holder.call["id"] = self._fresh_id(f"{named_id}_")  # a generated id steps aside
+        call.call["id"] = named_id
+        call.generated_id = False
+
+    def _tool(self, value: str, position: int) -> None:
+        responses = [_Response(block) for block in TOOL_RESPONSE_BLOCK.findall(value) or [value]]
+        matched: dict[int, _Call | None] = {}
+        # 1. by id: the response names a call whose id is known
+        for index, response in enumerate(responses):
+            holder = self._holder(response.named_id) if response.named_id else None
+            if holder is not None and not holder.generated_id:
+                matched[index] = holder if holder.open else None  # answered already: a duplicate
+                holder.open = False
+        # 2. by position (and name) among the still unanswered calls
+        rest = [index for index in range(len(responses)) if index not in matched]
+        latest = [c for c in self._latest if c.open]
+        unanswered = [c for c in self._calls if c.open]
+        candidates = latest if len(rest) <= len(latest) else unanswered[-len(rest):]
+        for index in rest:  # same name first, in order
+            name = responses[index].name
+            call = next((c for c in candidates if name and c.name == name), None)
+            if call is not None:
+                matched[index] = call
+                candidates.remove(call)
+        for index in rest:  # then by position alone
+            if index not in matched:
+                matched[index] = candidates.pop(0) if candidates else None
+        for index, response in enumerate(responses):
+            call = matched[index]
             if call is None:
-                if not self._open_calls:
-                    raise Rejection("orphan_tool_output", "a tool response answers no open <tool_call>")
-                call = self._open_calls[0]  # matched by position, as Hermes itself does
-            self._open_calls.remove(call)
-            if not isinstance(content, str):
-                content = json.dumps(content, ensure_ascii=False)
-            self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+                self.flags.add("unmatched_tool_response")
+                self.kept_responses.setdefault("unmatched_tool_responses", []).append(
+                    {"turn": position, "raw": response.raw})
+                continue
+            call.open = False
+            if response.named_id:
+                self._adopt(call, response.named_id)
+            if call in self._latest:
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": response.content})
+            else:  # answers an earlier gpt turn: no valid place for it in the conversation
+                self.flags.add("late_tool_response")
+                self.kept_responses.setdefault("late_tool_responses", []).append(
+                    {"turn": position, "tool_call_id": call.id, "content": response.content})
 
 
 def _conversation_flags(messages: list[dict[str, Any]], completed: bool) -> set[str]:
@@ -261,20 +376,6 @@ def _json_or_none(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
-
-
-def tool_result_failed(content: str) -> bool:
-    """The batch runner's rule for a failed tool call (FORMATS.md, batch-runner statistics)."""
-    text = content.strip()
-    if not text or text.lower().startswith("error:"):
-        return True
-    result = _json_or_none(text) if text[:1] in "{[" else None
-    if isinstance(result, dict):
-        if result.get("error") is not None or result.get("success") is False:
-            return True
-        nested = result.get("content")
-        return isinstance(nested, dict) and nested.get("error") is not None
-    return False
 
 
 # ---------------------------------------------------------------- rendering

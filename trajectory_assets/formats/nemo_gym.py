@@ -3,16 +3,27 @@
 Real rows differ from the seed spec (see ``shared/FORMATS.md``); this module accepts:
 output in ``response.output`` or legacy top-level ``output``; request input as a string or
 a list of items with or without ``type``; Responses-API output items ``message``,
-``reasoning``, ``function_call`` and ``function_call_output``. Unknown item types are kept
-in metadata and counted, never fatal. Anything else structurally wrong raises
-:class:`Rejection` with a reason code.
+``reasoning``, ``function_call`` and ``function_call_output``. Unknown item types and
+unknown content part types (e.g. ``input_file``) are kept whole in
+``metadata["unknown_items"]`` (with ``where`` and ``type``) and counted in
+``unknown_items``, never fatal; an unknown part is left out of the converted content (a
+message left with no part at all gets empty content, like ``content: []``). Anything else
+structurally wrong raises :class:`Rejection` with a reason code.
+
+Quality flags (``QUALITY_FLAGS``), never fatal: ``unparseable_tool_call`` when a
+``function_call``'s ``arguments`` string is not JSON (kept as is), and
+``hermes_markup_in_content`` when text that the Hermes rendering writes (message content,
+reasoning, tool-call arguments, tool output) holds a literal Hermes tag, which would turn
+into spurious structure if the conversation were rendered to Hermes and parsed again.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
+from trajectory_assets.formats.chat import prompt_key
 from trajectory_assets.formats.jsonutil import canonical, dumps, sha256_hex
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 
@@ -35,8 +46,18 @@ KNOWN_KEYS = frozenset(
     }
 )
 TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
+# parts whose type is known: one without its payload is broken structure, not an unknown part
+KNOWN_PART_TYPES = TEXT_PART_TYPES | {"refusal", "input_image"}
 ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 FINISHED_STATUSES = frozenset({None, "completed"})
+# literal <think>/<tool_call>/<tool_response> tags in the text: a Hermes rendering of it
+# would parse back into calls the model never made
+HERMES_MARKUP_FLAG = "hermes_markup_in_content"
+QUALITY_FLAGS = (
+    "unparseable_tool_call",  # a function_call whose arguments string is not JSON
+    HERMES_MARKUP_FLAG,
+)
+HERMES_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
 def looks_like_rollout(record: dict[str, Any]) -> bool:
@@ -91,6 +112,9 @@ def convert_rollout(record: dict[str, Any], *, source_id: str) -> Trajectory:
     metadata = {key: value for key, value in record.items() if key not in KNOWN_KEYS}
     if builder.unknown:
         metadata["unknown_items"] = builder.unknown
+    flags = set(builder.flags)
+    if any(_has_hermes_markup(message) for message in builder.messages):
+        flags.add(HERMES_MARKUP_FLAG)
     if unconverted_tools:
         metadata["unconverted_tools"] = unconverted_tools
     if "agent_ref" in record:
@@ -120,6 +144,7 @@ def convert_rollout(record: dict[str, Any], *, source_id: str) -> Trajectory:
         total_tokens=_usage(usage, "total_tokens"),
         unknown_items=len(builder.unknown),
         request=request,
+        quality_flags=sorted(flags),
         metadata=metadata,
     )
 
@@ -132,11 +157,9 @@ def task_key_for(
     The collector's ``_ng_task_index`` only means something inside one collection, so it is
     scoped to its source; without it the task is the content of the prompt and tools.
     """
-    if task_index is not None:
-        identity = canonical(["nemo_gym_task_index", source_id, task_index])
-    else:
-        identity = canonical(["prompt", prompt, tools])
-    return sha256_hex(identity)[:24]
+    if task_index is None:
+        return prompt_key(prompt, tools)
+    return sha256_hex(canonical(["nemo_gym_task_index", source_id, task_index]))[:24]
 
 
 def agent_name(agent_ref: Any) -> str | None:
@@ -180,7 +203,8 @@ class _ChatBuilder:
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
-        self.unknown: list[dict[str, Any]] = []
+        self.unknown: list[dict[str, Any]] = []  # whole unknown items and content parts, with where/type
+        self.flags: set[str] = set()
         self._open: dict[str, Any] | None = None  # the assistant message still being built
         self._calls_seen: set[str] = set()
         self._unanswered: list[str] = []
@@ -219,7 +243,7 @@ class _ChatBuilder:
             role = ROLE_MAP.get(raw_role) if isinstance(raw_role, str) else None
             if role is None:
                 raise Rejection("unknown_role", f"{where} has role {raw_role!r}")
-            self.add(role, content_of(item.get("content"), where))
+            self.add(role, content_of(item.get("content"), where, self.unknown))
         elif item_type == "reasoning":
             text = reasoning_text(item)
             if text:
@@ -229,7 +253,7 @@ class _ChatBuilder:
         elif item_type == "function_call_output":
             self._tool_result(item, where)
         else:
-            self.unknown.append({"where": where, "type": item_type})
+            self.unknown.append({"where": where, "type": item_type, "item": item})
 
     def _assistant(self, *, content: Any = None, reasoning: str | None = None) -> dict[str, Any]:
         current = self._open
@@ -261,6 +285,8 @@ class _ChatBuilder:
             arguments = "{}"
         elif not isinstance(arguments, str):
             arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
+        elif not _parses_as_json(arguments):
+            self.flags.add("unparseable_tool_call")  # kept as is, flagged for filters
         current = self._open or self._assistant()
         current.setdefault("tool_calls", []).append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -280,14 +306,17 @@ class _ChatBuilder:
         if isinstance(output, (dict, int, float, bool)):
             content: Any = dumps(output).decode()
         else:
-            content = content_of(output, where)
+            content = content_of(output, where, self.unknown)
         self.close_assistant()
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
 
 
-def content_of(value: Any, where: str) -> Any:
+def content_of(value: Any, where: str, unknown: list[dict[str, Any]] | None = None) -> Any:
     """Responses content (string or parts) -> Chat content: a string, or a list of parts
-    when images are present (text parts are joined with newlines)."""
+    when images are present (text parts are joined with newlines).
+
+    A part of an unknown type is left out and kept whole in ``unknown`` (rejected when no
+    list is given)."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -297,7 +326,7 @@ def content_of(value: Any, where: str) -> Any:
     if not isinstance(value, list):
         raise Rejection("invalid_structure", f"{where}.content is neither a string nor a list")
     parts: list[dict[str, Any]] = []
-    for part in value:
+    for position, part in enumerate(value):
         if isinstance(part, str):
             parts.append({"type": "text", "text": part})
             continue
@@ -311,8 +340,10 @@ def content_of(value: Any, where: str) -> Any:
         elif part_type == "input_image":
             url = part.get("image_url") or part.get("file_id") or ""
             parts.append({"type": "image_url", "image_url": {"url": url}})
-        else:
+        elif part_type in KNOWN_PART_TYPES or unknown is None:
             raise Rejection("invalid_structure", f"{where}.content has an unsupported part {part_type!r}")
+        else:
+            unknown.append({"where": f"{where}.content[{position}]", "type": part_type, "part": part})
     if all(part["type"] == "text" for part in parts):
         return "\n".join(part["text"] for part in parts)
     return parts
@@ -327,6 +358,25 @@ def reasoning_text(item: dict[str, Any]) -> str:
             if any(texts):
                 return "\n\n".join(t for t in texts if t)
     return ""
+
+
+def _parses_as_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _has_hermes_markup(message: dict[str, Any]) -> bool:
+    texts = [message.get("content"), message.get("reasoning_content")]
+    texts += [call["function"]["arguments"] for call in message.get("tool_calls") or []]
+    for text in texts:
+        if isinstance(text, list):  # content parts
+            text = "\n".join(p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str))
+        if isinstance(text, str) and "<" in text and any(tag in text for tag in HERMES_TAGS):
+            return True
+    return False
 
 
 def _text_only(content: Any) -> str:

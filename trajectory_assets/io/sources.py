@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import fsspec
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.spec import AbstractFileSystem
 
 SOURCE_SUFFIXES = (".jsonl", ".jsonl.gz")
 READ_BLOCK = 1 << 20
@@ -40,7 +42,7 @@ def discover(paths: list[str]) -> list[SourceFile]:
     """Expand folders (recursively) and single files into a sorted, de-duplicated list."""
     found: dict[str, SourceFile] = {}
     for path in paths:
-        fs, root = url_to_fs(path)
+        fs, root = filesystem_of(path)
         protocol = _protocol_prefix(path)
         if fs.isdir(root):
             parent = posixpath.dirname(root.rstrip("/"))
@@ -62,9 +64,12 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
     several members. The source's SHA-256 (of its stored bytes) is computed on the way.
     A read error ends the stream and is recorded in ``stats.error`` instead of raising.
     """
+    fs, path = filesystem_of(source.uri)
     try:
-        raw = fsspec.open(source.uri, "rb").open()
+        raw = fs.open(path, "rb")
     except OSError as error:
+        if not is_unreadable(error, source.uri):
+            raise  # e.g. the object store is unreachable: the step's retries deal with it
         stats.error = f"cannot open: {error}"
         return
     hashing = io.BufferedReader(_HashingReader(raw, stats), buffer_size=READ_BLOCK)
@@ -110,11 +115,44 @@ def _protocol_prefix(path: str) -> str:
     return path.split("://", 1)[0] + "://" if "://" in path else ""
 
 
+def filesystem_of(uri: str) -> tuple[AbstractFileSystem, str]:
+    """The filesystem and plain path of a source, without reading the name as a URL.
+
+    ``fsspec.open``/``url_to_fs`` treat ``::`` anywhere in a string as a chain of URLs, so a
+    file named ``x::y.jsonl`` would be opened as ``x``. A local path goes to the local
+    filesystem as it is; ``proto://rest`` to that protocol's filesystem with ``rest`` as the
+    path. Only a chain the user wrote before ``://`` (``simplecache::s3://...``) is parsed.
+    """
+    protocol = uri.split("://", 1)[0] if "://" in uri else ""
+    if "::" in protocol:
+        return url_to_fs(uri)
+    if protocol in ("", "file", "local"):
+        path = uri.split("://", 1)[1] if protocol else uri
+        return LocalFileSystem(), LocalFileSystem._strip_protocol(path)
+    fs = fsspec.filesystem(protocol)  # options from the environment (FSSPEC_S3...) still apply
+    return fs, fs._strip_protocol(uri)
+
+
+# what a missing or forbidden object looks like; anything else from a remote store (a
+# connection reset, a timeout) may pass and is raised for the step's retry policy
+_UNREADABLE = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def is_unreadable(error: BaseException, uri: str) -> bool:
+    """Whether an error opening the source ``uri`` means the source itself cannot be read
+    (so it is reported as a failed source) rather than a passing fault of the storage."""
+    if isinstance(error, _UNREADABLE):
+        return True
+    # a local file that cannot be opened (a broken symlink, a loop, an I/O error) won't heal by retrying
+    return isinstance(error, OSError) and _protocol_prefix(uri) in ("", "file://", "local://")
+
+
 def sha256_of(source: SourceFile) -> tuple[str, int]:
     """(SHA-256, size) of the stored bytes, read in blocks: the batch's data version."""
     digest = hashlib.sha256()
     size = 0
-    with fsspec.open(source.uri, "rb") as handle:
+    fs, path = filesystem_of(source.uri)
+    with fs.open(path, "rb") as handle:
         while block := handle.read(READ_BLOCK):
             digest.update(block)
             size += len(block)
@@ -133,8 +171,14 @@ def fingerprint(uri: str) -> str:
     """Cheap change detector for the sensor: the object store's ETag where there is one,
     else size and modification time. A changed fingerprint means the batch is re-read
     (and its SHA-256 recomputed); an unchanged one costs no read at all."""
-    fs, path = url_to_fs(uri)
-    info = fs.info(path)
+    fs, path = filesystem_of(uri)
+    try:
+        info = fs.info(path)
+    except OSError as error:
+        if not is_unreadable(error, uri):
+            raise
+        # still a batch: its run reports the source as unreadable
+        return f"unreadable:{type(error).__name__}"
     etag = info.get("ETag") or info.get("etag")
     if etag:
         return f"etag:{str(etag).strip(chr(34))}"

@@ -2,7 +2,8 @@
 
 Writes never leave a half-written file under its final name: on a local disk the data
 goes to a temporary sibling that is renamed into place; object stores (s3fs) only make an
-object visible once its upload completes.
+object visible once its upload completes, and a write that fails is discarded (its
+multipart upload aborted), so the previous object stays whole.
 """
 
 from __future__ import annotations
@@ -48,18 +49,39 @@ class Storage:
 
     @contextlib.contextmanager
     def open_write(self, relative: str) -> Iterator[IO[bytes]]:
+        """A binary handle whose bytes replace ``relative`` only if the ``with`` block ends
+        normally. On an exception the previous file or object stays as it was: a local
+        temporary sibling is removed, an object upload is discarded (a multipart upload
+        aborted) instead of being committed, as fsspec's own ``__exit__`` would do."""
         final = self.path(relative)
-        target = f"{final}.tmp-{uuid.uuid4().hex}" if self._local else final
-        try:
-            self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
-            with self.fs.open(target, "wb") as handle:
-                yield handle
-            if self._local:
+        if self._local:
+            target = f"{final}.tmp-{uuid.uuid4().hex}"
+            try:
+                self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
+                with self.fs.open(target, "wb") as handle:
+                    yield handle
                 os.replace(target, final)
-        except BaseException as error:
-            if target != final:
+            except BaseException as error:
                 with contextlib.suppress(OSError):
                     os.remove(target)
+                if isinstance(error, OSError):
+                    raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
+                raise
+            return
+        try:
+            self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
+            handle = self.fs.open(final, "wb")
+        except OSError as error:
+            raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
+        try:
+            yield handle
+        except BaseException:
+            _discard(handle)
+            raise
+        try:
+            handle.close()  # the upload completes (the object appears) only here
+        except BaseException as error:
+            _discard(handle)  # e.g. completing a multipart upload failed: abort it
             if isinstance(error, OSError):
                 raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
             raise
@@ -67,6 +89,17 @@ class Storage:
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.open_write(relative) as handle:
             handle.write(data)
+
+    def remove(self, relative: str) -> None:
+        """Delete a stored file; one that is not there is fine."""
+        try:
+            self.fs.rm_file(self.path(relative))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise StorageError(f"cannot remove {self.uri(relative)}: {error}") from error
+        if not self._local:
+            self.fs.invalidate_cache(self.path(relative))
 
     def read_bytes(self, relative: str) -> bytes:
         try:
@@ -93,3 +126,17 @@ class Storage:
                 return pq.read_table(handle, columns=columns).to_pandas()
         except FileNotFoundError:
             raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
+
+
+def _discard(handle: IO[bytes]) -> None:
+    """Drop an unfinished object write without committing it (s3fs aborts its multipart
+    upload), and mark the handle closed so neither ``close()`` nor garbage collection can
+    upload what was buffered."""
+    discard = getattr(handle, "discard", None)
+    try:
+        if callable(discard):
+            with contextlib.suppress(Exception):  # best effort: the original error matters more
+                discard()
+    finally:
+        with contextlib.suppress(Exception):
+            handle.closed = True  # type: ignore[misc]

@@ -1,0 +1,26 @@
+"""Contract of LLaMA-Factory ShareGPT lines: ``{"conversations": [{"from", "value"}], "system", "tools"}``.
+
+``turn_shape`` has one letter per turn (h human, g gpt, f function_call, o observation);
+the pattern is LLaMA-Factory's alternation rule (even positions human/observation, odd
+positions gpt/function_call, even length) with a human first turn, the same pattern the
+renderer refuses conversations by.
+"""
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.sft import SPLITS
+from schemas.trajectory import HEX_ID
+from trajectory_assets.formats.llama_factory import TURN_SHAPE_PATTERN
+
+
+class LlamaFactorySchema(pa.DataFrameModel):
+    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    split: Series[str] = pa.Field(isin=SPLITS)
+    turn_shape: Series[str] = pa.Field(str_matches=TURN_SHAPE_PATTERN)
+    line: Series[str] = pa.Field(str_startswith='{"conversations":[')
+
+    class Config:
+        strict = True

@@ -1,0 +1,57 @@
+"""Contracts of the TRL flavor: conversational SFT ``{"messages", "tools"}``, explicit-prompt
+DPO ``{"prompt", "chosen", "rejected", "tools"}`` and prompt-only GRPO ``{"prompt", ...}``.
+
+Beyond the role rules they share with the seed formats, each checks ``value_types``: the
+types of every message ``content`` and tool-call ``arguments`` in the written line, which
+must all be strings so HF ``datasets`` infers one Arrow type per column
+(``formats/trl.py``), and ``tools_type``: the ``tools`` column is a JSON string or null.
+"""
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.dpo import DpoSchema
+from schemas.sft import SPLITS
+from schemas.trajectory import HEX_ID
+from schemas.verl import SYSTEM_ONLY_FIRST
+from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
+
+TOOLS_TYPES = ["str", "NoneType"]
+
+
+class TrlSftSchema(pa.DataFrameModel):
+    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    split: Series[str] = pa.Field(isin=SPLITS)
+    role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
+    reward: Series[float] = pa.Field(nullable=True)
+    value_types: Series[str] = pa.Field(eq="str")
+    tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
+    line: Series[str] = pa.Field(str_startswith='{"messages":[')
+
+    class Config:
+        strict = True
+
+
+class TrlDpoSchema(DpoSchema):
+    value_types: Series[str] = pa.Field(eq="str")
+    tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
+
+    class Config:
+        strict = True
+        unique = ["chosen_id", "rejected_id"]
+
+
+class TrlGrpoSchema(pa.DataFrameModel):
+    task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    split: Series[str] = pa.Field(isin=SPLITS)
+    prompt_shape: Series[str] = pa.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
+    mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
+    value_types: Series[str] = pa.Field(eq="str")
+    tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
+    line: Series[str] = pa.Field(str_startswith='{"prompt":[')
+
+    class Config:
+        strict = True

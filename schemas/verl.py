@@ -1,0 +1,29 @@
+"""Contract of verl RL rows: ``{"data_source", "prompt", "ability", "reward_model", "extra_info"}``.
+
+One row per task (verl samples its own rollouts from the prompt). ``prompt_shape`` holds the
+prompt's role letters (``chat.role_shape``): system only first, at least one user turn.
+``line`` is the row as JSON; the writer turns lines into Parquet with ``VERL_ARROW_SCHEMA``.
+"""
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.sft import SPLITS
+from schemas.trajectory import HEX_ID
+
+SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
+
+
+class VerlSchema(pa.DataFrameModel):
+    task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    split: Series[str] = pa.Field(isin=SPLITS)
+    data_source: Series[str] = pa.Field(str_length={"min_value": 1})
+    ability: Series[str] = pa.Field(str_length={"min_value": 1})
+    prompt_shape: Series[str] = pa.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
+    index: Series[int] = pa.Field(ge=0)
+    mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
+    line: Series[str] = pa.Field(str_startswith='{"data_source":')
+
+    class Config:
+        strict = True

@@ -1,0 +1,97 @@
+"""verl rows fit the one explicit Arrow schema, whatever each prompt holds."""
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA, ground_truth_of, verl_row
+
+TOOLS = [{"type": "function", "function": {"name": "f", "description": "", "parameters": {"type": "object"}}}]
+
+
+def row(prompt, **overrides):
+    arguments = dict(
+        prompt=prompt, data_source="nemo_gym/math", ability="math", ground_truth="4", split="train", index=0,
+        task_key="b" * 24, agent_ref={"name": "math_agent"}, tools=TOOLS, num_rollouts=2, mean_reward=0.5,
+        trajectory_ids=["a" * 32, "c" * 32],
+    )
+    arguments.update(overrides)
+    return verl_row(**arguments)
+
+
+def tool_prompt(arguments):
+    return [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "reasoning_content": "hm",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+
+
+def to_table(rows):
+    return pa.Table.from_pylist(rows, schema=VERL_ARROW_SCHEMA)
+
+
+def test_plain_row_converts_and_keeps_its_values():
+    table = to_table([row([{"role": "user", "content": "2+2?"}])])
+    [back] = table.to_pylist()
+    assert back["prompt"] == [{"role": "user", "content": "2+2?", "reasoning_content": None, "tool_calls": None,
+                               "tool_call_id": None}]
+    assert back["reward_model"] == {"style": "rule", "ground_truth": "4"}
+    assert back["extra_info"]["index"] == 0 and back["extra_info"]["trajectory_ids"] == ["a" * 32, "c" * 32]
+    assert orjson.loads(back["extra_info"]["tools"]) == TOOLS
+    assert orjson.loads(back["extra_info"]["agent_ref"]) == {"name": "math_agent"}
+
+
+def test_row_without_ground_truth_tools_or_agent_converts():
+    built = row([{"role": "user", "content": "q"}], ground_truth=None, tools=None, agent_ref=None, mean_reward=None)
+    [back] = to_table([built]).to_pylist()
+    assert back["reward_model"]["ground_truth"] is None
+    assert back["extra_info"]["tools"] is None and back["extra_info"]["agent_ref"] is None
+
+
+def test_tool_calling_prompt_converts_with_string_content_keeping_reasoning():
+    built = row(tool_prompt('{"x": 1}'))
+    assert built["prompt"][2] == {"role": "assistant", "content": "", "reasoning_content": "hm", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]}
+    assert built["prompt"][3]["tool_call_id"] == "c1"
+    assert to_table([built]).num_rows == 1
+
+
+def test_rows_with_different_argument_shapes_share_one_schema():
+    rows = [row(tool_prompt('{"x": 1}')), row(tool_prompt('{"y": {"z": [1, 2]}}'), index=1),
+            row([{"role": "user", "content": "q"}], index=2, ground_truth=None)]
+    table = to_table(rows)
+    assert table.schema == VERL_ARROW_SCHEMA and table.num_rows == 3
+    assert [r["prompt"][-1]["role"] for r in table.to_pylist()] == ["tool", "tool", "user"]
+
+
+def test_row_serializes_as_a_data_source_first_json_line():
+    assert orjson.dumps(row([{"role": "user", "content": "q"}])).startswith(b'{"data_source":')
+
+
+def test_non_text_content_is_unrepresentable():
+    parts = [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:,"}}]
+    with pytest.raises(Unrepresentable) as error:
+        row([{"role": "user", "content": parts}])
+    assert error.value.reason == "non_text_content"
+
+
+@pytest.mark.parametrize(
+    "metadata, expected",
+    [
+        ({"expected_answer": "42"}, "42"),
+        ({"expected_answer": 42}, "42"),
+        ({"expected_answer": ["a", 1]}, '["a",1]'),
+        ({"ground_truth": {"k": 1}}, '{"k":1}'),
+        ({"ground_truth": "x"}, "x"),
+        ({"expected_answer": "first", "ground_truth": "second"}, "first"),
+        ({"expected_answer": None, "ground_truth": "second"}, "second"),
+        ({"other": 1}, None),
+        ({}, None),
+    ],
+)
+def test_ground_truth_of(metadata, expected):
+    assert ground_truth_of(metadata) == expected

@@ -1,0 +1,151 @@
+"""Curation: which trajectories an export may use, and how many of its rows it keeps.
+
+Three steps, each counting what it leaves out under a reason code:
+
+1. ``filter_trajectories``: per-trajectory rules (reward, completed, mask_sample, turns,
+   tokens, length, tool-error rate, quality flags), vectorized over flat columns;
+2. ``deduplicate``: one trajectory per identical conversation (``content_hash``), and with
+   ``dedup: near`` also none whose MinHash similarity to a kept one reaches the threshold;
+3. ``balance``: a cap per ``task_type`` and a sample over the export's own rows (SFT rows,
+   DPO pairs, GRPO tasks), ranked by a hash of the seed and the row's id, so the choice is
+   the same on every machine and does not depend on file order.
+
+Plain pandas; no Dagster. Only ``near_duplicates`` reads message payloads, and only when
+asked to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import orjson
+import pandas as pd
+
+from trajectory_assets.config import Curation
+from trajectory_assets.formats.jsonutil import sha256_hex
+
+# the flat trajectory columns the filters read
+FILTER_COLUMNS = [
+    "trajectory_id", "task_key", "task_type", "reward", "completed", "mask_sample", "unanswered_tool_calls",
+    "quality_flags", "num_assistant_turns", "total_tokens", "messages_chars", "tool_results", "tool_errors",
+    "content_hash",
+]
+NO_TASK_TYPE = "(none)"
+SHINGLE_WORDS = 5  # word 5-grams: long enough that shared boilerplate alone does not make two runs similar
+MINHASH_PERMUTATIONS = 64
+LSH_BANDING_THRESHOLD = 0.8
+
+
+def filter_trajectories(trajectories: pd.DataFrame, config: Curation) -> tuple[pd.DataFrame, Counter]:
+    """Rows that pass every enabled rule; each dropped row is counted under its first failed rule."""
+    excluded: Counter = Counter()
+    t = trajectories
+    flags = "|".join(re.escape(flag) for flag in config.exclude_quality_flags)
+    # NaN compares False, so "passes when unknown" is spelled out for the optional measures
+    error_rate = t["tool_errors"] / t["tool_results"].where(t["tool_results"] > 0)
+    rules = [
+        ("not_completed", config.require_completed, lambda: t["completed"]),
+        ("mask_sample", config.exclude_mask_sample, lambda: ~t["mask_sample"]),
+        ("unanswered_tool_calls", config.exclude_unanswered_tool_calls, lambda: t["unanswered_tool_calls"] == 0),
+        # rows without a reward (Hermes trajectories) have nothing to filter on
+        ("below_min_reward", config.min_reward is not None, lambda: t["reward"].isna() | (t["reward"] >= config.min_reward)),
+        ("too_few_turns", config.min_turns is not None, lambda: t["num_assistant_turns"] >= config.min_turns),
+        ("too_many_turns", config.max_turns is not None, lambda: t["num_assistant_turns"] <= config.max_turns),
+        ("too_many_tokens", config.max_tokens is not None,
+         lambda: t["total_tokens"].isna() | (t["total_tokens"] <= config.max_tokens)),
+        ("too_long", config.max_chars is not None, lambda: t["messages_chars"] <= config.max_chars),
+        ("tool_error_rate", config.max_tool_error_rate is not None,
+         lambda: error_rate.isna() | (error_rate <= config.max_tool_error_rate)),
+        ("quality_flags", bool(flags),
+         lambda: ~t["quality_flags"].str.contains(rf"(?:^|,)(?:{flags})(?:,|$)", regex=True)),
+    ]
+    keep = pd.Series(True, index=t.index)
+    for reason, enabled, passes in rules:
+        if enabled:
+            passed = passes().astype(bool)
+            dropped = int((keep & ~passed).sum())  # counted under the first rule a row fails
+            if dropped:
+                excluded[reason] += dropped
+            keep &= passed
+    return t.loc[keep], excluded
+
+
+def drop_exact_duplicates(trajectories: pd.DataFrame, excluded: Counter) -> pd.DataFrame:
+    """The first trajectory (in table order) of each identical conversation."""
+    duplicated = trajectories["content_hash"].duplicated()
+    if duplicated.any():
+        excluded["duplicate_content"] += int(duplicated.sum())
+    return trajectories.loc[~duplicated]
+
+
+def conversation_text(messages_json: str) -> str:
+    """What near-duplicate detection compares: every message's text and tool calls."""
+    parts = []
+    for message in orjson.loads(messages_json):
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [p.get("text", "") for p in content if isinstance(p, dict)]
+        for call in message.get("tool_calls") or []:
+            parts.append(f"{call['function']['name']} {call['function']['arguments']}")
+    return "\n".join(parts)
+
+
+def _shingles(text: str) -> list[bytes]:
+    words = text.lower().split()
+    if len(words) <= SHINGLE_WORDS:
+        return [" ".join(words).encode()]
+    return [" ".join(words[i:i + SHINGLE_WORDS]).encode() for i in range(len(words) - SHINGLE_WORDS + 1)]
+
+
+def near_duplicates(payloads: Iterable[tuple[str, str]], threshold: float) -> set[str]:
+    """Ids of conversations whose estimated Jaccard similarity to an earlier kept one is
+    >= threshold. ``payloads`` are (trajectory_id, messages JSON) in table order, so the
+    first of a group of near-copies is the one kept."""
+    from datasketch import MinHash, MinHashLSH  # only needed with dedup: near
+
+    # LSH cannot band for thresholds near 1 with few permutations; it only proposes
+    # candidates, so a lower banding threshold just means more of them are checked
+    index = MinHashLSH(threshold=min(threshold, LSH_BANDING_THRESHOLD), num_perm=MINHASH_PERMUTATIONS)
+    kept: dict[str, MinHash] = {}
+    dropped: set[str] = set()
+    for trajectory_id, messages_json in payloads:
+        signature = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=1)
+        signature.update_batch(_shingles(conversation_text(messages_json)))
+        # LSH only proposes candidates; the estimated similarity decides
+        if any(kept[other].jaccard(signature) >= threshold for other in index.query(signature)):
+            dropped.add(trajectory_id)
+            continue
+        index.insert(trajectory_id, signature)
+        kept[trajectory_id] = signature
+    return dropped
+
+
+def rank(ids: pd.Series, seed: str) -> pd.Series:
+    """A uniform number in [0, 1) per id, fixed by the seed: the order caps and samples keep."""
+    return ids.map(lambda value: int(sha256_hex(f"{seed}:{value}".encode())[:8], 16) / 2**32).astype(float)
+
+
+def balance(units: pd.DataFrame, config: Curation, id_column: str, excluded: Counter) -> pd.DataFrame:
+    """Cap rows per task_type, then sample; the rows kept stay in their original order."""
+    if units.empty or (config.max_per_task_type is None and config.sample_fraction >= 1.0):
+        return units
+    ranks = rank(units[id_column], config.seed)
+    keep = pd.Series(True, index=units.index)
+    if config.max_per_task_type is not None:
+        groups = units["task_type"].fillna(NO_TASK_TYPE)
+        position = ranks.groupby(groups).rank(method="first")
+        capped = position > config.max_per_task_type
+        if capped.any():
+            excluded["task_type_cap"] += int(capped.sum())
+        keep &= ~capped
+    if config.sample_fraction < 1.0:
+        # a rank independent of the cap's, so sampling does not favour the capped survivors
+        sampled_out = keep & (rank(units[id_column], f"{config.seed}:sample") >= config.sample_fraction)
+        if sampled_out.any():
+            excluded["sampled_out"] += int(sampled_out.sum())
+        keep &= ~sampled_out
+    return units.loc[keep]

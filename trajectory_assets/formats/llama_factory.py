@@ -1,0 +1,150 @@
+"""Canonical chat messages -> LLaMA-Factory ShareGPT rows (and their ``dataset_info.json``).
+
+LLaMA-Factory's ShareGPT converter (``src/llamafactory/data/converter.py``,
+``SharegptDatasetConverter``) reads ``{"conversations": [{"from", "value"}], "system",
+"tools"}`` and drops any row whose turns do not alternate: even positions ``human`` or
+``observation``, odd positions ``gpt`` or ``function_call``, an even number of turns.
+A dropped row is silent there, so :func:`to_llama_factory` refuses such conversations
+here with :class:`Unrepresentable` and the export can count them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from trajectory_assets.formats.unrepresentable import Unrepresentable
+
+FROM_LETTER = {"human": "h", "gpt": "g", "function_call": "f", "observation": "o"}
+
+# the converter's alternation rule plus a human first turn (a conversation opening on a
+# tool result has no prompt); applied by the renderer and by the Pandera contract alike
+TURN_SHAPE_PATTERN = r"^h[gf](?:[ho][gf])*$"
+
+# the separator LLaMA-Factory's own OpenAI converter puts between parallel tool results
+# (its templates wrap the whole observation in one <tool_response> block)
+TOOL_RESULT_JOINER = "\n</tool_response>\n<tool_response>\n"
+
+# the column mapping and role tags of every dataset registered by dataset_info()
+SHAREGPT_COLUMNS = {"messages": "conversations", "system": "system", "tools": "tools"}
+SHAREGPT_TAGS = {
+    "role_tag": "from",
+    "content_tag": "value",
+    "user_tag": "human",
+    "assistant_tag": "gpt",
+    "observation_tag": "observation",
+    "function_tag": "function_call",
+    "system_tag": "system",
+}
+
+
+def to_llama_factory(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """One ShareGPT row: ``{"conversations", "system", "tools"}`` (both columns strings)."""
+    system = ""
+    body = messages
+    if messages and messages[0].get("role") == "system":
+        system = _text(messages[0].get("content"))
+        body = messages[1:]
+
+    conversations: list[dict[str, str]] = []
+    tool_results: list[str] = []
+    for message in body:
+        role = message.get("role")
+        if role != "tool" and tool_results:
+            conversations.append(_observation(tool_results))
+            tool_results = []
+        if role == "user":
+            conversations.append({"from": "human", "value": _text(message.get("content"))})
+        elif role == "assistant":
+            conversations.append(_assistant_turn(message))
+        elif role == "tool":
+            tool_results.append(_text(message.get("content")))
+        elif role == "system":
+            raise Unrepresentable("misplaced_system_message", "the system column holds only a leading system message")
+        else:
+            raise Unrepresentable("unknown_role", f"role {role!r} has no ShareGPT tag")
+    if tool_results:
+        conversations.append(_observation(tool_results))
+
+    shape = turn_shape(conversations)
+    if not re.match(TURN_SHAPE_PATTERN, shape):
+        raise Unrepresentable("breaks_turn_alternation", f"turn shape {shape!r} is not human/gpt alternation")
+    return {"conversations": conversations, "system": system, "tools": _tools_column(tools)}
+
+
+def turn_shape(conversations: list[dict[str, str]]) -> str:
+    """One letter per turn (:data:`FROM_LETTER`), so the contract checks alternation with a regex."""
+    return "".join(FROM_LETTER.get(turn.get("from"), "?") for turn in conversations)
+
+
+def dataset_info(name: str, files: dict[str, str]) -> dict[str, Any]:
+    """``dataset_info.json`` registering one dataset per split, named ``{name}_{split}``."""
+    return {
+        f"{name}_{split}": {
+            "file_name": file_name,
+            "formatting": "sharegpt",
+            "columns": dict(SHAREGPT_COLUMNS),
+            "tags": dict(SHAREGPT_TAGS),
+        }
+        for split, file_name in files.items()
+    }
+
+
+def _assistant_turn(message: dict[str, Any]) -> dict[str, str]:
+    calls = message.get("tool_calls") or []
+    content = _text(message.get("content") or "")
+    reasoning = message.get("reasoning_content") or ""
+    # LLaMA-Factory's reasoning templates split <think> blocks off gpt values, and its
+    # FunctionFormatter strips them before parsing a function_call value as JSON
+    thought = f"<think>\n{reasoning}\n</think>\n\n" if reasoning else ""
+    if not calls:
+        return {"from": "gpt", "value": thought + content}
+    if content.strip():
+        raise Unrepresentable("text_with_tool_calls", "a ShareGPT turn is either text or function calls, not both")
+    return {"from": "function_call", "value": thought + orjson.dumps([_call(call) for call in calls]).decode()}
+
+
+def _call(call: dict[str, Any]) -> dict[str, Any]:
+    """LLaMA-Factory's function_call item: arguments as an object, not a JSON string."""
+    function = call.get("function") or {}
+    raw = function.get("arguments")
+    try:
+        arguments = orjson.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except orjson.JSONDecodeError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise Unrepresentable("unparseable_tool_arguments",
+                              f"arguments of {function.get('name')!r} are not a JSON object")
+    return {"name": function.get("name"), "arguments": arguments}
+
+
+def _observation(results: list[str]) -> dict[str, str]:
+    return {"from": "observation", "value": TOOL_RESULT_JOINER.join(results)}
+
+
+def _tools_column(tools: list[dict[str, Any]] | None) -> str:
+    """LLaMA-Factory's tool format: a JSON list of bare function objects.
+
+    Its default tool formatter reads ``description`` and ``parameters.properties``
+    unguarded, so missing ones are filled with empty values.
+    """
+    if not tools:
+        return ""
+    functions = []
+    for tool in tools:
+        function = tool.get("function", tool)
+        functions.append({
+            "name": function.get("name"),
+            "description": function.get("description") or "",
+            "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+        })
+    return orjson.dumps(functions).decode()
+
+
+def _text(content: Any) -> str:
+    """ShareGPT values are plain strings; image parts have no place in them."""
+    if isinstance(content, str):
+        return content
+    raise Unrepresentable("non_text_content", "only string content (no image parts) can be a ShareGPT value")
