@@ -2,15 +2,16 @@
 
     python -m bench.run --sizes 250,500,1000 --repeats 2      (or: make bench)
 
-For each corpus size it builds a corpus (bench/corpus.py), then runs the three variants
-A/B interleaved in one session (the order rotates each repeat, so drift on this shared,
+For each corpus size it builds a corpus (bench/corpus.py), then runs the variants (floor,
+recipe, run with every export, run_seed with only the seed's SFT/DPO/GRPO) A/B interleaved
+in one session (the order rotates each repeat, so drift on this shared,
 noisy machine hits all of them alike), each in a fresh process, recording wall time and
 the peak memory of the whole process tree (the command and every descendant, e.g. the
 run's parallel batch workers): every ~50 ms the tree is walked through /proc and the RSS
 and PSS (``smaps_rollup``, which splits shared pages between their sharers instead of
 counting them in every process) of its processes are summed; the peak of each sum is kept.
-Reports the median wall time, MB/s, peak RSS (tree), peak PSS (tree) and the ratios
-run/recipe and run/floor, as JSON and as a Markdown table in bench/out/. (The JSON also
+Reports the median wall time, MB/s, peak RSS (tree), peak PSS (tree) and each run
+variant's ratios to the recipe and the floor, as JSON and as a Markdown table in bench/out/. (The JSON also
 keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single process, not
 the tree.)
 """
@@ -40,8 +41,12 @@ def variants(source: Path, work: Path) -> dict[str, list[str]]:
     return {
         "floor": [python, "-m", "bench.floor", str(source)],
         "recipe": [python, "-m", "bench.recipe", str(source), str(work / "recipe")],
+        # every export (4 seed formats + 5 trainer flavors), as `trajectory-assets run` does by default
         "run": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
                 "--storage", str(work / "run")],
+        # what the recipe makes (SFT, DPO, GRPO): the like-for-like comparison
+        "run_seed": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
+                     "--storage", str(work / "run_seed"), "--exports", "sft,dpo,grpo"],
     }
 
 
@@ -152,7 +157,7 @@ def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
             samples[name].append(measure(commands[name]))
             last = samples[name][-1]
             pss = f"{last['peak_pss_tree'] / 2**20:7.1f}" if last["peak_pss_tree"] is not None else "      ?"
-            print(f"  {size_mb} MB  repeat {repeat + 1}  {name:6s} {last['wall_s']:7.2f} s  "
+            print(f"  {size_mb} MB  repeat {repeat + 1}  {name:8s} {last['wall_s']:7.2f} s  "
                   f"RSS(tree) {last['peak_rss_tree'] / 2**20:7.1f} MiB  PSS(tree) {pss} MiB", flush=True)
     megabytes = shape["bytes"] / 1e6
     result = {"size_mb": size_mb, "corpus": shape, "variants": {}}
@@ -169,20 +174,21 @@ def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
             "walls_s": [round(r["wall_s"], 3) for r in runs],
             "memory_samples": [r["samples"] for r in runs],
         }
-    run = result["variants"]["run"]["wall_s"]
-    result["run_over_recipe"] = round(run / result["variants"]["recipe"]["wall_s"], 2)
-    result["run_over_floor"] = round(run / result["variants"]["floor"]["wall_s"], 2)
+    for name in (n for n in names if n.startswith("run")):
+        wall = result["variants"][name]["wall_s"]
+        result["variants"][name]["over_recipe"] = round(wall / result["variants"]["recipe"]["wall_s"], 2)
+        result["variants"][name]["over_floor"] = round(wall / result["variants"]["floor"]["wall_s"], 2)
     return result
 
 
 def markdown(results: list[dict]) -> str:
     lines = [
-        "| corpus | variant | wall (median) | MB/s | peak RSS (tree) | peak PSS (tree) | run / recipe | run / floor |",
+        "| corpus | variant | wall (median) | MB/s | peak RSS (tree) | peak PSS (tree) | / recipe | / floor |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for name, v in result["variants"].items():
-            ratios = (f"{result['run_over_recipe']}x", f"{result['run_over_floor']}x") if name == "run" else ("", "")
+            ratios = (f"{v['over_recipe']}x", f"{v['over_floor']}x") if "over_recipe" in v else ("", "")
             lines.append(
                 f"| {result['corpus']['bytes'] / 1e6:.0f} MB, {result['corpus']['rows']} rows, "
                 f"{result['corpus']['files']} files | {name} | {v['wall_s']:.2f} s | {v['mb_per_s']} | "

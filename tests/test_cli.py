@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,24 +60,29 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
             assert manifest["files"][f"{split}.jsonl"]["sha256"] == hashlib.sha256(data).hexdigest()
 
 
+def written_files(storage: Path) -> dict[str, bytes]:
+    """Every dataset, card, manifest, report and quarantine file of a run, by relative path."""
+    return {
+        path.relative_to(storage).as_posix(): path.read_bytes()
+        for folder in ("exports", "reports", "quarantine")
+        for path in sorted((storage / folder).rglob("*"))
+        if path.is_file()
+    }
+
+
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path)]) == 0
-    for export in ("sft", "dpo", "grpo"):
-        for name in ("train.jsonl", "validation.jsonl", "manifest.json"):
-            assert (tmp_path / "exports" / export / name).read_bytes() == (
-                sample_run / "exports" / export / name
-            ).read_bytes()
-    assert (tmp_path / "reports" / "stats.json").read_bytes() == (sample_run / "reports" / "stats.json").read_bytes()
+    first, again = written_files(sample_run), written_files(tmp_path)
+    assert len([name for name in first if name.startswith("exports/")]) == 9 * 4 + 1  # 9 exports + dataset_info
+    assert first.keys() == again.keys()
+    assert [name for name in first if first[name] != again[name]] == []
 
 
 def test_parallel_batches_give_the_same_exports_as_one_at_a_time(sample_run, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--workers", "1"]) == 0
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "p"), "--workers", "2"]) == 0
-    for export in ("sft", "dpo", "grpo"):
-        for name in ("train.jsonl", "validation.jsonl"):
-            one = (tmp_path / "exports" / export / name).read_bytes()
-            assert one == (tmp_path / "p" / "exports" / export / name).read_bytes()
-            assert one == (sample_run / "exports" / export / name).read_bytes()
+    one, parallel, reference = written_files(tmp_path), written_files(tmp_path / "p"), written_files(sample_run)
+    assert one == parallel == reference
 
 
 def test_a_persistent_instance_records_every_run(tmp_path, monkeypatch):
@@ -167,3 +173,18 @@ def test_unwritable_storage_exits_non_zero_with_a_clear_reason(tmp_path):
     assert result.returncode == 1
     assert "cannot write" in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_exports_option_builds_only_the_named_exports(tmp_path, capsys):
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--exports", "trl_sft,dpo"]) == 0
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["dpo", "trl_sft"]
+    stats = json.loads((tmp_path / "reports" / "stats.json").read_text())
+    assert sorted(stats["exports"]) == ["dpo", "trl_sft"]
+    printed = capsys.readouterr().out
+    assert "trl_sft:" in printed and "sft:" not in printed.replace("trl_sft:", "")
+
+
+def test_unknown_export_names_fail_in_one_line(tmp_path, capsys):
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--exports", "sft,parquet"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("trajectory-assets: unknown export(s) ['parquet']") and "\n" not in error

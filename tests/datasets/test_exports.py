@@ -351,3 +351,20 @@ def test_tasks_whose_rollouts_all_tie_make_no_pairs(pairing):
     frame = trajectory_frame([task(i, 0.5, f"answer {j}") for i in range(3) for j in range(2)])
     result = build_dpo(frame, DpoConfig(pairing=pairing), ALL_TRAIN)
     assert result.rows.empty and result.excluded == {"tied_rewards": 3}
+
+
+@pytest.mark.parametrize("family", ["sft", "dpo", "grpo"])
+def test_a_family_renders_each_format_as_it_would_alone(family):
+    from trajectory_assets.datasets.exports import FAMILIES
+
+    rows = [task(i % 3, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.25, 0.75])]
+    rows.append(tool_rollout(agent_ref={"name": "weather"}))
+    frame = trajectory_frame(rows)
+    builder, formats = FAMILIES[family]
+    config = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig()}[family]
+    together = list(builder(FrameTable(frame), config, ALL_TRAIN, formats))
+    for name, fmt in formats.items():
+        alone = collect(frames[name] for frames in builder(FrameTable(frame), config, ALL_TRAIN, {name: fmt}))
+        joint = collect(frames[name] for frames in together)
+        assert len(alone.rows) > 0, name
+        assert list(joint.rows["line"]) == list(alone.rows["line"]) and joint.excluded == alone.excluded, name

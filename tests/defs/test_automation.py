@@ -72,9 +72,10 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
         (rerun,) = tick3.run_requests
         assert rerun.partition_key == key_a and rerun.run_key != tick.run_requests[0].run_key
 
-        # a deleted file's batch is removed
+        # a deleted file's batch is removed, and the datasets are rebuilt without it
         first.unlink()
-        evaluate(defs, instance, tick3.cursor)
+        (refresh,) = evaluate(defs, instance, tick3.cursor).run_requests
+        assert refresh.job_name == "build_training_datasets" and refresh.partition_key is None
         assert instance.get_dynamic_partitions(layout.BATCH_PARTITIONS) == [key_b]
         assert json.loads(tick3.cursor).keys() == {key_a, key_b}
 

@@ -86,12 +86,12 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
 
     sft = export_defs.EXPORT_KINDS[0]
 
-    def buggy_builder(*args, **kwargs):
-        for frame in sft.build(*args, **kwargs):
-            frame.rows["role_shape"] = "x"  # what a bug in the builder would produce
-            yield frame
+    def buggy_render(item):
+        return {**sft.format.render(item), "role_shape": "x"}  # what a bug in the renderer would produce
 
-    buggy_sft = export_defs.build_export_asset(dataclasses.replace(sft, build=buggy_builder))
+    buggy = dataclasses.replace(sft, format=dataclasses.replace(sft.format, render=buggy_render))
+    healthy = next(kind for kind in export_defs.EXPORT_KINDS if kind.name == "trl_sft")
+    buggy_sft = export_defs.build_family_asset("sft", [buggy, healthy])
     resources = {
         "sources": RolloutSources(paths=[str(SAMPLE)]),
         "storage": TrajectoryStorage(root=str(tmp_path)),
@@ -107,8 +107,14 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     assert not result.success
     failed = [e for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
               and not e.asset_check_evaluation_data.passed]
-    assert [e.asset_check_evaluation_data.check_name for e in failed] == ["contract"]
+    assert [(e.asset_check_evaluation_data.asset_key.to_user_string(), e.asset_check_evaluation_data.check_name)
+            for e in failed] == [
+        ("sft_dataset", "contract")]
     assert not list((tmp_path / "exports" / "sft").glob("*"))  # not even a temporary file is left
+    # the family's other export passed its checks and is written, manifest last
+    assert (tmp_path / "exports" / "trl_sft" / "manifest.json").exists()
+    assert {e.asset_key.to_user_string() for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"
+            } == {"trl_sft_dataset"}
 
 
 def test_bad_records_never_abort_the_run(tmp_path):

@@ -7,13 +7,17 @@ Every export works the same way, so memory stays bounded by a chunk:
    units: SFT rows (one per trajectory), DPO pairs (two rollouts of a task), GRPO tasks
    (one per task), and balances them (cap per task_type, sample);
 2. **fetch** the message payloads of only the planned trajectories, chunk by chunk;
-3. **render** each unit in the export's format: the seed formats (SFT, Hermes ShareGPT SFT,
-   DPO, NeMo Gym GRPO input) and the trainer flavors (TRL, LLaMA-Factory, verl). A unit a
-   format cannot express raises ``Unrepresentable`` and is counted, never written lossily.
+3. **render** each unit in every requested :class:`Format` of the family: the seed formats
+   (SFT, Hermes ShareGPT SFT, DPO, NeMo Gym GRPO input) and the trainer flavors (TRL,
+   LLaMA-Factory, verl). A unit a format cannot express raises ``Unrepresentable`` and is
+   counted, never written lossily.
 
-Builders yield :class:`ExportFrame` chunks: one row per export line, holding the finished
-JSON line (``line``), its ``split`` and the flat columns its Pandera contract checks, plus
-counts of what was left out and why. Payloads stay JSON strings, spliced into lines with
+A family plans and reads its payloads once for all its formats, and decodes each JSON
+payload at most once (the ``*Item`` classes cache what the renderers ask for): reading the
+payloads is most of an export's cost. ``iter_<family>_family`` yields, per chunk, one
+:class:`ExportFrame` per format: one row per export line, holding the finished JSON line
+(``line``), its ``split`` and the flat columns its Pandera contract checks, plus counts of
+what was left out and why. ``iter_<format>`` / ``build_<format>`` give one format alone. Payloads stay JSON strings, spliced into lines with
 ``orjson.Fragment`` where they are copied unchanged. The split is by ``prompt_key`` (the
 content of the prompt), so one prompt never lands in both splits, even when two source
 files hold it under different task indices.
@@ -24,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -145,30 +150,66 @@ def plan_sft(table: TrajectoryTable, config: SftConfig) -> tuple[pd.DataFrame, C
     return balance(kept, config, "trajectory_id", excluded), excluded
 
 
-def _sft_family(render: Callable[[Any], dict[str, Any]], dtypes: dict[str, Any]):
-    def iter_export(table: TrajectoryTable, config: SftConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-        plan, excluded = plan_sft(table, config)
-        yield ExportFrame(_frame([], dtypes, split), excluded)
-        if plan.empty:
-            return
-        for chunk in table.scan(SFT_PAYLOAD_COLUMNS, ids=set(plan["trajectory_id"])):
-            records, unrepresentable = [], Counter()
-            for row in chunk.itertuples(index=False):
-                try:
-                    records.append(render(row))
-                except Unrepresentable as error:
-                    unrepresentable[error.reason] += 1
-            yield ExportFrame(_frame(records, dtypes, split), unrepresentable)
+@dataclass(frozen=True)
+class Format:
+    """One way to write a family's units: a renderer (unit -> flat columns + ``line``) and
+    the dtypes of those flat columns, which are what the format's contract checks."""
 
-    return iter_export
+    render: Callable[..., dict[str, Any]]
+    frame: dict[str, Any]
+
+
+class SftItem:
+    """One planned trajectory's payload; JSON columns are decoded once, on first use."""
+
+    def __init__(self, row) -> None:
+        self.row = row
+
+    @cached_property
+    def messages(self) -> list[dict[str, Any]]:
+        return orjson.loads(self.row.messages)
+
+    @cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return _loads_or_none(self.row.tools)
+
+
+def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig) -> dict[str, ExportFrame]:
+    """Every unit in every format; a unit one format cannot express is counted for that format only."""
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in formats}
+    unrepresentable: dict[str, Counter] = {name: Counter() for name in formats}
+    for unit in units:
+        for name, fmt in formats.items():
+            try:
+                records[name].append(fmt.render(unit))
+            except Unrepresentable as error:
+                unrepresentable[name][error.reason] += 1
+    return {name: ExportFrame(_frame(records[name], fmt.frame, split), unrepresentable[name])
+            for name, fmt in formats.items()}
+
+
+def _exclusions(excluded: Counter, formats: dict[str, Format], split: SplitConfig) -> dict[str, ExportFrame]:
+    """The plan's exclusions, the same for every format of the family."""
+    return {name: ExportFrame(_frame([], fmt.frame, split), Counter(excluded)) for name, fmt in formats.items()}
+
+
+def iter_sft_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig,
+                    formats: dict[str, Format]) -> Iterator[dict[str, ExportFrame]]:
+    plan, excluded = plan_sft(table, config)
+    yield _exclusions(excluded, formats, split)
+    if plan.empty:
+        return
+    for chunk in table.scan(SFT_PAYLOAD_COLUMNS, ids=set(plan["trajectory_id"])):
+        yield _render_all((SftItem(row) for row in chunk.itertuples(index=False)), formats, split)
 
 
 def _lineage(row) -> dict[str, str]:
     return {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "prompt_key": row.prompt_key}
 
 
-def _sft_record(row) -> dict[str, Any]:
-    record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}
+def _sft_record(item: SftItem) -> dict[str, Any]:
+    row = item.row
+    record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}  # copied as stored, not re-encoded
     if row.tools is not None:
         record["tools"] = orjson.Fragment(row.tools)
     if not pd.isna(row.reward):
@@ -183,10 +224,11 @@ def _sft_record(row) -> dict[str, Any]:
 FROM_LETTER = {"system": "s", "human": "h", "gpt": "g", "tool": "t"}
 
 
-def _sft_hermes_record(row) -> dict[str, Any]:
+def _sft_hermes_record(item: SftItem) -> dict[str, Any]:
+    row = item.row
     if HERMES_MARKUP_FLAG in row.quality_flags.split(","):
         raise Unrepresentable(HERMES_MARKUP_FLAG)
-    conversations = render_hermes(orjson.loads(row.messages), _loads_or_none(row.tools))
+    conversations = render_hermes(item.messages, item.tools)
     line = {"conversations": conversations, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
     return {
         **_lineage(row),
@@ -195,8 +237,9 @@ def _sft_hermes_record(row) -> dict[str, Any]:
     }
 
 
-def _trl_sft_record(row) -> dict[str, Any]:
-    messages = text_messages(orjson.loads(row.messages))
+def _trl_sft_record(item: SftItem) -> dict[str, Any]:
+    row = item.row
+    messages = text_messages(item.messages)
     record = {"messages": messages, "tools": row.tools, "reward": None if pd.isna(row.reward) else row.reward,
               "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
     return {
@@ -209,8 +252,9 @@ def _trl_sft_record(row) -> dict[str, Any]:
     }
 
 
-def _llama_factory_record(row) -> dict[str, Any]:
-    record = to_llama_factory(orjson.loads(row.messages), _loads_or_none(row.tools))
+def _llama_factory_record(item: SftItem) -> dict[str, Any]:
+    row = item.row
+    record = to_llama_factory(item.messages, item.tools)
     record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
     return {**_lineage(row), "turn_shape": turn_shape(record["conversations"]), "line": orjson.dumps(record).decode()}
 
@@ -221,10 +265,12 @@ TRL_SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role
                  "value_types": str, "tools_type": str, "line": str}
 LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "line": str}
 
-iter_sft = _sft_family(_sft_record, SFT_FRAME)
-iter_sft_hermes = _sft_family(_sft_hermes_record, SFT_HERMES_FRAME)
-iter_trl_sft = _sft_family(_trl_sft_record, TRL_SFT_FRAME)
-iter_llama_factory = _sft_family(_llama_factory_record, LLAMA_FACTORY_FRAME)
+SFT_FORMATS = {
+    "sft": Format(_sft_record, SFT_FRAME),
+    "sft_hermes": Format(_sft_hermes_record, SFT_HERMES_FRAME),
+    "trl_sft": Format(_trl_sft_record, TRL_SFT_FRAME),
+    "llama_factory": Format(_llama_factory_record, LLAMA_FACTORY_FRAME),
+}
 
 
 # ------------------------------------------------------------------ DPO family
@@ -302,44 +348,56 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
     }, columns=PAIR_COLUMNS)
 
 
-def _dpo_family(render: Callable[..., dict[str, Any]], dtypes: dict[str, Any]):
-    def iter_export(table: TrajectoryTable, config: DpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-        pairs, excluded = plan_dpo(table, config)
-        yield ExportFrame(_frame([], dtypes, split), excluded)
-        if pairs.empty:
-            return
-        pair_rows = list(pairs.itertuples(index=False))
-        # payloads arrive chunk by chunk; a pair is written as soon as both sides are loaded,
-        # and a payload is dropped once no pair waits for it
-        waiting: dict[str, list[int]] = {}
-        for index, pair in enumerate(pair_rows):
-            waiting.setdefault(pair.chosen_id, []).append(index)
-            waiting.setdefault(pair.rejected_id, []).append(index)
-        loaded: dict[str, tuple[str, str | None]] = {}
-        written: set[int] = set()
-        for chunk in table.scan(DPO_PAYLOAD_COLUMNS, ids=set(waiting)):
-            loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
-            ready = sorted({
-                index
-                for trajectory_id in chunk["trajectory_id"]
-                for index in waiting[trajectory_id]
-                if pair_rows[index].chosen_id in loaded and pair_rows[index].rejected_id in loaded
-            } - written)
-            records, unrepresentable = [], Counter()
-            for index in ready:
-                pair = pair_rows[index]
-                written.add(index)
-                try:
-                    records.append(render(pair, loaded[pair.chosen_id], loaded[pair.rejected_id], config.pairing))
-                except Unrepresentable as error:
-                    unrepresentable[error.reason] += 1
-            for index in ready:
-                for trajectory_id in (pair_rows[index].chosen_id, pair_rows[index].rejected_id):
-                    if all(other in written for other in waiting[trajectory_id]):
-                        loaded.pop(trajectory_id, None)
-            yield ExportFrame(_frame(records, dtypes, split), unrepresentable)
+class PairItem:
+    """One planned pair with both payloads; the conversations are decoded and split once."""
 
-    return iter_export
+    def __init__(self, pair, chosen_payload: tuple[str, str | None], rejected_payload: tuple[str, str | None],
+                 pairing: str) -> None:
+        self.pair = pair
+        self.tools_json = chosen_payload[1]
+        self.pairing = pairing
+        self._payloads = (chosen_payload[0], rejected_payload[0])
+
+    @cached_property
+    def parts(self) -> tuple[list, list, list, dict[str, Any]]:
+        """(prompt, chosen, rejected, the contract's flat pair columns)."""
+        chosen_messages, rejected_messages = (orjson.loads(payload) for payload in self._payloads)
+        shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
+        columns = _pair_columns(self.pair, shared, chosen_shape, rejected_shape)
+        return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:], columns
+
+
+def iter_dpo_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig,
+                    formats: dict[str, Format]) -> Iterator[dict[str, ExportFrame]]:
+    pairs, excluded = plan_dpo(table, config)
+    yield _exclusions(excluded, formats, split)
+    if pairs.empty:
+        return
+    pair_rows = list(pairs.itertuples(index=False))
+    # payloads arrive chunk by chunk; a pair is rendered as soon as both sides are loaded,
+    # and a payload is dropped once no pair waits for it
+    waiting: dict[str, list[int]] = {}
+    for index, pair in enumerate(pair_rows):
+        waiting.setdefault(pair.chosen_id, []).append(index)
+        waiting.setdefault(pair.rejected_id, []).append(index)
+    loaded: dict[str, tuple[str, str | None]] = {}
+    written: set[int] = set()
+    for chunk in table.scan(DPO_PAYLOAD_COLUMNS, ids=set(waiting)):
+        loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
+        ready = sorted({
+            index
+            for trajectory_id in chunk["trajectory_id"]
+            for index in waiting[trajectory_id]
+            if pair_rows[index].chosen_id in loaded and pair_rows[index].rejected_id in loaded
+        } - written)
+        items = [PairItem(pair_rows[i], loaded[pair_rows[i].chosen_id], loaded[pair_rows[i].rejected_id],
+                          config.pairing) for i in ready]
+        written.update(ready)
+        for index in ready:
+            for trajectory_id in (pair_rows[index].chosen_id, pair_rows[index].rejected_id):
+                if all(other in written for other in waiting[trajectory_id]):
+                    loaded.pop(trajectory_id, None)
+        yield _render_all(items, formats, split)
 
 
 def _split_pair(chosen_messages: list, rejected_messages: list) -> tuple[int, str, str]:
@@ -359,37 +417,33 @@ def _pair_columns(pair, shared: int, chosen_shape: str, rejected_shape: str) -> 
     }
 
 
-def _pair_record(pair, prompt, chosen, rejected, tools, pairing: str) -> dict[str, Any]:
+def _pair_record(item: PairItem, prompt, chosen, rejected, tools) -> dict[str, Any]:
+    pair = item.pair
     return {
         "prompt": prompt, "chosen": chosen, "rejected": rejected,
         "quality_difference": pair.quality_difference,
         "reward_chosen": pair.reward_chosen, "reward_rejected": pair.reward_rejected,
         **({"tools": tools} if tools is not None else {}),
-        "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key, "pairing": pairing,
+        "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key,
+        "pairing": item.pairing,
     }
 
 
-def _dpo_record(pair, chosen_payload, rejected_payload, pairing: str) -> dict[str, Any]:
-    chosen_messages, rejected_messages = orjson.loads(chosen_payload[0]), orjson.loads(rejected_payload[0])
-    shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
-    tools = None if chosen_payload[1] is None else orjson.Fragment(chosen_payload[1])
-    record = _pair_record(pair, chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:],
-                          tools, pairing)
-    return {**_pair_columns(pair, shared, chosen_shape, rejected_shape), "line": orjson.dumps(record).decode()}
+def _dpo_record(item: PairItem) -> dict[str, Any]:
+    prompt, chosen, rejected, columns = item.parts
+    tools = None if item.tools_json is None else orjson.Fragment(item.tools_json)
+    return {**columns, "line": orjson.dumps(_pair_record(item, prompt, chosen, rejected, tools)).decode()}
 
 
-def _trl_dpo_record(pair, chosen_payload, rejected_payload, pairing: str) -> dict[str, Any]:
-    chosen_messages, rejected_messages = orjson.loads(chosen_payload[0]), orjson.loads(rejected_payload[0])
-    shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
-    prompt, chosen = text_messages(chosen_messages[:shared]), text_messages(chosen_messages[shared:])
-    rejected = text_messages(rejected_messages[shared:])
+def _trl_dpo_record(item: PairItem) -> dict[str, Any]:
+    prompt, chosen, rejected, columns = item.parts
+    prompt, chosen, rejected = text_messages(prompt), text_messages(chosen), text_messages(rejected)
     # always present (null without tools), so the column has one type
-    record = _pair_record(pair, prompt, chosen, rejected, chosen_payload[1], pairing)
-    record.setdefault("tools", None)
+    record = {**_pair_record(item, prompt, chosen, rejected, item.tools_json), "tools": item.tools_json}
     return {
-        **_pair_columns(pair, shared, chosen_shape, rejected_shape),
+        **columns,
         "value_types": value_types(prompt + chosen + rejected),
-        "tools_type": type(chosen_payload[1]).__name__,
+        "tools_type": type(item.tools_json).__name__,
         "line": orjson.dumps(record).decode(),
     }
 
@@ -401,8 +455,7 @@ DPO_FRAME = {
 TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k != "line"}, "value_types": str, "tools_type": str,
                  "line": str}
 
-iter_dpo = _dpo_family(_dpo_record, DPO_FRAME)
-iter_trl_dpo = _dpo_family(_trl_dpo_record, TRL_DPO_FRAME)
+DPO_FORMATS = {"dpo": Format(_dpo_record, DPO_FRAME), "trl_dpo": Format(_trl_dpo_record, TRL_DPO_FRAME)}
 
 
 # ------------------------------------------------------------------ GRPO family
@@ -462,28 +515,40 @@ def _task_summary(task) -> dict[str, Any]:
     }
 
 
-def _grpo_family(render: Callable[..., dict[str, Any]], dtypes: dict[str, Any]):
-    def iter_export(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig) -> Iterator[ExportFrame]:
-        tasks, excluded = plan_grpo(table, config)
-        yield ExportFrame(_frame([], dtypes, split), excluded)
-        if tasks.empty:
-            return
-        by_first = {task.trajectory_id: task for task in tasks.itertuples(index=False)}
-        position = {trajectory_id: index for index, trajectory_id in enumerate(by_first)}
-        for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(by_first)):
-            records, unrepresentable = [], Counter()
-            for payload in chunk.itertuples(index=False):
-                task = by_first[payload.trajectory_id]
-                try:
-                    records.append(render(task, payload, position[payload.trajectory_id], split))
-                except Unrepresentable as error:
-                    unrepresentable[error.reason] += 1
-            yield ExportFrame(_frame(records, dtypes, split), unrepresentable)
+class TaskItem:
+    """One planned task with its first rollout's payload; JSON columns decoded once."""
 
-    return iter_export
+    def __init__(self, task, payload, index: int, split: SplitConfig) -> None:
+        self.task = task
+        self.payload = payload
+        self.index = index  # the task's position in the export (verl's extra_info.index)
+        self.split = split_of(task.prompt_key, split)
+
+    @cached_property
+    def prompt(self) -> list[dict[str, Any]]:
+        return orjson.loads(self.payload.messages)[: self.payload.prompt_length]
+
+    @cached_property
+    def ground_truth(self) -> str | None:
+        return ground_truth_of(orjson.loads(self.payload.metadata))
 
 
-def _grpo_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any]:
+def iter_grpo_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig,
+                     formats: dict[str, Format]) -> Iterator[dict[str, ExportFrame]]:
+    tasks, excluded = plan_grpo(table, config)
+    yield _exclusions(excluded, formats, split)
+    if tasks.empty:
+        return
+    by_first = {task.trajectory_id: task for task in tasks.itertuples(index=False)}
+    position = {trajectory_id: index for index, trajectory_id in enumerate(by_first)}
+    for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(by_first)):
+        items = (TaskItem(by_first[payload.trajectory_id], payload, position[payload.trajectory_id], split)
+                 for payload in chunk.itertuples(index=False))
+        yield _render_all(items, formats, split)
+
+
+def _grpo_record(item: TaskItem) -> dict[str, Any]:
+    task, payload = item.task, item.payload
     if payload.request is None:
         raise Unrepresentable("no_request")
     request = orjson.loads(payload.request)
@@ -499,14 +564,11 @@ def _grpo_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any
     }
 
 
-def _prompt(payload) -> list[dict[str, Any]]:
-    return orjson.loads(payload.messages)[: payload.prompt_length]
-
-
-def _trl_grpo_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any]:
-    prompt = text_messages(_prompt(payload))
+def _trl_grpo_record(item: TaskItem) -> dict[str, Any]:
+    task, payload = item.task, item.payload
+    prompt = text_messages(item.prompt)
     # every column besides prompt reaches TRL's reward functions as a keyword argument
-    line = {"prompt": prompt, "tools": payload.tools, "ground_truth": ground_truth_of(orjson.loads(payload.metadata)),
+    line = {"prompt": prompt, "tools": payload.tools, "ground_truth": item.ground_truth,
             "agent_name": task.agent_ref["name"], "task_type": task.task_type, **_task_summary(task)}
     return {
         "task_key": task.task_key,
@@ -519,15 +581,15 @@ def _trl_grpo_record(task, payload, index: int, split: SplitConfig) -> dict[str,
     }
 
 
-def _verl_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any]:
-    prompt = _prompt(payload)
+def _verl_record(item: TaskItem) -> dict[str, Any]:
+    task, payload, prompt = item.task, item.payload, item.prompt
     row = verl_row(
         prompt=prompt,
         data_source=task.agent_ref["name"],  # the environment: what picks the reward function
         ability=task.task_type or "agent",
-        ground_truth=ground_truth_of(orjson.loads(payload.metadata)),
-        split=split_of(task.prompt_key, split),
-        index=index,
+        ground_truth=item.ground_truth,
+        split=item.split,
+        index=item.index,
         task_key=task.task_key,
         agent_ref=task.agent_ref,
         tools=_loads_or_none(payload.tools),
@@ -541,7 +603,7 @@ def _verl_record(task, payload, index: int, split: SplitConfig) -> dict[str, Any
         "data_source": row["data_source"],
         "ability": row["ability"],
         "prompt_shape": role_shape(prompt),
-        "index": index,
+        "index": item.index,
         "mean_reward": task.mean_reward,
         "line": orjson.dumps(row).decode(),
     }
@@ -554,9 +616,40 @@ TRL_GRPO_FRAME = {"task_key": str, "prompt_key": str, "prompt_shape": str, "mean
 VERL_FRAME = {"task_key": str, "prompt_key": str, "data_source": str, "ability": str, "prompt_shape": str,
               "index": "int64", "mean_reward": float, "line": str}
 
-iter_grpo = _grpo_family(_grpo_record, GRPO_FRAME)
-iter_trl_grpo = _grpo_family(_trl_grpo_record, TRL_GRPO_FRAME)
-iter_verl = _grpo_family(_verl_record, VERL_FRAME)
+GRPO_FORMATS = {
+    "grpo": Format(_grpo_record, GRPO_FRAME),
+    "trl_grpo": Format(_trl_grpo_record, TRL_GRPO_FRAME),
+    "verl": Format(_verl_record, VERL_FRAME),
+}
+
+# family (also its config section) -> (its builder, its formats)
+FAMILIES: dict[str, tuple[Callable[..., Iterator[dict[str, ExportFrame]]], dict[str, Format]]] = {
+    "sft": (iter_sft_family, SFT_FORMATS),
+    "dpo": (iter_dpo_family, DPO_FORMATS),
+    "grpo": (iter_grpo_family, GRPO_FORMATS),
+}
+
+
+def _one_format(family: str, name: str) -> Callable[..., Iterator[ExportFrame]]:
+    builder, formats = FAMILIES[family]
+
+    def iter_export(table: TrajectoryTable, config: Any, split: SplitConfig) -> Iterator[ExportFrame]:
+        for frames in builder(table, config, split, {name: formats[name]}):
+            yield frames[name]
+
+    iter_export.__doc__ = f"The {name} export alone (family {family})."
+    return iter_export
+
+
+iter_sft = _one_format("sft", "sft")
+iter_sft_hermes = _one_format("sft", "sft_hermes")
+iter_trl_sft = _one_format("sft", "trl_sft")
+iter_llama_factory = _one_format("sft", "llama_factory")
+iter_dpo = _one_format("dpo", "dpo")
+iter_trl_dpo = _one_format("dpo", "trl_dpo")
+iter_grpo = _one_format("grpo", "grpo")
+iter_trl_grpo = _one_format("grpo", "trl_grpo")
+iter_verl = _one_format("grpo", "verl")
 
 
 def _over_frame(builder: Callable[..., Iterator[ExportFrame]]) -> Callable[..., ExportFrame]:

@@ -5,6 +5,7 @@ import dagster as dg
 import orjson
 
 from trajectory_assets import layout
+from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.defs.ingest import raw_rollouts, rollout_batches, validated_trajectories
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
 from trajectory_assets.io.sources import (
@@ -63,12 +64,13 @@ def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
 def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
     @dg.sensor(
         name="rollout_batch_sensor",
-        job=ingest_job,
+        jobs=[ingest_job, datasets_job],
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Registers each new source file as a batch partition and runs it; re-runs a batch "
-        "whose content changed (new SHA-256); removes batches whose file is gone. The cursor holds "
-        "every file's fingerprint, so nothing is read or processed twice.",
+        "whose content changed (new SHA-256); removes batches whose file is gone and rebuilds the "
+        "datasets without them. The cursor holds every file's fingerprint, so nothing is read or "
+        "processed twice.",
     )
     def rollout_batch_sensor(
         context: dg.SensorEvaluationContext, sources: RolloutSources, storage: TrajectoryStorage
@@ -88,15 +90,21 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
         to_register = [key for key in new if key not in registered]
         requests = [
             # the fingerprint is in the run key: the same file version is never run twice
-            dg.RunRequest(run_key=f"{key}:{current[key]}", partition_key=key)
+            dg.RunRequest(run_key=f"{key}:{current[key]}", partition_key=key, job_name=INGEST_JOB)
             for key in [*new, *changed]
         ]
         partition_requests = []
         if to_register:
             partition_requests.append(rollout_batches.build_add_request(to_register))
-        if gone:
-            partition_requests.append(rollout_batches.build_delete_request([k for k in gone if k in registered]))
+        removed = [key for key in gone if key in registered]
         cursor = orjson.dumps(current, option=orjson.OPT_SORT_KEYS).decode()
+        if removed:
+            partition_requests.append(rollout_batches.build_delete_request(removed))
+            # nothing new lands to trigger the eager refresh, so the datasets are rebuilt
+            # here (with new batches in the same tick, the refresh follows their runs instead)
+            if not requests:
+                requests.append(dg.RunRequest(run_key=f"removed:{','.join(removed)}:{sha256_hex(cursor.encode())}",
+                                              job_name=MAIN_JOB))
         if not requests and not partition_requests:  # the cursor still moves: touched files are not re-hashed
             return dg.SensorResult(skip_reason=f"no new or changed rollout files among {len(current)}", cursor=cursor)
         return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=cursor)

@@ -1,5 +1,13 @@
 """Every export as an asset: the seed formats (SFT, Hermes SFT, DPO, GRPO) and the trainer
-flavors (TRL, LLaMA-Factory, verl). Each line is checked by its contract before it is written."""
+flavors (TRL, LLaMA-Factory, verl).
+
+The exports of one family (SFT, DPO, GRPO) are one multi-asset step: the family plans and
+reads its payloads once and renders every selected export from them (reading payloads is
+most of an export's cost). Each export is still its own asset with its own contract, checks,
+manifest and card, and is committed or discarded on its own: one that fails a check writes
+nothing, while the others of its family are written. Each line is checked by its contract
+before it is written.
+"""
 
 
 import contextlib
@@ -49,10 +57,10 @@ FLAVORS_GROUP = "trainer_flavors"
 @dataclass(frozen=True)
 class ExportKind:
     name: str  # also the folder under exports/
+    family: str  # sft / dpo / grpo: the config section that curates it and the step that builds it
+    format: exports.Format
     description: str
     contract: type[pa.DataFrameModel]
-    build: Callable[..., Iterator[exports.ExportFrame]]  # (TrajectoryTable, config section, SplitConfig)
-    config_section: str  # sft / dpo / grpo: the curation it follows
     # export field -> the validated_trajectories columns it is made from (shown in the UI)
     lineage: dict[str, list[str]]
     group: str = GROUP
@@ -88,42 +96,40 @@ def _llama_factory_index(export: str) -> dict[str, bytes]:
                                               option=orjson.OPT_INDENT_2)}
 
 
+def _kind(name: str, family: str, *args, **kwargs) -> ExportKind:
+    return ExportKind(name, family, exports.FAMILIES[family][1][name], *args, **kwargs)
+
+
 EXPORT_KINDS = (
-    ExportKind("sft", "Supervised fine-tuning rows {messages, tools?, reward?, task_type?} in Chat Completions form.",
-               SftSchema, exports.iter_sft, "sft", SFT_LINEAGE, measures=("reward",)),
-    ExportKind("dpo", "Preference pairs {prompt, chosen, rejected, quality_difference, reward_chosen, "
-               "reward_rejected} from rollouts of the same task.",
-               DpoSchema, exports.iter_dpo, "dpo", DPO_LINEAGE, measures=DPO_MEASURES),
-    ExportKind("sft_hermes", "The SFT rows (same curation) rendered as Hermes ShareGPT: <think>, <tool_call> and "
-               "<tool_response> markup and the function-calling system prompt.",
-               SftHermesSchema, exports.iter_sft_hermes, "sft",
-               {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}),
-    ExportKind("grpo", "One NeMo Gym RL input row {responses_create_params, agent_ref} per task.",
-               GrpoSchema, exports.iter_grpo, "grpo", {"responses_create_params": ["request"], **TASK_LINEAGE},
-               measures=("mean_reward",)),
-    ExportKind("trl_sft", "TRL conversational SFT: {messages, tools (JSON string)} for trl.SFTTrainer.",
-               TrlSftSchema, exports.iter_trl_sft, "sft", SFT_LINEAGE, group=FLAVORS_GROUP, file_format="parquet",
-               arrow_schema=TRL_SFT_SCHEMA, measures=("reward",)),
-    ExportKind("trl_dpo", "TRL explicit-prompt conversational preferences {prompt, chosen, rejected, tools} "
-               "for trl.DPOTrainer.",
-               TrlDpoSchema, exports.iter_trl_dpo, "dpo", DPO_LINEAGE, group=FLAVORS_GROUP, file_format="parquet",
-               arrow_schema=TRL_DPO_SCHEMA, measures=DPO_MEASURES),
-    ExportKind("trl_grpo", "TRL prompt-only rows {prompt, ...}: the other columns reach the reward functions.",
-               TrlGrpoSchema, exports.iter_trl_grpo, "grpo",
-               {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"],
-                **TASK_LINEAGE}, group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TRL_GRPO_SCHEMA,
-               measures=("mean_reward",)),
-    ExportKind("verl", "verl RL Parquet {data_source, prompt, ability, reward_model, extra_info}, one row per task.",
-               VerlSchema, exports.iter_verl, "grpo",
-               {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
-                "ability": ["task_type"], "reward_model": ["metadata"], "extra_info": ["task_key", "trajectory_id",
-                                                                                        "reward", "tools"]},
-               group=FLAVORS_GROUP, file_format="parquet", arrow_schema=VERL_ARROW_SCHEMA, measures=("mean_reward",)),
-    ExportKind("llama_factory", "LLaMA-Factory ShareGPT {conversations, system, tools} with dataset_info.json.",
-               LlamaFactorySchema, exports.iter_llama_factory, "sft",
-               {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
-                "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-               group=FLAVORS_GROUP, index_files=_llama_factory_index),
+    _kind("sft", "sft", "Supervised fine-tuning rows {messages, tools?, reward?, task_type?} in Chat Completions "
+          "form.", SftSchema, SFT_LINEAGE, measures=("reward",)),
+    _kind("dpo", "dpo", "Preference pairs {prompt, chosen, rejected, quality_difference, reward_chosen, "
+          "reward_rejected} from rollouts of the same task.", DpoSchema, DPO_LINEAGE, measures=DPO_MEASURES),
+    _kind("sft_hermes", "sft", "The SFT rows (same curation) rendered as Hermes ShareGPT: <think>, <tool_call> "
+          "and <tool_response> markup and the function-calling system prompt.", SftHermesSchema,
+          {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}),
+    _kind("grpo", "grpo", "One NeMo Gym RL input row {responses_create_params, agent_ref} per task.", GrpoSchema,
+          {"responses_create_params": ["request"], **TASK_LINEAGE}, measures=("mean_reward",)),
+    _kind("trl_sft", "sft", "TRL conversational SFT: {messages, tools (JSON string)} for trl.SFTTrainer.",
+          TrlSftSchema, SFT_LINEAGE, group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TRL_SFT_SCHEMA,
+          measures=("reward",)),
+    _kind("trl_dpo", "dpo", "TRL explicit-prompt conversational preferences {prompt, chosen, rejected, tools} for "
+          "trl.DPOTrainer.", TrlDpoSchema, DPO_LINEAGE, group=FLAVORS_GROUP, file_format="parquet",
+          arrow_schema=TRL_DPO_SCHEMA, measures=DPO_MEASURES),
+    _kind("trl_grpo", "grpo", "TRL prompt-only rows {prompt, ...}: the other columns reach the reward functions.",
+          TrlGrpoSchema, {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"],
+                          **TASK_LINEAGE},
+          group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TRL_GRPO_SCHEMA, measures=("mean_reward",)),
+    _kind("verl", "grpo", "verl RL Parquet {data_source, prompt, ability, reward_model, extra_info}, one row per "
+          "task.", VerlSchema,
+          {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
+           "ability": ["task_type"], "reward_model": ["metadata"],
+           "extra_info": ["task_key", "trajectory_id", "reward", "tools"]},
+          group=FLAVORS_GROUP, file_format="parquet", arrow_schema=VERL_ARROW_SCHEMA, measures=("mean_reward",)),
+    _kind("llama_factory", "sft", "LLaMA-Factory ShareGPT {conversations, system, tools} with dataset_info.json.",
+          LlamaFactorySchema, {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
+                               "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+          group=FLAVORS_GROUP, index_files=_llama_factory_index),
 )
 
 
@@ -142,6 +148,10 @@ class _BrokenExport(Exception):
         super().__init__(summary)
         self.checks = checks
         self.summary = summary
+
+
+class _Discarded(Exception):
+    """Thrown into an export's open files so they are removed instead of committed."""
 
 
 class _HashingWriter:
@@ -199,140 +209,186 @@ def _unique_keys(schema) -> list[list[str]]:
     return keys + ([list(schema.unique)] if schema.unique else [])
 
 
-def _write_export(store: Storage, kind: ExportKind, frames, config: PipelineConfig) -> _Written:
-    """Streams every chunk through the contract into the split files.
+class _ExportWriter:
+    """One export's split files, fed chunk by chunk through the contract.
 
-    Files are written under temporary names and only renamed into place when every chunk
-    passed, so a failing check leaves the previous export untouched. Checks that span
+    Files are written under temporary names and only committed by :meth:`finish` when every
+    chunk passed, so a failing check leaves the previous export untouched. Checks that span
     chunks (uniqueness, split leaks, DPO margin) are tracked here over flat keys only.
     """
-    schema = kind.contract.to_schema()
-    unique_keys = _unique_keys(schema)
-    seen: dict[tuple, set] = {tuple(key): set() for key in unique_keys}
-    duplicates = 0
-    prompts_by_split: dict[str, set[str]] = {split: set() for split in exports.SPLITS}
-    below_margin = 0
-    excluded: Counter = Counter()
-    failures: dict[str, str] = {}
-    rows_checked = 0
-    first_line = None
-    measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "line_chars")}
-    with contextlib.ExitStack() as stack:
-        sinks = {}
+
+    def __init__(self, store: Storage, kind: ExportKind, config: PipelineConfig) -> None:
+        self.store, self.kind, self.config = store, kind, config
+        schema = kind.contract.to_schema()
+        self.unique_keys = _unique_keys(schema)
+        self.seen: dict[tuple, set] = {tuple(key): set() for key in self.unique_keys}
+        self.duplicates = 0
+        self.prompts_by_split: dict[str, set[str]] = {split: set() for split in exports.SPLITS}
+        self.below_margin = 0
+        self.excluded: Counter = Counter()
+        self.failures: dict[str, str] = {}
+        self.rows_checked = 0
+        self.first_line: str | None = None
+        self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "line_chars")}
+        self.files = contextlib.ExitStack()
+        self.sinks: dict[str, _SplitSink] = {}
         for split in exports.SPLITS:
-            handle = stack.enter_context(store.open_write(layout.export_file(kind.name, split, kind.file_format)))
-            sinks[split] = _SplitSink(_HashingWriter(handle), kind.arrow_schema)
-            stack.callback(sinks[split].close)  # on an error too, before its file is discarded
-        for frame in frames:
-            excluded.update(frame.excluded)
-            rows = frame.rows
-            result = validate(kind.contract, rows)
-            rows_checked += len(rows)
-            failures.update({f"row {rows_checked - len(rows) + int(i)}": f for i, f in result.failures.items()})
-            failures.update({f"table:{e}": e for e in result.table_errors})
-            for key in unique_keys:
-                values = list(zip(*(rows[name].tolist() for name in key)))
-                duplicates += sum(1 for v in values if v in seen[tuple(key)])
-                seen[tuple(key)].update(values)
-            if kind.checks_margin and len(rows):
-                below_margin += int((rows["quality_difference"] < config.dpo.min_margin).sum())
-            for name in kind.measures:
-                measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
-            measured["line_chars"].append(rows["line"].str.len().to_numpy(dtype=float))
-            for split, sink in sinks.items():
-                in_split = rows["split"] == split
-                lines = rows.loc[in_split, "line"].tolist()
-                prompts_by_split[split].update(rows.loc[in_split, "prompt_key"])
-                if lines:
-                    sink.write(lines)
-                    first_line = first_line or lines[0]
-        for sink in sinks.values():
-            sink.close()
-        if duplicates:
-            failures["cross-chunk"] = f"{duplicates} duplicate value(s) of {unique_keys} across chunks"
-        leaked = prompts_by_split["train"] & prompts_by_split["validation"]
-        contract = ContractResult(passed=not failures, rows_checked=rows_checked, failures=failures)
+            handle = self.files.enter_context(store.open_write(layout.export_file(kind.name, split, kind.file_format)))
+            self.sinks[split] = _SplitSink(_HashingWriter(handle), kind.arrow_schema)
+            self.files.callback(self.sinks[split].close)  # before its file is committed or discarded
+
+    def add(self, frame: exports.ExportFrame) -> None:
+        self.excluded.update(frame.excluded)
+        rows = frame.rows
+        result = validate(self.kind.contract, rows)
+        self.rows_checked += len(rows)
+        offset = self.rows_checked - len(rows)
+        self.failures.update({f"row {offset + int(i)}": f for i, f in result.failures.items()})
+        self.failures.update({f"table:{e}": e for e in result.table_errors})
+        for key in self.unique_keys:
+            values = list(zip(*(rows[name].tolist() for name in key)))
+            self.duplicates += sum(1 for v in values if v in self.seen[tuple(key)])
+            self.seen[tuple(key)].update(values)
+        if self.kind.checks_margin and len(rows):
+            self.below_margin += int((rows["quality_difference"] < self.config.dpo.min_margin).sum())
+        for name in self.kind.measures:
+            self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
+        self.measured["line_chars"].append(rows["line"].str.len().to_numpy(dtype=float))
+        for split, sink in self.sinks.items():
+            in_split = rows["split"] == split
+            lines = rows.loc[in_split, "line"].tolist()
+            self.prompts_by_split[split].update(rows.loc[in_split, "prompt_key"])
+            if lines:
+                sink.write(lines)
+                self.first_line = self.first_line or lines[0]
+
+    def discard(self) -> None:
+        self.files.__exit__(_Discarded, _Discarded(), None)
+
+    def finish(self) -> _Written:
+        """Checks, then commits the files; raises :class:`_BrokenExport` (nothing written) if a check failed."""
+        if self.duplicates:
+            self.failures["cross-chunk"] = f"{self.duplicates} duplicate value(s) of {self.unique_keys} across chunks"
+        leaked = self.prompts_by_split["train"] & self.prompts_by_split["validation"]
+        contract = ContractResult(passed=not self.failures, rows_checked=self.rows_checked, failures=self.failures)
+        asset = self.kind.asset_name
         checks = [
-            contract_check_result(contract, asset=kind.asset_name),
-            dg.AssetCheckResult(asset_key=kind.asset_name, check_name="no_split_leak", passed=not leaked,
+            contract_check_result(contract, asset=asset),
+            dg.AssetCheckResult(asset_key=asset, check_name="no_split_leak", passed=not leaked,
                                 metadata={"leaked_prompts": len(leaked)}),
         ]
-        if kind.checks_margin:
-            checks.append(dg.AssetCheckResult(asset_key=kind.asset_name, check_name="dpo_margin",
-                                              passed=below_margin == 0,
-                                              metadata={"min_margin": config.dpo.min_margin,
-                                                        "below_margin": below_margin}))
+        if self.kind.checks_margin:
+            checks.append(dg.AssetCheckResult(asset_key=asset, check_name="dpo_margin", passed=self.below_margin == 0,
+                                              metadata={"min_margin": self.config.dpo.min_margin,
+                                                        "below_margin": self.below_margin}))
         if not all(check.passed for check in checks):
-            raise _BrokenExport(checks, contract.summary(5))  # the temporary files are discarded
+            self.discard()
+            raise _BrokenExport(checks, contract.summary(5))
         # the manifest is about to describe new files: never leave the old one beside them
-        store.remove(layout.export_manifest(kind.name))
-    files = {
-        f"{split}.{kind.file_format}": {"sha256": sink.out.sha256.hexdigest(), "bytes": sink.out.size,
-                                        "rows": sink.rows}
-        for split, sink in sinks.items()
-    }
-    distributions = {name: describe(np.concatenate(parts) if parts else np.empty(0))
-                     for name, parts in measured.items()}
-    return _Written({split: sink.rows for split, sink in sinks.items()}, files, excluded, distributions, checks,
-                    first_line)
+        self.store.remove(layout.export_manifest(self.kind.name))
+        self.files.close()  # closes the sinks, then renames every split into place
+        files = {
+            f"{split}.{self.kind.file_format}": {"sha256": sink.out.sha256.hexdigest(), "bytes": sink.out.size,
+                                                 "rows": sink.rows}
+            for split, sink in self.sinks.items()
+        }
+        distributions = {name: describe(np.concatenate(parts) if parts else np.empty(0))
+                         for name, parts in self.measured.items()}
+        return _Written({split: sink.rows for split, sink in self.sinks.items()}, files, self.excluded,
+                        distributions, checks, self.first_line)
 
 
-def build_export_asset(kind: ExportKind) -> dg.AssetsDefinition:
-    check_specs = [
+def _check_specs(kind: ExportKind) -> list[dg.AssetCheckSpec]:
+    specs = [
         dg.AssetCheckSpec("contract", asset=kind.asset_name, blocking=True,
                           description=f"every row satisfies {kind.contract.__name__}"),
         dg.AssetCheckSpec("no_split_leak", asset=kind.asset_name, blocking=True,
                           description="no prompt (prompt_key) appears in both train and validation"),
     ]
     if kind.checks_margin:
-        check_specs.append(
-            dg.AssetCheckSpec("dpo_margin", asset=kind.asset_name, blocking=True,
-                              description="every pair's quality_difference >= dpo.min_margin")
-        )
+        specs.append(dg.AssetCheckSpec("dpo_margin", asset=kind.asset_name, blocking=True,
+                                       description="every pair's quality_difference >= dpo.min_margin"))
+    return specs
 
-    @dg.asset(
-        name=kind.asset_name,
-        deps=["validated_trajectories"],
-        group_name=kind.group,
-        code_version=code_version(),
-        kinds={kind.file_format, "pandera"},
-        description=kind.description,
-        check_specs=check_specs,
-        metadata={"dagster/column_schema": column_schema(kind.contract)},
-        automation_condition=dg.AutomationCondition.eager(),
+
+def build_family_asset(family: str, kinds: list[ExportKind]) -> dg.AssetsDefinition:
+    """One step for the exports of a family; any subset of them can be materialized."""
+
+    @dg.multi_asset(
+        name=f"{family}_exports",
+        specs=[
+            dg.AssetSpec(
+                kind.asset_name,
+                deps=["validated_trajectories"],
+                group_name=kind.group,
+                code_version=code_version(),
+                kinds={kind.file_format, "pandera"},
+                description=kind.description,
+                metadata={"dagster/column_schema": column_schema(kind.contract)},
+                automation_condition=dg.AutomationCondition.eager(),
+            )
+            for kind in kinds
+        ],
+        check_specs=[spec for kind in kinds for spec in _check_specs(kind)],
+        can_subset=True,
         retry_policy=STORAGE_RETRY,
     )
-    def _export(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
+    def _family(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
+        selected = [kind for kind in kinds if dg.AssetKey(kind.asset_name) in context.selected_asset_keys]
         with storage_faults_only():
-            yield from _materialize_export(kind, context, storage, settings)
+            yield from _materialize_family(family, selected, context, storage, settings)
 
-    return _export
+    return _family
 
 
-def _materialize_export(kind: ExportKind, context: dg.AssetExecutionContext, storage: TrajectoryStorage,
-                        settings: PipelineSettings) -> Iterator:
+def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetExecutionContext,
+                        storage: TrajectoryStorage, settings: PipelineSettings) -> Iterator:
     config = settings.load()
     store = storage.open()
     batches = registered_batches(context)
     table = stored_trajectories(store, batches)
-    frames = kind.build(table, getattr(config, kind.config_section), config.split)
+    builder, _ = exports.FAMILIES[family]
+    writers: dict[str, _ExportWriter] = {}
     try:
-        written = _write_export(store, kind, frames, config)
-    except _BrokenExport as broken:
-        # nothing was written: a dataset that breaks its checks must never reach a trainer
-        yield from broken.checks
-        failed = [c.check_name for c in broken.checks if not c.passed]
+        for kind in kinds:
+            writers[kind.name] = _ExportWriter(store, kind, config)
+        for frames in builder(table, getattr(config, family), config.split, {k.name: k.format for k in kinds}):
+            for name, frame in frames.items():
+                writers[name].add(frame)
+    except BaseException:
+        for writer in writers.values():
+            writer.discard()
+        raise
+    sources = read_summary(store, batches)["sources"]
+    broken = []
+    for kind in kinds:
+        try:
+            written = writers[kind.name].finish()
+        except _BrokenExport as failure:
+            # nothing of it was written: a dataset that breaks its checks must never reach a trainer
+            yield from failure.checks
+            failed = [check.check_name for check in failure.checks if not check.passed]
+            broken.append(f"{kind.asset_name} failed {', '.join(failed)}: {failure.summary}")
+            continue
+        yield _publish(store, kind, written, batches, sources, config)
+    pyarrow.default_memory_pool().release_unused()  # the payloads are gone; give their memory back
+    if broken:
         raise dg.Failure(  # the same rows would fail again: no retry
-            description=f"{kind.asset_name} failed {', '.join(failed)}: {broken.summary}; nothing was written",
+            description="; ".join(broken) + "; nothing was written for them",
             allow_retries=False,
-        ) from None
+        )
+
+
+def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[str], sources: list[dict],
+             config: PipelineConfig) -> dg.MaterializeResult:
+    """Writes an export's index files, card and (last) manifest; its Dagster materialization."""
     manifest = build_manifest(
         export=kind.name,
         file_format=kind.file_format,
-        config_section=kind.config_section,
+        config_section=kind.family,
         batches=batches,
         config=config.model_dump(),
-        sources=read_summary(store, batches)["sources"],
+        sources=sources,
         rows=written.rows,
         excluded=dict(written.excluded),
         distributions=written.distributions,
@@ -343,7 +399,8 @@ def _materialize_export(kind: ExportKind, context: dg.AssetExecutionContext, sto
     store.write_bytes(layout.export_card(kind.name), render_card(manifest).encode())
     # last: a manifest beside the files means the set is complete
     store.write_bytes(layout.export_manifest(kind.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-    yield dg.MaterializeResult(
+    return dg.MaterializeResult(
+        asset_key=kind.asset_name,
         metadata={
             "dagster/row_count": sum(written.rows.values()),
             "dagster/uri": store.uri(f"exports/{kind.name}"),
@@ -358,9 +415,9 @@ def _materialize_export(kind: ExportKind, context: dg.AssetExecutionContext, sto
             ),
             "dagster/column_lineage": dg.TableColumnLineage(
                 deps_by_column={
-                    field: [dg.TableColumnDep(asset_key=dg.AssetKey("validated_trajectories"), column_name=c)
-                            for c in columns]
-                    for field, columns in kind.lineage.items()
+                    column: [dg.TableColumnDep(asset_key=dg.AssetKey("validated_trajectories"), column_name=c)
+                             for c in columns]
+                    for column, columns in kind.lineage.items()
                 }
             ),
         },
@@ -368,4 +425,7 @@ def _materialize_export(kind: ExportKind, context: dg.AssetExecutionContext, sto
     )
 
 
-export_assets = [build_export_asset(kind) for kind in EXPORT_KINDS]
+export_assets = [
+    build_family_asset(family, [kind for kind in EXPORT_KINDS if kind.family == family])
+    for family in exports.FAMILIES
+]

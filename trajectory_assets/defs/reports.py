@@ -59,7 +59,12 @@ def _write_report(
     with store.open_write(layout.QUARANTINE) as quarantine:
         for key in batches:
             quarantine.write(store.read_bytes(layout.batch_quarantine(key)))
-    manifests = {kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name))) for kind in EXPORT_KINDS}
+    # every export in the storage (a run may have built only some of them)
+    manifests = {
+        kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))
+        for kind in EXPORT_KINDS
+        if store.exists(layout.export_manifest(kind.name))
+    }
     tasks, per_task = task_stats(trajectories, config.grpo.pass_threshold)
     # only Hermes rows' messages are read for the Hermes section (none at all without them)
     hermes_ids = set(trajectories.loc[trajectories["source_format"] == "hermes", "trajectory_id"])
