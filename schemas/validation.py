@@ -24,8 +24,9 @@ class ContractResult:
 def validate(model: type[pa.DataFrameModel], frame: pd.DataFrame) -> ContractResult:
     """Validate every check lazily so one run reports all failures, not just the first."""
     try:
-        model.validate(frame, lazy=True)
+        validated = model.validate(frame, lazy=True)
     except SchemaErrors as errors:
+        _drop_pandera_accessor(errors.data)
         cases = errors.failure_cases
         tied = cases["index"].notna()
         failures = {
@@ -34,4 +35,14 @@ def validate(model: type[pa.DataFrameModel], frame: pd.DataFrame) -> ContractRes
         }
         table_errors = sorted({f"{c}:{k}" for c, k in zip(cases.loc[~tied, "column"], cases.loc[~tied, "check"])})
         return ContractResult(False, len(frame), failures, table_errors)
+    _drop_pandera_accessor(validated)
     return ContractResult(True, len(frame))
+
+
+def _drop_pandera_accessor(frame) -> None:
+    """Pandera validates a copy of the frame and caches a ``copy.pandera`` accessor that
+    points back to it: a reference cycle that only a full garbage collection frees. Copies
+    full of large export lines then wait for a full collection. Dropping the accessor lets the
+    copy go as soon as the validation returns."""
+    if isinstance(frame, pd.DataFrame):
+        frame.__dict__.pop("pandera", None)

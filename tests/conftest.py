@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +77,47 @@ def trajectory_frame(rows: list[dict[str, Any]], source_id: str = "src.jsonl"):
         trajectory = convert_record(raw, source_id=source_id)
         table_rows.append(trajectory_row(trajectory, trajectory_id=sha256_hex(raw)[:32], source=source, line=line))
     return pa.Table.from_pylist(table_rows, schema=TRAJECTORY_ARROW_SCHEMA).to_pandas()
+
+
+class LoopbackS3:
+    """moto's S3 server on a free 127.0.0.1 port, and the standard AWS environment that points
+    at it. It can be stopped and started again on the same port (an outage); moto keeps its
+    objects in this process meanwhile."""
+
+    def __init__(self, **extra_env: str) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                    "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", **extra_env}
+        self._server = None
+
+    def start(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+@contextlib.contextmanager
+def loopback_s3(monkeypatch, **extra_env: str) -> Iterator[LoopbackS3]:
+    """A running :class:`LoopbackS3` with its environment set for this test (s3fs clients
+    created before are dropped, so nothing talks to another endpoint)."""
+    import s3fs
+
+    s3 = LoopbackS3(**extra_env)
+    s3.start()
+    for key, value in s3.env.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield s3
+    finally:
+        s3.stop()
+        s3fs.S3FileSystem.clear_instance_cache()

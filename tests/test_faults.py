@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, write_jsonl
+from tests.conftest import PROJECT_ROOT, SAMPLE, loopback_s3, make_rollout, message_item, write_jsonl
 from trajectory_assets.cli import main
 
 
@@ -56,30 +56,15 @@ def test_a_run_killed_mid_write_leaves_only_whole_files_and_the_next_run_complet
 
 
 def test_storage_that_goes_away_fails_the_run_with_a_clear_message(tmp_path, monkeypatch):
-    import socket
-
     import s3fs
-    from moto.server import ThreadedMotoServer
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_MAX_ATTEMPTS": "2", "AWS_RETRY_MODE": "standard"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem().mkdir("faults")
-    process = cli_process("run", "--source", str(SAMPLE), "--storage", "s3://faults/out", "--workers", "1", env=env)
-    time.sleep(1.0)
-    server.stop()  # the endpoint disappears while the run is going
-    try:
+    with loopback_s3(monkeypatch, AWS_MAX_ATTEMPTS="2", AWS_RETRY_MODE="standard") as server:
+        s3fs.S3FileSystem().mkdir("faults")
+        process = cli_process("run", "--source", str(SAMPLE), "--storage", "s3://faults/out", "--workers", "1",
+                              env=server.env)
+        time.sleep(1.0)
+        server.stop()  # the endpoint disappears while the run is going
         _, stderr = process.communicate(timeout=240)
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
     message = stderr.decode().strip()
     assert process.returncode == 1, message
     assert message.startswith("trajectory-assets: run failed:") and "\n" not in message

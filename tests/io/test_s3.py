@@ -1,11 +1,10 @@
 """S3 through s3fs against a real S3 HTTP endpoint on loopback (moto's server mode)."""
 
 import json
-import socket
 
 import pytest
 
-from tests.conftest import SAMPLE
+from tests.conftest import SAMPLE, LoopbackS3, loopback_s3
 from trajectory_assets.cli import main
 from trajectory_assets.io.sources import discover, fingerprint
 from trajectory_assets.io.storage import Storage
@@ -13,31 +12,25 @@ from trajectory_assets.io.storage import Storage
 BUCKET = "rollout-bucket"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+def s3_server():
+    server = LoopbackS3()
     server.start()
-    yield f"http://127.0.0.1:{port}"
+    yield server
     server.stop()
 
 
 @pytest.fixture
-def s3(s3_endpoint, monkeypatch):
+def s3_endpoint(s3_server) -> str:
+    return s3_server.endpoint
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
     import s3fs
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
     s3fs.S3FileSystem.clear_instance_cache()  # pick up this endpoint, not a cached client
     fs = s3fs.S3FileSystem()
     if not fs.exists(BUCKET):
@@ -159,41 +152,34 @@ def test_a_run_survives_the_endpoint_going_away_for_two_seconds(tmp_path, monkey
     import time
 
     import s3fs
-    from moto.server import ThreadedMotoServer
 
     from tests.conftest import PROJECT_ROOT
 
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "local")]) == 0
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem()
-    process = None
-    try:
+    with loopback_s3(monkeypatch, AWS_MAX_ATTEMPTS="1", AWS_RETRY_MODE="standard") as server:
+        fs = s3fs.S3FileSystem()
         fs.mkdir("outage")
         fs.put(str(SAMPLE) + "/", "outage/rollouts/", recursive=True)
         process = subprocess.Popen(
             [sys.executable, "-m", "trajectory_assets.cli", "run", "--source", "s3://outage/rollouts",
              "--storage", "s3://outage/out", "--workers", "1"],
-            cwd=PROJECT_ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=PROJECT_ROOT, env={**os.environ, **server.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 120
-        while not fs.find("outage/out/raw/") and time.monotonic() < deadline:  # the run is writing
-            time.sleep(0.05)
-            fs.invalidate_cache()
-        assert process.poll() is None, "the run ended before the outage"
-        server.stop()
-        time.sleep(2)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()  # the same port; moto keeps its objects in this process
-        _, stderr = process.communicate(timeout=300)
+        try:
+            deadline = time.monotonic() + 120
+            while not fs.find("outage/out/raw/") and time.monotonic() < deadline:  # the run is writing
+                time.sleep(0.05)
+                fs.invalidate_cache()
+            assert process.poll() is None, "the run ended before the outage"
+            server.stop()
+            time.sleep(2)
+            server.start()  # the same port; moto keeps its objects in this process
+            _, stderr = process.communicate(timeout=300)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, 9)
+                process.wait()
         assert process.returncode == 0, stderr.decode()
         for export in ("sft", "dpo", "grpo"):
             for name in ("train.jsonl", "validation.jsonl", "manifest.json"):
@@ -208,9 +194,3 @@ def test_a_run_survives_the_endpoint_going_away_for_two_seconds(tmp_path, monkey
         assert json.loads(fs.cat_file("outage/out/reports/stats.json")) == json.loads(
             (tmp_path / "local" / "reports" / "stats.json").read_text())
         assert not fs.call_s3("list_multipart_uploads", Bucket="outage").get("Uploads")
-    finally:
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, 9)
-            process.wait()
-        server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()

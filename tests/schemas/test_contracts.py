@@ -151,3 +151,23 @@ def test_sft_hermes_contract():
     assert "str_matches" in failed_checks(SftHermesSchema, rows.assign(from_shape="hsg"))  # system not first
     assert "str_matches" in failed_checks(SftHermesSchema, rows.assign(from_shape="sht"))  # tool without a call
     assert "has_gpt_turn" in failed_checks(SftHermesSchema, rows.assign(from_shape="sh"))
+
+
+def test_validation_leaves_no_copy_of_the_frame_alive():
+    """Pandera's cached accessor made a reference cycle with its copy of the frame; large export
+    lines then waited for a full garbage collection."""
+    import gc
+
+    import pandas as pd
+
+    from schemas.sft import SftSchema
+    from schemas.validation import validate
+
+    frame = pd.DataFrame({"trajectory_id": ["a" * 32], "task_key": ["b" * 24], "prompt_key": ["c" * 24],
+                          "split": ["train"], "role_shape": ["ua"], "reward": [1.0], "line": ['{"messages":[]}']})
+    for split in ("train", "nope"):  # a passing and a failing validation
+        frame.loc[0, "split"] = split
+        gc.collect()
+        before = {id(o) for o in gc.get_objects()}
+        validate(SftSchema, frame)
+        assert not [o for o in gc.get_objects() if id(o) not in before and isinstance(o, pd.DataFrame)]

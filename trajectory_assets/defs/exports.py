@@ -11,6 +11,8 @@ before it is written.
 
 
 import contextlib
+import ctypes
+import ctypes.util
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -52,6 +54,26 @@ from trajectory_assets.io.storage import Storage
 
 GROUP = "exports"
 FLAVORS_GROUP = "trainer_flavors"
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    libc = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(libc).malloc_trim if libc else None
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _return_freed_memory() -> None:
+    """Hands the heap's free pages back to the OS. A chunk's rendered lines are large strings
+    of every size; glibc keeps their freed blocks (the SFT family alone over the 1 GB
+    benchmark corpus, outside Dagster: 1236 MiB at the end without a trim after each chunk,
+    443 MiB with it, about 3% slower)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 @dataclass(frozen=True)
@@ -355,6 +377,7 @@ def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetE
         for frames in builder(table, getattr(config, family), config.split, {k.name: k.format for k in kinds}):
             for name, frame in frames.items():
                 writers[name].add(frame)
+            _return_freed_memory()
     except BaseException:
         for writer in writers.values():
             writer.discard()
