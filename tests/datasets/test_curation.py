@@ -2,6 +2,7 @@
 
 import json
 import random
+from collections import Counter
 
 import pandas as pd
 import pytest
@@ -123,7 +124,7 @@ def test_sampling_is_deterministic_and_follows_the_fraction():
 
 def test_balance_keeps_original_order():
     units = pd.DataFrame({"id": [f"u{i}" for i in range(50)], "task_type": ["t"] * 50})
-    kept = balance(units, SftConfig(max_per_task_type=10), "id", excluded=__import__("collections").Counter())
+    kept = balance(units, SftConfig(max_per_task_type=10), "id", excluded=Counter())
     assert list(kept.index) == sorted(kept.index) and len(kept) == 10
     assert set(kept["id"]) == set(units.loc[rank(units["id"], "trajectory-assets").nsmallest(10).index, "id"])
 

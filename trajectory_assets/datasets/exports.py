@@ -87,9 +87,6 @@ class ExportFrame:
     rows: pd.DataFrame
     excluded: Counter = field(default_factory=Counter)
 
-    def lines(self, split: str) -> list[str]:
-        return self.rows.loc[self.rows["split"] == split, "line"].tolist()
-
 
 def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
     """All chunks of one export as one frame (for small data and tests)."""

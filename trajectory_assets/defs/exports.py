@@ -243,6 +243,7 @@ class _ExportWriter:
         self.store, self.kind, self.config = store, kind, config
         schema = kind.contract.to_schema()
         self.unique_keys = _unique_keys(schema)
+        self.checks_margin = "quality_difference" in schema.columns
         self.seen: dict[tuple, set] = {tuple(key): set() for key in self.unique_keys}
         self.duplicates = 0
         self.prompts_by_split: dict[str, set[str]] = {split: set() for split in exports.SPLITS}
@@ -271,7 +272,7 @@ class _ExportWriter:
             values = list(zip(*(rows[name].tolist() for name in key)))
             self.duplicates += sum(1 for v in values if v in self.seen[tuple(key)])
             self.seen[tuple(key)].update(values)
-        if self.kind.checks_margin and len(rows):
+        if self.checks_margin and len(rows):
             self.below_margin += int((rows["quality_difference"] < self.config.dpo.min_margin).sum())
         for name in self.kind.measures:
             self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
@@ -299,7 +300,7 @@ class _ExportWriter:
             dg.AssetCheckResult(asset_key=asset, check_name="no_split_leak", passed=not leaked,
                                 metadata={"leaked_prompts": len(leaked)}),
         ]
-        if self.kind.checks_margin:
+        if self.checks_margin:
             checks.append(dg.AssetCheckResult(asset_key=asset, check_name="dpo_margin", passed=self.below_margin == 0,
                                               metadata={"min_margin": self.config.dpo.min_margin,
                                                         "below_margin": self.below_margin}))
