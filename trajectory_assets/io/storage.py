@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import IO
 
 import orjson
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
@@ -118,6 +119,13 @@ class Storage:
                 yield writer
             finally:
                 writer.close()
+
+    def read_parquet(self, relative: str, columns: list[str] | None = None) -> pd.DataFrame:
+        try:
+            with self.fs.open(self.path(relative), "rb") as handle:
+                return pq.read_table(handle, columns=columns).to_pandas()
+        except FileNotFoundError:
+            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
 
 
 def _discard(handle: IO[bytes]) -> None:
