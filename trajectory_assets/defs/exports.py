@@ -11,8 +11,6 @@ before it is written.
 
 
 import contextlib
-import ctypes
-import ctypes.util
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -51,29 +49,10 @@ from trajectory_assets.formats.llama_factory import dataset_info
 from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
 from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
 from trajectory_assets.io.storage import Storage
+from trajectory_assets.memory import chunk_memory
 
 GROUP = "exports"
 FLAVORS_GROUP = "trainer_flavors"
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    libc = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(libc).malloc_trim if libc else None
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        return None
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def _return_freed_memory() -> None:
-    """Hands the heap's free pages back to the OS. A chunk's rendered lines are large strings
-    of every size; glibc keeps their freed blocks (the SFT family alone over the 1 GB
-    benchmark corpus, outside Dagster: 1236 MiB at the end without a trim after each chunk,
-    443 MiB with it, about 3% slower)."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 @dataclass(frozen=True)
@@ -375,10 +354,12 @@ def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetE
     try:
         for kind in kinds:
             writers[kind.name] = _ExportWriter(store, kind, config)
-        for frames in builder(table, getattr(config, family), config.split, {k.name: k.format for k in kinds}):
-            for name, frame in frames.items():
-                writers[name].add(frame)
-            _return_freed_memory()
+        formats = {kind.name: kind.format for kind in kinds}
+        with chunk_memory() as release:
+            for frames in builder(table, getattr(config, family), config.split, formats):
+                for name, frame in frames.items():
+                    writers[name].add(frame)
+                release()
     except BaseException:
         for writer in writers.values():
             writer.discard()

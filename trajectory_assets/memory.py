@@ -1,0 +1,52 @@
+"""Keeping a chunked loop's memory flat: free each chunk's garbage before the next chunk.
+
+Two things kept finished chunks alive in the export steps (measured on the 1 GB benchmark
+corpus, SFT family, all four exports):
+
+- Reference cycles. pandas caches accessors on the Series they wrap (``series.str`` holds
+  the Series and the Series holds it), and pandas and pandera use them on every chunk. A
+  cycle lives until a full collection, and a full collection is rare, so column copies full
+  of rendered lines piled up: 764 MiB after 60 chunks and growing, 361 MiB with a
+  collection after each chunk.
+- glibc keeps freed blocks of every size in its heap; ``malloc_trim`` gives them back.
+
+A full collection walks every tracked object, and a Dagster process holds millions of them
+from its imports. :func:`chunk_memory` freezes those first (``gc.freeze``, the standard
+library's tool for long-lived objects), so each collection only walks what the loop made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    libc = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(libc).malloc_trim if libc else None
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def _release() -> None:
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+@contextmanager
+def chunk_memory() -> Iterator[Callable[[], None]]:
+    """Yields a function to call after each chunk; it frees what the chunk left behind."""
+    gc.collect()  # garbage frozen now would never be freed
+    gc.freeze()
+    try:
+        yield _release
+    finally:
+        gc.unfreeze()
