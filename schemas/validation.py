@@ -1,4 +1,5 @@
-"""Run a contract lazily and summarise its failures per row (shared by assets and ingest)."""
+"""Run a contract lazily and summarise its failures per row (shared by assets and ingest),
+on one frame or on a table checked chunk by chunk."""
 
 from __future__ import annotations
 
@@ -37,6 +38,42 @@ def validate(model: type[pa.DataFrameModel], frame: pd.DataFrame) -> ContractRes
         return ContractResult(False, len(frame), failures, table_errors)
     _drop_pandera_accessor(validated)
     return ContractResult(True, len(frame))
+
+
+@dataclass
+class ChunkedContract:
+    """A contract checked one chunk at a time, so a table of any size is checked in bounded
+    memory. Rows are numbered across chunks (each chunk's index must count from 0), and
+    unique columns are also checked across chunks (on their flat values only)."""
+
+    model: type[pa.DataFrameModel]
+    rows_checked: int = 0
+    failures: dict[int, str] = field(default_factory=dict)
+    table_errors: set[str] = field(default_factory=set)
+    duplicates: int = 0  # values of a unique key already seen in an earlier chunk
+    seen: dict[tuple[str, ...], set] = field(init=False)
+
+    def __post_init__(self) -> None:
+        schema = self.model.to_schema()
+        keys = [(name,) for name, column in schema.columns.items() if column.unique]
+        self.seen = {key: set() for key in keys + ([tuple(schema.unique)] if schema.unique else [])}
+
+    def check(self, chunk: pd.DataFrame) -> None:
+        result = validate(self.model, chunk)
+        self.failures.update({self.rows_checked + int(index): failed for index, failed in result.failures.items()})
+        self.table_errors.update(result.table_errors)
+        self.rows_checked += len(chunk)
+        for key, seen in self.seen.items():
+            if all(name in chunk.columns for name in key):  # a missing column is already a table error
+                values = list(zip(*(chunk[name].tolist() for name in key)))
+                self.duplicates += sum(1 for value in values if value in seen)
+                seen.update(values)
+
+    def result(self) -> ContractResult:
+        errors = set(self.table_errors)
+        if self.duplicates:
+            errors.add(f"{self.duplicates} duplicate value(s) of {sorted(self.seen)} across chunks")
+        return ContractResult(not self.failures and not errors, self.rows_checked, dict(self.failures), sorted(errors))
 
 
 def _drop_pandera_accessor(frame) -> None:

@@ -22,6 +22,16 @@ def no_project_instance(monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
 
 
+def written_files(storage: Path) -> dict[str, bytes]:
+    """Every dataset, card, manifest, report and quarantine file of a run, by relative path."""
+    return {
+        path.relative_to(storage).as_posix(): path.read_bytes()
+        for folder in ("exports", "reports", "quarantine")
+        for path in sorted((storage / folder).rglob("*"))
+        if path.is_file()
+    }
+
+
 def message_item(text: str, role: str = "assistant") -> dict[str, Any]:
     return {"type": "message", "role": role, "content": [{"type": "output_text", "text": text}]}
 

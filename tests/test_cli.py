@@ -4,11 +4,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item
+from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, written_files
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
 
@@ -58,16 +57,6 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
             data = (folder / f"{split}.jsonl").read_bytes()
             assert data.count(b"\n") == rows
             assert manifest["files"][f"{split}.jsonl"]["sha256"] == hashlib.sha256(data).hexdigest()
-
-
-def written_files(storage: Path) -> dict[str, bytes]:
-    """Every dataset, card, manifest, report and quarantine file of a run, by relative path."""
-    return {
-        path.relative_to(storage).as_posix(): path.read_bytes()
-        for folder in ("exports", "reports", "quarantine")
-        for path in sorted((storage / folder).rglob("*"))
-        if path.is_file()
-    }
 
 
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):

@@ -183,7 +183,7 @@ def ingest(
     sources: Iterable[SourceFile],
     write_trajectories: Callable[[pa.Table], None],
     write_rejections: Callable[[list[dict[str, Any]]], None],
-    batch_rows: int = BATCH_ROWS,
+    batch_rows: int | None = None,
     redactor: Redactor | None = None,
 ) -> IngestSummary:
     """Convert every record of every source, handing finished batches to the writers.
@@ -191,6 +191,7 @@ def ingest(
     With a redactor, each line is scrubbed of secrets right after its id (the hash of the
     original bytes) is taken, so nothing stored, quarantined or exported holds them.
     """
+    batch_rows = batch_rows or BATCH_ROWS  # read here so a test can shrink it for a whole run
     summary = IngestSummary()
     seen_ids: dict[str, str] = {}
     rows: list[dict[str, Any]] = []

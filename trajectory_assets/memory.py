@@ -8,11 +8,13 @@ corpus, SFT family, all four exports):
   cycle lives until a full collection, and a full collection is rare, so column copies full
   of rendered lines piled up: 764 MiB after 60 chunks and growing, 361 MiB with a
   collection after each chunk.
-- glibc keeps freed blocks of every size in its heap; ``malloc_trim`` gives them back.
+- glibc keeps freed blocks of every size in its heap, and Arrow's pool keeps what it freed;
+  both are handed back to the OS.
 
-A full collection walks every tracked object, and a Dagster process holds millions of them
-from its imports. :func:`chunk_memory` freezes those first (``gc.freeze``, the standard
-library's tool for long-lived objects), so each collection only walks what the loop made.
+A full collection walks every tracked object: a process that has imported the code location
+holds about 176,000 of them, and collecting took 88 ms there. :func:`chunk_memory` freezes
+those first (``gc.freeze``, the standard library's tool for long-lived objects), so each
+collection only walks what the loop made.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import ctypes.util
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+import pyarrow
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:
@@ -35,8 +39,11 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 _MALLOC_TRIM = _load_malloc_trim()
 
 
-def _release() -> None:
+def release_memory() -> None:
+    """Frees unreachable cycles, then gives freed memory back to the OS: Arrow's pool
+    (mimalloc) and glibc's heap both keep it for reuse otherwise."""
     gc.collect()
+    pyarrow.default_memory_pool().release_unused()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
@@ -47,6 +54,6 @@ def chunk_memory() -> Iterator[Callable[[], None]]:
     gc.collect()  # garbage frozen now would never be freed
     gc.freeze()
     try:
-        yield _release
+        yield release_memory
     finally:
         gc.unfreeze()

@@ -41,9 +41,21 @@ def test_parquet_round_trip_and_missing_file_message(tmp_path):
     schema = pa.schema([("x", pa.int64())])
     with store.parquet_writer("t.parquet", schema) as writer:
         writer.write_table(pa.table({"x": [1, 2]}, schema=schema))
-    assert store.read_parquet("t.parquet")["x"].tolist() == [1, 2]
+        writer.write_table(pa.table({"x": [3]}, schema=schema))
+    chunks = list(store.iter_parquet("t.parquet", columns=None, batch_rows=2))
+    assert [chunk["x"].tolist() for chunk in chunks] == [[1, 2], [3]]
+    assert [chunk.index.tolist() for chunk in chunks] == [[0, 1], [0]]  # each counts from 0
     with pytest.raises(StorageError, match="materialize its asset first"):
-        store.read_parquet("missing.parquet")
+        next(store.iter_parquet("missing.parquet", columns=None, batch_rows=2))
+
+
+def test_an_empty_parquet_file_reads_as_one_empty_frame_with_its_columns(tmp_path):
+    store = Storage(str(tmp_path))
+    schema = pa.schema([("x", pa.int64()), ("y", pa.string())])
+    with store.parquet_writer("t.parquet", schema):
+        pass
+    [chunk] = list(store.iter_parquet("t.parquet", columns=["x"], batch_rows=2))
+    assert list(chunk.columns) == ["x"] and len(chunk) == 0 and str(chunk["x"].dtype) == "int64"
 
 
 def test_remove_deletes_a_file_and_accepts_a_missing_one(tmp_path):

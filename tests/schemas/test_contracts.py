@@ -171,3 +171,26 @@ def test_validation_leaves_no_copy_of_the_frame_alive():
         before = {id(o) for o in gc.get_objects()}
         validate(SftSchema, frame)
         assert not [o for o in gc.get_objects() if id(o) not in before and isinstance(o, pd.DataFrame)]
+
+
+def test_a_contract_checked_in_chunks_numbers_rows_across_them_and_finds_duplicates_between_them(trajectories):
+    from schemas.validation import ChunkedContract
+
+    second = trajectories.copy()
+    second.loc[1, "messages"] = "{}"  # row 3 of the whole table
+    contract = ChunkedContract(TrajectorySchema)
+    for chunk in (trajectories, second):  # the first chunk's ids again: a duplicate of each
+        contract.check(chunk.reset_index(drop=True))
+    result = contract.result()
+    assert not result.passed and result.rows_checked == 4
+    assert list(result.failures) == [3] and "str_startswith" in result.failures[3]
+    assert result.table_errors == ["2 duplicate value(s) of [('trajectory_id',)] across chunks"]
+
+
+def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
+    from schemas.validation import ChunkedContract
+
+    contract = ChunkedContract(TrajectorySchema)
+    contract.check(trajectories.iloc[:1].reset_index(drop=True))
+    contract.check(trajectories.iloc[1:].reset_index(drop=True))
+    assert contract.result().passed and contract.result().rows_checked == 2

@@ -15,6 +15,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import dagster as dg
 import numpy as np
@@ -29,7 +30,7 @@ from schemas.llama_factory import LlamaFactorySchema
 from schemas.sft import SftSchema
 from schemas.sft_hermes import SftHermesSchema
 from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
-from schemas.validation import ContractResult, validate
+from schemas.validation import ChunkedContract
 from schemas.verl import VerlSchema
 from trajectory_assets import code_version, layout
 from trajectory_assets.config import PipelineConfig
@@ -49,7 +50,7 @@ from trajectory_assets.formats.llama_factory import dataset_info
 from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
 from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
 from trajectory_assets.io.storage import Storage
-from trajectory_assets.memory import chunk_memory
+from trajectory_assets.memory import chunk_memory, release_memory
 
 GROUP = "exports"
 FLAVORS_GROUP = "trainer_flavors"
@@ -76,7 +77,7 @@ class ExportKind:
     def asset_name(self) -> str:
         return f"{self.name}_dataset"
 
-    @property
+    @cached_property  # asked for every chunk; the contract does not change
     def checks_margin(self) -> bool:
         return "quality_difference" in self.contract.to_schema().columns
 
@@ -205,31 +206,20 @@ class _SplitSink:
             self.parquet = None
 
 
-def _unique_keys(schema) -> list[list[str]]:
-    keys = [[name] for name, column in schema.columns.items() if column.unique]
-    return keys + ([list(schema.unique)] if schema.unique else [])
-
-
 class _ExportWriter:
     """One export's split files, fed chunk by chunk through the contract.
 
     Files are written under temporary names and only committed by :meth:`finish` when every
     chunk passed, so a failing check leaves the previous export untouched. Checks that span
-    chunks (uniqueness, split leaks, DPO margin) are tracked here over flat keys only.
+    chunks (uniqueness in the contract, split leaks, DPO margin) are tracked over flat keys only.
     """
 
     def __init__(self, store: Storage, kind: ExportKind, config: PipelineConfig) -> None:
         self.store, self.kind, self.config = store, kind, config
-        schema = kind.contract.to_schema()
-        self.unique_keys = _unique_keys(schema)
-        self.checks_margin = "quality_difference" in schema.columns
-        self.seen: dict[tuple, set] = {tuple(key): set() for key in self.unique_keys}
-        self.duplicates = 0
         self.prompts_by_split: dict[str, set[str]] = {split: set() for split in exports.SPLITS}
         self.below_margin = 0
         self.excluded: Counter = Counter()
-        self.failures: dict[str, str] = {}
-        self.rows_checked = 0
+        self.contract = ChunkedContract(kind.contract)
         self.first_line: str | None = None
         self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "line_chars")}
         self.files = contextlib.ExitStack()
@@ -242,16 +232,8 @@ class _ExportWriter:
     def add(self, frame: exports.ExportFrame) -> None:
         self.excluded.update(frame.excluded)
         rows = frame.rows
-        result = validate(self.kind.contract, rows)
-        self.rows_checked += len(rows)
-        offset = self.rows_checked - len(rows)
-        self.failures.update({f"row {offset + int(i)}": f for i, f in result.failures.items()})
-        self.failures.update({f"table:{e}": e for e in result.table_errors})
-        for key in self.unique_keys:
-            values = list(zip(*(rows[name].tolist() for name in key)))
-            self.duplicates += sum(1 for v in values if v in self.seen[tuple(key)])
-            self.seen[tuple(key)].update(values)
-        if self.checks_margin and len(rows):
+        self.contract.check(rows)
+        if self.kind.checks_margin and len(rows):
             self.below_margin += int((rows["quality_difference"] < self.config.dpo.min_margin).sum())
         for name in self.kind.measures:
             self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
@@ -269,17 +251,15 @@ class _ExportWriter:
 
     def finish(self) -> _Written:
         """Checks, then commits the files; raises :class:`_BrokenExport` (nothing written) if a check failed."""
-        if self.duplicates:
-            self.failures["cross-chunk"] = f"{self.duplicates} duplicate value(s) of {self.unique_keys} across chunks"
+        contract = self.contract.result()
         leaked = self.prompts_by_split["train"] & self.prompts_by_split["validation"]
-        contract = ContractResult(passed=not self.failures, rows_checked=self.rows_checked, failures=self.failures)
         asset = self.kind.asset_name
         checks = [
             contract_check_result(contract, asset=asset),
             dg.AssetCheckResult(asset_key=asset, check_name="no_split_leak", passed=not leaked,
                                 metadata={"leaked_prompts": len(leaked)}),
         ]
-        if self.checks_margin:
+        if self.kind.checks_margin:
             checks.append(dg.AssetCheckResult(asset_key=asset, check_name="dpo_margin", passed=self.below_margin == 0,
                                               metadata={"min_margin": self.config.dpo.min_margin,
                                                         "below_margin": self.below_margin}))
@@ -376,7 +356,7 @@ def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetE
             broken.append(f"{kind.asset_name} failed {', '.join(failed)}: {failure.summary}")
             continue
         yield _publish(store, kind, written, batches, sources, config)
-    pyarrow.default_memory_pool().release_unused()  # the payloads are gone; give their memory back
+    release_memory()  # the payloads are gone: give their memory back before the next step
     if broken:
         raise dg.Failure(  # the same rows would fail again: no retry
             description="; ".join(broken) + "; nothing was written for them",

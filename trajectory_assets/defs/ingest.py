@@ -12,14 +12,15 @@ import pyarrow.parquet as pq
 
 from schemas.quarantine import QuarantineSchema
 from schemas.trajectory import TrajectorySchema
-from schemas.validation import validate
+from schemas.validation import ChunkedContract, validate
 from trajectory_assets import __version__, layout
 from trajectory_assets.defs.batches import STORAGE_RETRY, storage_faults_only
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 from trajectory_assets.formats.redaction import Redactor
-from trajectory_assets.ingest import QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
+from trajectory_assets.ingest import CONTRACT_COLUMNS, QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
 from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, is_unreadable, sha256_of
+from trajectory_assets.io.trajectory_table import CHUNK_ROWS
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -192,13 +193,14 @@ def _batch_results(key: str, storage: TrajectoryStorage, summary, quarantined: i
 @dg.asset_check(asset="validated_trajectories", blocking=True, name="trajectory_contract",
                 partitions_def=rollout_batches, retry_policy=STORAGE_RETRY)
 def trajectory_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
-    """Re-validates the written Parquet file of the batch against the Pandera contract
-    (reading only the contract's columns, not the message payloads)."""
-    columns = list(TrajectorySchema.to_schema().columns)
+    """Re-validates the written Parquet file of the batch against the Pandera contract, chunk
+    by chunk (a batch file can be of any size), reading only the contract's columns."""
+    contract = ChunkedContract(TrajectorySchema)
     with storage_faults_only():
-        frame = storage.open().read_parquet(layout.batch_trajectories(context.partition_key), columns=columns)
-    return contract_check_result(validate(TrajectorySchema, frame), asset="validated_trajectories",
-                                 check_name="trajectory_contract")
+        path = layout.batch_trajectories(context.partition_key)
+        for chunk in storage.open().iter_parquet(path, columns=CONTRACT_COLUMNS, batch_rows=CHUNK_ROWS):
+            contract.check(chunk)
+    return contract_check_result(contract.result(), asset="validated_trajectories", check_name="trajectory_contract")
 
 
 @dg.asset_check(asset="quarantined_records", blocking=True, name="quarantine_contract",

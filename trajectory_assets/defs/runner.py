@@ -18,6 +18,7 @@ from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
 from trajectory_assets.defs.batches import read_summary
 from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.io.storage import Storage
+from trajectory_assets.memory import release_memory
 
 
 @dataclass
@@ -128,6 +129,7 @@ def _in_worker(job: tuple[str, list[str], list[dg.AssetKey] | None, dict | None]
         else:
             outcome = _run_datasets(_worker_defs, instance, key, assets, run_config)
     outcome.result = None  # results hold the instance; the outcome is what crosses back
+    release_memory()  # before the worker's next job, so its peak does not stack on this one's leftovers
     return outcome
 
 

@@ -120,10 +120,20 @@ class Storage:
             finally:
                 writer.close()
 
-    def read_parquet(self, relative: str, columns: list[str] | None = None) -> pd.DataFrame:
+    def iter_parquet(self, relative: str, columns: list[str] | None, batch_rows: int) -> Iterator[pd.DataFrame]:
+        """The file's rows as frames of at most ``batch_rows`` rows, each indexed from 0, so a
+        file of any size is read in bounded memory. An empty file gives one empty frame: it
+        still has the columns and their types."""
         try:
             with self.fs.open(self.path(relative), "rb") as handle:
-                return pq.read_table(handle, columns=columns).to_pandas()
+                parquet = pq.ParquetFile(handle)
+                empty = True
+                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+                    empty = False
+                    yield batch.to_pandas()
+                if empty:
+                    table = parquet.schema_arrow.empty_table()
+                    yield (table.select(columns) if columns is not None else table).to_pandas()
         except FileNotFoundError:
             raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
 

@@ -28,10 +28,10 @@ CHUNK_ROWS = 1024
 
 
 class StoredTrajectories:
-    def __init__(self, store: Storage, batches: list[str], chunk_rows: int = CHUNK_ROWS) -> None:
+    def __init__(self, store: Storage, batches: list[str], chunk_rows: int | None = None) -> None:
         self.store = store
         self.batches = batches  # in a fixed order: exports follow it
-        self.chunk_rows = chunk_rows
+        self.chunk_rows = chunk_rows or CHUNK_ROWS  # read here so a test can shrink it for a whole run
         missing = [key for key in batches if not store.exists(layout.batch_summary(key))]
         if missing:
             raise StorageError(
