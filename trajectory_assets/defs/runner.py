@@ -18,7 +18,7 @@ from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
 from trajectory_assets.defs.batches import read_summary
 from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.io.storage import Storage
-from trajectory_assets.memory import release_memory
+from trajectory_assets.memory import frozen_for_fork, release_memory
 
 
 @dataclass
@@ -138,8 +138,8 @@ def _in_workers(defs: dg.Definitions, workers: int, jobs: list) -> list[RunOutco
     definitions built). A fresh pool per phase: the export workers do not carry what the
     ingest workers' memory still held."""
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max(1, min(workers, len(jobs))), mp_context=context,
-                             initializer=_init_worker, initargs=(defs,)) as pool:
+    with frozen_for_fork(), ProcessPoolExecutor(max(1, min(workers, len(jobs))), mp_context=context,
+                                                initializer=_init_worker, initargs=(defs,)) as pool:
         return list(pool.map(_in_worker, jobs))
 
 
