@@ -197,7 +197,7 @@ class _SplitSink:
             records = [orjson.loads(line) for line in lines]
             self.parquet.write_table(pyarrow.Table.from_pylist(records, schema=self.arrow_schema))
         else:
-            self.out.write(("\n".join(lines) + "\n").encode())
+            self.out.write("\n".join([*lines, ""]).encode())  # the trailing "" ends the last line: no extra copy
         self.rows += len(lines)
 
     def close(self) -> None:
@@ -337,8 +337,10 @@ def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetE
         formats = {kind.name: kind.format for kind in kinds}
         with chunk_memory() as release:
             for frames in builder(table, getattr(config, family), config.split, formats):
-                for name, frame in frames.items():
+                while frames:  # popped, so each format's rows are freed as soon as they are written
+                    name, frame = frames.popitem()
                     writers[name].add(frame)
+                    del frame
                 release()
     except BaseException:
         for writer in writers.values():

@@ -1,0 +1,133 @@
+"""Where a run's time goes: its phases, then the parts of each export family's step.
+
+    python -m bench.profile --size 1000
+
+1. Runs `trajectory-assets run` (every export, the CLI's parallel workers) on the benchmark
+   corpus of that size, timing each phase from the parent: ingest (one job per batch), the
+   three export families (one job each, two at a time), the stats report.
+2. Runs each family's step again, alone in this process, on that run's stored trajectories,
+   with timers around its parts: reading and curating (the plan and the payload scan),
+   rendering every format, the contract checks, writing the files, and the per-chunk memory
+   release. Wall-clock timers, not a sampling profiler: they add no overhead worth counting
+   and need nothing installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.corpus import build_corpus
+from bench.run import CORPUS
+
+
+def _timed(spent: Counter, part: str, function: Callable) -> Callable:
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[part] += time.perf_counter() - start
+
+    return timed
+
+
+def profile_phases(source: Path, storage: Path) -> Counter:
+    from trajectory_assets.cli import main
+    from trajectory_assets.defs import runner
+
+    spent: Counter = Counter()
+    in_workers, run_datasets = runner._in_workers, runner._run_datasets
+
+    def phase(defs, workers, jobs):
+        name = "ingest (every batch)" if jobs[0][2] is None else "exports (3 families, 2 at a time)"
+        return _timed(spent, name, in_workers)(defs, workers, jobs)
+
+    runner._in_workers = phase
+    runner._run_datasets = lambda *args, **kwargs: _timed(spent, f"{args[2]}", run_datasets)(*args, **kwargs)
+    start = time.perf_counter()
+    try:
+        if main(["run", "--source", str(source), "--storage", str(storage)]) != 0:
+            raise SystemExit("the run failed")
+    finally:
+        runner._in_workers, runner._run_datasets = in_workers, run_datasets
+    spent["whole run"] = time.perf_counter() - start
+    return spent
+
+
+def profile_family(family: str, storage: Path) -> Counter:
+    """One family's step, in this process, with its parts timed; what is left is reading the
+    payloads, curating and planning, and the manifests."""
+    from trajectory_assets import memory
+    from trajectory_assets.datasets import exports as builders
+    from trajectory_assets.defs import exports as step
+    from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+
+    spent: Counter = Counter()
+    patched = [(step, "ChunkedContract"), (step._SplitSink, "write"), (builders, "_render_all"),
+               (memory, "release_memory")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
+
+    class TimedContract(step.ChunkedContract):
+        def check(self, chunk):
+            _timed(spent, "contract checks", super().check)(chunk)
+
+    step.ChunkedContract = TimedContract
+    step._SplitSink.write = _timed(spent, "writing files", step._SplitSink.write)
+    builders._render_all = _timed(spent, "rendering every format", builders._render_all)
+    memory.release_memory = _timed(spent, "memory release", memory.release_memory)
+
+    batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
+
+    class Instance:
+        def get_dynamic_partitions(self, _name):
+            return batches
+
+    class Context:
+        instance = Instance()
+
+    kinds = [kind for kind in step.EXPORT_KINDS if kind.family == family]
+    start = time.perf_counter()
+    try:
+        list(step._materialize_family(family, kinds, Context(), TrajectoryStorage(root=str(storage)),
+                                      PipelineSettings()))
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+    spent["whole step"] = time.perf_counter() - start
+    inner = sum(seconds for part, seconds in spent.items() if part != "whole step")
+    spent["reading, curating, the rest"] = spent["whole step"] - inner
+    return spent
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=1000, help="corpus size in MB")
+    parser.add_argument("--work", default="/tmp/trajectory-assets-bench", help="scratch folder for corpora and outputs")
+    args = parser.parse_args(argv)
+    if not CORPUS.is_dir():
+        raise SystemExit(f"the benchmark replicates real rollouts from {CORPUS}, which is absent")
+    work = Path(args.work)
+    source, storage = work / f"corpus_{args.size}mb", work / "profile"
+    build_corpus(args.size << 20, source, CORPUS)
+    phases = profile_phases(source, storage)
+    print(f"\n{args.size} MB corpus, `trajectory-assets run`, seconds (families overlap):")
+    for part, seconds in phases.items():
+        print(f"  {part:36s} {seconds:6.1f}")
+    from trajectory_assets.datasets.exports import FAMILIES
+
+    for family in FAMILIES:
+        spent = profile_family(family, storage)
+        whole = spent.pop("whole step")
+        print(f"{family} family step alone: {whole:.1f} s")
+        for part, seconds in spent.most_common():
+            print(f"  {part:36s} {seconds:6.1f}  {seconds / whole:4.0%}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
