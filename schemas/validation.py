@@ -47,10 +47,11 @@ class ChunkedContract:
     unique columns are also checked across chunks (on their flat values only)."""
 
     model: type[pa.DataFrameModel]
-    rows_checked: int = 0
-    failures: dict[int, str] = field(default_factory=dict)
-    table_errors: set[str] = field(default_factory=set)
-    duplicates: int = 0  # values of a unique key already seen in an earlier chunk
+    # what the chunks so far found (state, not arguments)
+    rows_checked: int = field(default=0, init=False)
+    failures: dict[int, str] = field(default_factory=dict, init=False)
+    table_errors: set[str] = field(default_factory=set, init=False)
+    duplicates: int = field(default=0, init=False)  # values of a unique key already seen in an earlier chunk
     seen: dict[tuple[str, ...], set] = field(init=False)
 
     def __post_init__(self) -> None:
