@@ -78,7 +78,12 @@ def test_unreadable_gzip_source_is_reported_and_does_not_stop_others(tmp_path):
     # the lines before the cut are still read (and rejected: they are not rollouts) ...
     broken_summary = summary.sources[0]
     assert broken_summary.records > 1000 and "read failed" in broken_summary.error
-    assert {r["reason"] for r in rejected[:-1]} == {"not_a_rollout"}
+    assert {r["reason"] for r in rejected[:-2]} == {"not_a_rollout"}
+    # ... the bytes of the record the cut broke off are quarantined, not dropped ...
+    partial = rejected[-2]
+    assert partial["reason"] == "truncated_record" and partial["line"] == broken_summary.records
+    assert partial["raw"]
+    assert ('{"n": %d' % (broken_summary.records - 1)).startswith(partial["raw"])
     # ... and the failure of the source itself is one extra quarantine row without a line
     assert rejected[-1]["reason"] == "unreadable_source"
     assert rejected[-1]["line"] is None and rejected[-1]["source"] == str(broken)
@@ -89,7 +94,7 @@ def test_unreadable_gzip_source_is_reported_and_does_not_stop_others(tmp_path):
 def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatch):
     from trajectory_assets.formats import nemo_gym
 
-    def explode(record, *, source_id):
+    def explode(record, **options):
         raise KeyError("surprise")
 
     monkeypatch.setattr(nemo_gym, "convert_rollout", explode)

@@ -111,6 +111,23 @@ class GrpoConfig(Curation):
     pass_threshold: float = Field(1.0, description="a rollout passes when reward >= this (pass rate, pass@k)")
 
 
+class ConversionConfig(_Section):
+    """How rollouts are read where real producers write something genuinely ambiguous.
+    The defaults read them as their own ecosystem does (formats/nemo_gym.py)."""
+
+    inline_reasoning: bool = Field(
+        True,
+        description="a <think>...</think> block at the start of assistant text (a reasoning model served "
+                    "without a reasoning parser; also text that opens inside the block, as R1-style templates "
+                    "leave it) becomes reasoning_content, as vLLM's deepseek_r1 reasoning parser splits it",
+    )
+    per_step_output: Literal["final", "reject"] = Field(
+        "final",
+        description="a NeMo Gym output recorded as a list of per-step transcripts (Aviary's return_transitions): "
+                    "final = the last transcript is the conversation; reject = quarantine as per_step_transcripts",
+    )
+
+
 class RedactionConfig(_Section):
     enabled: bool = Field(True, description="replace secrets (API keys, tokens, private keys, passwords) "
                                             "with typed placeholders before anything is stored")
@@ -118,6 +135,7 @@ class RedactionConfig(_Section):
 
 
 class PipelineConfig(_Section):
+    conversion: ConversionConfig = ConversionConfig()
     redaction: RedactionConfig = RedactionConfig()
     split: SplitConfig = SplitConfig()
     sft: SftConfig = SftConfig()

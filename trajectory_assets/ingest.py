@@ -25,12 +25,26 @@ from trajectory_assets.formats.chat import (
     tool_result_counts,
     unanswered_tool_calls,
 )
-from trajectory_assets.formats.jsonutil import dumps, sha256_hex
+from trajectory_assets.config import ConversionConfig
+from trajectory_assets.formats.jsonutil import dumps, loads, sha256_hex
+from trajectory_assets.formats.nemo_gym import task_inputs_of
 from trajectory_assets.formats.records import convert_record
 from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
 
+# NeMo Gym's token data per model call, kept as Arrow lists (never JSON text): the token
+# export reads them as they are
+TOKEN_DATA_TYPE = pa.list_(
+    pa.struct(
+        [
+            ("message_index", pa.int32()),
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("generation_token_ids", pa.list_(pa.int32())),
+            ("generation_log_probs", pa.list_(pa.float64())),
+        ]
+    )
+)
 TRAJECTORY_ARROW_SCHEMA = pa.schema(
     [
         ("trajectory_id", pa.string()),
@@ -42,6 +56,7 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
         ("prompt_key", pa.string()),
         ("task_index", pa.int64()),
         ("rollout_index", pa.int64()),
+        ("rollout_id", pa.string()),
         ("agent_name", pa.string()),
         ("agent_ref", pa.string()),
         ("model", pa.string()),
@@ -70,6 +85,8 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
         ("unknown_items", pa.int64()),
         ("quality_flags", pa.string()),
         ("request", pa.string()),
+        ("task_inputs", pa.string()),
+        ("token_data", TOKEN_DATA_TYPE),
         ("metadata", pa.string()),
     ]
 )
@@ -93,6 +110,9 @@ class SourceSummary:
     rejected: int
     blank_lines: int
     error: str | None
+    truncated: bool = False  # the stream was cut: what came before the cut was read
+    inputs_rows: int | None = None  # rows of its materialized inputs (None: it has none)
+    inputs_skipped: int = 0  # materialized input lines that are not usable input rows
 
 
 @dataclass
@@ -101,6 +121,7 @@ class IngestSummary:
     records_valid: int = 0
     records_rejected: int = 0
     sources_failed: int = 0
+    non_finite_values: int = 0  # NaN / Infinity outside rewards in valid records (stored as null)
     rejected_by_reason: Counter = field(default_factory=Counter)
     redactions_by_type: Counter = field(default_factory=Counter)
     redacted_trajectory_ids: list[str] = field(default_factory=list)
@@ -134,6 +155,7 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "prompt_key": prompt_key(trajectory.messages[: trajectory.prompt_length], trajectory.tools),
         "task_index": trajectory.task_index,
         "rollout_index": trajectory.rollout_index,
+        "rollout_id": trajectory.rollout_id,
         "agent_name": trajectory.agent_name,
         "agent_ref": None if agent_ref is None else dumps(agent_ref).decode(),
         "model": trajectory.model,
@@ -164,6 +186,8 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "unknown_items": trajectory.unknown_items,
         "quality_flags": ",".join(trajectory.quality_flags),
         "request": _json_or_none(trajectory.request),
+        "task_inputs": _json_or_none(trajectory.task_inputs),
+        "token_data": trajectory.token_data,
         "metadata": dumps(trajectory.metadata).decode(),
     }
 
@@ -185,12 +209,15 @@ def ingest(
     write_rejections: Callable[[list[dict[str, Any]]], None],
     batch_rows: int | None = None,
     redactor: Redactor | None = None,
+    options: ConversionConfig | None = None,
 ) -> IngestSummary:
     """Convert every record of every source, handing finished batches to the writers.
 
     With a redactor, each line is scrubbed of secrets right after its id (the hash of the
-    original bytes) is taken, so nothing stored, quarantined or exported holds them.
+    original bytes) is taken, so nothing stored, quarantined or exported holds them (the
+    materialized inputs beside a source too).
     """
+    options = options or ConversionConfig()
     batch_rows = batch_rows or BATCH_ROWS  # read here so a test can shrink it for a whole run
     summary = IngestSummary()
     seen_ids: dict[str, str] = {}
@@ -229,25 +256,36 @@ def ingest(
         rejected.append(quarantine_row(uri, line, reason, detail, raw))
 
     summaries: list[tuple[SourceFile, SourceReadStats]] = []
+    def scrub(raw: bytes, trajectory_id: str) -> bytes:
+        if redactor is None:
+            return raw
+        raw, found = redactor.redact(raw)
+        if found:
+            summary.redactions_by_type.update(found)
+            summary.redacted_trajectory_ids.append(trajectory_id)
+        return raw
+
+    inputs_read: dict[str, tuple[int, int]] = {}
     for source in sources:
         stats = SourceReadStats()
         counts = per_source[source.uri] = Counter()
         summaries.append((source, stats))
+        task_inputs = None
+        if source.inputs_uri is not None:
+            task_inputs, skipped = read_task_inputs(source.inputs_uri, scrub)
+            inputs_read[source.uri] = (len(task_inputs), skipped)
         for line, raw in iter_lines(source, stats):
             summary.records_read += 1
             counts["records"] += 1
             trajectory_id = sha256_hex(raw)[:32]
-            if redactor is not None:
-                raw, found = redactor.redact(raw)
-                if found:
-                    summary.redactions_by_type.update(found)
-                    summary.redacted_trajectory_ids.append(trajectory_id)
+            raw = scrub(raw, trajectory_id)
             first_seen = seen_ids.get(trajectory_id)
             if first_seen is not None:
                 reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
                 continue
             try:
-                trajectory = convert_record(raw, source_id=source.source_id)
+                trajectory = convert_record(raw, source_id=source.source_id, options=options,
+                                            task_inputs=task_inputs)
                 row = trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line)
             except Rejection as rejection:
                 reject_row(source.uri, line, rejection.reason, rejection.detail, raw)
@@ -259,12 +297,19 @@ def ingest(
                 reject_row(source.uri, line, "nesting_too_deep" if too_deep else "invalid_structure", detail, raw)
                 continue
             seen_ids[trajectory_id] = f"{source.uri}:{line}"
+            summary.non_finite_values += trajectory.non_finite_values
             rows.append(row)
             pending_raw.append(raw)
             summary.records_valid += 1
             counts["valid"] += 1
             if len(rows) >= batch_rows:
                 flush()
+        if stats.partial_record is not None:  # the record the cut broke off: kept, not dropped
+            line, raw = stats.partial_record
+            summary.records_read += 1
+            counts["records"] += 1
+            reject_row(source.uri, line, "truncated_record", f"the source was cut inside this record ({stats.error})",
+                       scrub(raw, sha256_hex(raw)[:32]))
         if stats.error:
             summary.sources_failed += 1
             rejected.append(quarantine_row(source.uri, None, "unreadable_source", stats.error, b""))
@@ -280,10 +325,36 @@ def ingest(
             rejected=per_source[source.uri]["rejected"],
             blank_lines=stats.blank_lines,
             error=stats.error,
+            truncated=stats.truncated,
+            inputs_rows=inputs_read[source.uri][0] if source.uri in inputs_read else None,
+            inputs_skipped=inputs_read.get(source.uri, (0, 0))[1],
         )
         for source, stats in summaries
     ]
     return summary
+
+
+def read_task_inputs(
+    uri: str, scrub: Callable[[bytes, str], bytes]
+) -> tuple[dict[tuple[int, int], dict[str, Any]], int]:
+    """NeMo Gym's materialized inputs of a source: (verifier inputs by (``_ng_task_index``,
+    ``_ng_rollout_index``), how many lines are not usable input rows). Each line is scrubbed
+    of secrets first, as records are."""
+    inputs: dict[tuple[int, int], dict[str, Any]] = {}
+    skipped = 0
+    stats = SourceReadStats()
+    for _, raw in iter_lines(SourceFile(uri, uri), stats):
+        try:
+            row = loads(scrub(raw, sha256_hex(raw)[:32]))
+        except ValueError:
+            skipped += 1
+            continue
+        key = (row.get("_ng_task_index"), row.get("_ng_rollout_index")) if isinstance(row, dict) else None
+        if key is None or not all(isinstance(k, int) and not isinstance(k, bool) for k in key):
+            skipped += 1
+            continue
+        inputs[key] = task_inputs_of(row)
+    return inputs, skipped + (stats.partial_record is not None)
 
 
 def _json_or_none(value: Any) -> str | None:
@@ -298,6 +369,7 @@ def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         merged.records_valid += summary["records_valid"]
         merged.records_rejected += summary["records_rejected"]
         merged.sources_failed += summary["sources_failed"]
+        merged.non_finite_values += summary.get("non_finite_values", 0)
         merged.rejected_by_reason.update(summary["rejected_by_reason"])
         merged.redactions_by_type.update(summary.get("redactions_by_type", {}))
         merged.redacted_trajectory_ids += summary.get("redacted_trajectory_ids", [])

@@ -316,3 +316,127 @@ def test_parse_of_render_gives_back_the_canonical_messages(messages):
 )
 def test_tool_failure_rule_of_the_batch_runner(content, failed):
     assert tool_result_failed(content) is failed
+
+
+# ------------------------------------------------------------------ tool results of real runs
+
+
+def tool_turn(*responses):
+    return {"from": "tool", "value": "\n".join(responses)}
+
+
+def tool_messages(trajectory):
+    return [(m["tool_call_id"], m["content"]) for m in trajectory.messages if m["role"] == "tool"]
+
+
+def test_ids_reused_in_every_turn_answer_their_own_turn():
+    # Qwen-family runs: the first call of every turn is "qwen_tc_0"
+    conversation = [rows.SYSTEM, rows.human("check three things")]
+    for n in range(3):
+        conversation += [rows.gpt(rows.call("terminal", {"command": f"step {n}"})),
+                         tool_turn(rows.response("qwen_tc_0", "terminal", f"out {n}"))]
+    trajectory = convert(rows.cli_row(conversation + [rows.gpt("<think>\nok\n</think>\nAll done.")]))
+    assert [content for _, content in tool_messages(trajectory)] == ["out 0", "out 1", "out 2"]
+    assert trajectory.metadata.get("unmatched_tool_responses") is None
+    assert "unanswered_tool_calls" not in trajectory.quality_flags
+    assert shape_is_valid(trajectory)
+    # the first call keeps the source's id; the id cannot be held twice, so later calls keep theirs
+    assert [call_id for call_id, _ in tool_messages(trajectory)] == ["qwen_tc_0", "call_4_0", "call_6_0"]
+
+
+def test_parallel_calls_answered_in_one_tool_turn_take_the_ids_their_responses_name():
+    turn = rows.call("terminal", {"command": "ls"}) + "\n" + rows.call("read_file", {"path": "a"})
+    trajectory = convert(rows.cli_row([
+        rows.human("go"), rows.gpt(turn),
+        tool_turn(rows.response("call_function_x9_1", "terminal", "a b"),
+                  rows.response("call_function_x9_2", "read_file", "text")),
+        rows.gpt("done")]))
+    assert tool_messages(trajectory) == [("call_function_x9_1", "a b"), ("call_function_x9_2", "text")]
+    assert [c["id"] for c in trajectory.messages[1]["tool_calls"]] == ["call_function_x9_1", "call_function_x9_2"]
+
+
+@pytest.mark.parametrize("blocks", [
+    # responses without a tool_call_id, and bare text in the blocks
+    ['<tool_response>\n{"name": "terminal", "content": "one"}\n</tool_response>',
+     '<tool_response>\n{"name": "read_file", "content": "two"}\n</tool_response>'],
+    ["<tool_response>\none\n</tool_response>", "<tool_response>\ntwo\n</tool_response>"],
+])
+def test_responses_without_ids_answer_by_position(blocks):
+    turn = rows.call("terminal", {"command": "ls"}) + "\n" + rows.call("read_file", {"path": "a"})
+    trajectory = convert(rows.cli_row([rows.human("go"), rows.gpt(turn), tool_turn(*blocks), rows.gpt("done")]))
+    calls = trajectory.messages[1]["tool_calls"]
+    assert tool_messages(trajectory) == [(calls[0]["id"], "one"), (calls[1]["id"], "two")]
+    assert trajectory.quality_flags == ["no_reasoning"]
+
+
+def test_a_second_human_turn_in_the_middle_of_a_run():
+    trajectory = convert(rows.cli_row([
+        rows.human("first task"), rows.gpt(rows.call("terminal", {"command": "a"})),
+        tool_turn(rows.response("qwen_tc_0", "terminal", "A")), rows.gpt("first done"),
+        rows.human("now another"), rows.gpt(rows.call("terminal", {"command": "b"})),
+        tool_turn(rows.response("qwen_tc_0", "terminal", "B")), rows.gpt("second done")]))
+    assert [m["role"] for m in trajectory.messages] == [
+        "user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"]
+    assert [content for _, content in tool_messages(trajectory)] == ["A", "B"]
+    assert shape_is_valid(trajectory) and "unmatched_tool_response" not in trajectory.quality_flags
+
+
+def test_a_run_whose_calls_are_never_answered():
+    trajectory = convert(rows.cli_row([
+        rows.human("go"), rows.gpt(rows.call("terminal", {"command": "a"})),
+        rows.gpt(rows.call("terminal", {"command": "b"})), rows.gpt("gave up")]))
+    assert tool_messages(trajectory) == []
+    assert {"unanswered_tool_calls", "consecutive_assistant_turns"} <= set(trajectory.quality_flags)
+    assert [len(m.get("tool_calls", [])) for m in trajectory.messages[1:]] == [1, 1, 0]
+    assert shape_is_valid(trajectory)
+
+
+id_schemes = st.sampled_from(["none", "reused", "unique", "qwen_then_unique"])
+
+
+@st.composite
+def hermes_runs(draw):
+    """Raw Hermes runs: gpt turns with 0-3 calls, tool turns answering them (all, some, more,
+    or none), ids named in any of the schemes real runs use, human turns in between."""
+    scheme = draw(id_schemes)
+    conversation = [rows.human("task")]
+    counter = 0
+    for turn in range(draw(st.integers(1, 4))):
+        names = draw(st.lists(st.sampled_from(["terminal", "read_file"]), max_size=3))
+        conversation.append(rows.gpt("".join(rows.call(name, {"n": turn}) for name in names) or "thinking aloud"))
+        answered = draw(st.sampled_from(["all", "some", "extra", "none"])) if names else "none"
+        count = {"all": len(names), "some": max(len(names) - 1, 0), "extra": len(names) + 1, "none": 0}[answered]
+        responses = []
+        for position in range(count):
+            counter += 1
+            call_id = {"none": None, "reused": f"qwen_tc_{position}", "unique": f"call_{counter}",
+                       "qwen_then_unique": "qwen_tc_0" if position == 0 else f"c{counter}"}[scheme]
+            name = names[position] if position < len(names) else "terminal"
+            body = {"name": name, "content": f"result {counter}"}
+            if call_id is not None:
+                body = {"tool_call_id": call_id, **body}
+            responses.append(f"<tool_response>\n{json.dumps(body)}\n</tool_response>")
+        if responses:
+            conversation.append(tool_turn(*responses))
+        if draw(st.booleans()):
+            conversation.append(rows.human("more"))
+    conversation.append(rows.gpt("end"))
+    return conversation
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversation=hermes_runs())
+def test_every_tool_result_is_a_tool_message_or_kept_with_a_reason(conversation):
+    trajectory = convert(rows.cli_row(conversation))
+    blocks = sum(turn["value"].count("<tool_response>") for turn in conversation if turn["from"] == "tool")
+    kept = {key: len(trajectory.metadata.get(key, [])) for key in ("late_tool_responses", "unmatched_tool_responses")}
+    assert blocks == len(tool_messages(trajectory)) + sum(kept.values())
+    for key, flag in (("late_tool_responses", "late_tool_response"), ("unmatched_tool_responses",
+                                                                       "unmatched_tool_response")):
+        assert (kept[key] > 0) == (flag in trajectory.quality_flags)
+    assert shape_is_valid(trajectory)
+    # where every tool turn answers exactly the calls of the gpt turn before it (real runs),
+    # every result is a tool message, whatever ids it names
+    if all(turn["value"].count("<tool_response>") == previous["value"].count("<tool_call>")
+           for previous, turn in zip(conversation, conversation[1:]) if turn["from"] == "tool"):
+        assert sum(kept.values()) == 0

@@ -60,7 +60,7 @@ SFT_PAYLOAD_COLUMNS = [
 ]
 DPO_PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
 GRPO_PLAN_COLUMNS = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format"]
-GRPO_PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "metadata"]
+GRPO_PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "task_inputs", "metadata"]
 
 
 class TrajectoryTable(Protocol):
@@ -526,8 +526,15 @@ class TaskItem:
         return orjson.loads(self.payload.messages)[: self.payload.prompt_length]
 
     @cached_property
+    def task_inputs(self) -> dict[str, Any]:
+        """What the verifier was given (NeMo Gym's materialized inputs), when they were beside the file."""
+        return orjson.loads(self.payload.task_inputs) if self.payload.task_inputs is not None else {}
+
+    @cached_property
     def ground_truth(self) -> str | None:
-        return ground_truth_of(orjson.loads(self.payload.metadata))
+        # the materialized inputs say what the verifier was given; a rollout's own keys may
+        # also hold what it produced, so they come second
+        return ground_truth_of(self.task_inputs) or ground_truth_of(orjson.loads(self.payload.metadata))
 
 
 def iter_grpo_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig,
@@ -550,7 +557,9 @@ def _grpo_record(item: TaskItem) -> dict[str, Any]:
         raise Unrepresentable("no_request")
     request = orjson.loads(payload.request)
     request_input = request.get("input")
-    line = {"responses_create_params": request, "agent_ref": task.agent_ref, **_task_summary(task)}
+    # the row ng_prepare_data would write: the request, the verifier's inputs, the agent
+    line = {"responses_create_params": request, **item.task_inputs, "agent_ref": task.agent_ref,
+            **_task_summary(task)}
     return {
         "task_key": task.task_key,
         "prompt_key": task.prompt_key,

@@ -162,6 +162,8 @@ def compute_stats(
         },
         "sources": len(ingest_summary["sources"]),
         "sources_failed": int(ingest_summary["sources_failed"]),
+        # NaN / Infinity outside rewards in valid records: JSON has no such number, so stored as null
+        "non_finite_values": int(ingest_summary.get("non_finite_values", 0)),
         # valid in two batches (files) at once: kept once in every dataset, counted here
         "duplicates_across_batches": duplicates_across_batches,
         "exports": {name: manifest["rows"] for name, manifest in manifests.items()},
@@ -199,6 +201,8 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         f"copies of one record in several batches, used once: {stats['duplicates_across_batches']}",
         f"- completed: {stats['completed']}, mask_sample: {stats['mask_sample']},"
         f" with reasoning: {stats['with_reasoning']}, unknown output items: {stats['unknown_items']}",
+        f"- NaN / Infinity values outside rewards (stored as null, rows flagged non_finite_number): "
+        f"{stats['non_finite_values']}",
         "",
         "## Rejected by reason",
         "",

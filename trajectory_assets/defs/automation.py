@@ -12,10 +12,9 @@ from trajectory_assets.io.sources import (
     SourceError,
     SourceFile,
     batch_key,
+    describe_batch,
     discover,
-    fingerprint,
-    is_unreadable,
-    sha256_of,
+    source_fingerprint,
 )
 from trajectory_assets.io.storage import Storage, StorageError
 
@@ -48,17 +47,14 @@ def plan_batches(
 
 
 def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
-    """Whether the source's SHA-256 differs from the one its batch was last ingested from."""
+    """Whether the source's data version (its SHA-256, and its materialized inputs') differs
+    from the one its batch was last ingested from. An unreadable source counts as changed:
+    its run reports it. A passing storage fault is raised: the next evaluation looks again."""
     try:
-        recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))["sha256"]
+        recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
     except StorageError:
         return True  # never ingested (or its record is gone): run it
-    try:
-        return sha256_of(source)[0] != recorded
-    except OSError as error:
-        if not is_unreadable(error, source.uri):
-            raise  # a passing storage fault: the next evaluation looks again
-        return True  # it became unreadable: its run reports it as an unreadable source
+    return describe_batch(source)["data_version"] != recorded.get("data_version", recorded.get("sha256"))
 
 
 def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
@@ -80,7 +76,7 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
         except SourceError as error:
             return dg.SensorResult(skip_reason=str(error))
         by_key = {batch_key(source.source_id): source for source in found}
-        current = {key: fingerprint(source.uri) for key, source in by_key.items()}
+        current = {key: source_fingerprint(source) for key, source in by_key.items()}
         previous = orjson.loads(context.cursor) if context.cursor else {}
         new, changed, gone = plan_batches(current, previous)
         # a new fingerprint (a touched file, a re-upload) is only a change if the bytes differ

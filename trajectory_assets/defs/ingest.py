@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from schemas.quarantine import QuarantineSchema
+from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import TrajectorySchema
 from schemas.validation import ChunkedContract, validate
 from trajectory_assets import __version__, layout
@@ -19,7 +20,7 @@ from trajectory_assets.defs.contracts import column_schema, contract_check_resul
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.ingest import CONTRACT_COLUMNS, QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
-from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, discover, is_unreadable, sha256_of
+from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, describe_batch, discover
 from trajectory_assets.io.trajectory_table import CHUNK_ROWS
 
 GROUP = "rollouts"
@@ -42,38 +43,43 @@ def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     partitions_def=rollout_batches,
     group_name=GROUP,
     code_version=__version__,
-    kinds={"jsonl"},
+    kinds={"jsonl", "pandera"},
     retry_policy=STORAGE_RETRY,
+    metadata={"dagster/column_schema": column_schema(RawRolloutSchema)},
 )
 def raw_rollouts(context: dg.AssetExecutionContext, sources: RolloutSources, storage: TrajectoryStorage):
-    """One rollout file (NeMo Gym ``*.jsonl`` / ``*.jsonl.gz``): its URI, size and SHA-256.
+    """One rollout file (``*.jsonl`` / ``*.jsonl.gz``): its URI, size and SHA-256, and those
+    of NeMo Gym's materialized inputs when they lie beside it.
 
-    The SHA-256 is the batch's data version, so Dagster knows when a batch really changed.
+    Their SHA-256 is the batch's data version, so Dagster knows when a batch really changed.
     A source that cannot be opened (a broken symlink, no permission, a missing object) is
     recorded with its error instead of failing the batch: `validated_trajectories` then
     reports it as an ``unreadable_source`` and the other batches and the datasets go on.
     """
     with storage_faults_only():
         source = find_batch_source(sources, context.partition_key)
-        error = None
-        try:
-            sha256, size = sha256_of(source)
-        except OSError as failure:
-            if not is_unreadable(failure, source.uri):
-                raise  # a passing storage fault: retried
-            sha256, size, error = "", 0, f"cannot read: {failure}"
-            context.log.warning(f"{source.uri}: {error}")
-        record = {"uri": source.uri, "source_id": source.source_id, "sha256": sha256, "bytes": size}
-        if error:
-            record["error"] = error
+        record = describe_batch(source)
+        for problem in (record["error"], record["inputs_error"]):
+            if problem:
+                context.log.warning(f"{source.uri}: {problem}")
         store = storage.open()
         store.write_bytes(layout.batch_source(context.partition_key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return dg.MaterializeResult(
-        metadata={"source": source.uri, "sha256": sha256, "bytes": size,
-                  "dagster/uri": store.uri(layout.batch_source(context.partition_key)),
-                  **({"error": error} if error else {})},
-        data_version=dg.DataVersion(sha256 or "unreadable"),
+        metadata={**{key: value for key, value in record.items() if value is not None},
+                  "dagster/uri": store.uri(layout.batch_source(context.partition_key))},
+        data_version=dg.DataVersion(record["data_version"]),
     )
+
+
+@dg.asset_check(asset="raw_rollouts", blocking=True, name="raw_rollouts_contract",
+                partitions_def=rollout_batches, retry_policy=STORAGE_RETRY)
+def raw_rollouts_contract(context: dg.AssetCheckExecutionContext, storage: TrajectoryStorage) -> dg.AssetCheckResult:
+    """The batch's raw record names its file, hashes and data version consistently."""
+    with storage_faults_only():
+        record = orjson.loads(storage.open().read_bytes(layout.batch_source(context.partition_key)))
+    frame = pd.DataFrame([record], columns=list(RawRolloutSchema.to_schema().columns)).astype({"bytes": "Int64"})
+    return contract_check_result(validate(RawRolloutSchema, frame), asset="raw_rollouts",
+                                 check_name="raw_rollouts_contract")
 
 
 @dg.multi_asset(
@@ -120,13 +126,15 @@ def _ingest_batch(key: str, storage: TrajectoryStorage, settings: PipelineSettin
     """Writes the batch's trajectories, quarantine and summary. A source that cannot be
     opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error."""
     try:
-        redaction = settings.load().redaction
+        config = settings.load()
     except dg.Failure as error:  # the config cannot be used: retrying won't change it
         raise dg.Failure(description=error.description, allow_retries=False) from None
-    redactor = Redactor(emails=redaction.emails) if redaction.enabled else None
+    redactor = Redactor(emails=config.redaction.emails) if config.redaction.enabled else None
     store = storage.open()
     recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
-    source = SourceFile(recorded["uri"], recorded["source_id"])
+    # a side file that could not be read is left out (its error is in the raw record)
+    inputs_uri = recorded.get("inputs_uri") if recorded.get("inputs_sha256") else None
+    source = SourceFile(recorded["uri"], recorded["source_id"], inputs_uri)
 
     quarantined = 0
     with (
@@ -139,7 +147,8 @@ def _ingest_batch(key: str, storage: TrajectoryStorage, settings: PipelineSettin
             quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
             quarantined += len(rows)
 
-        summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor)
+        summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
+                         options=config.conversion)
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 
     with store.fs.open(store.path(layout.batch_trajectories(key)), "rb") as handle:

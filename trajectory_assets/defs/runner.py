@@ -83,12 +83,13 @@ def failure_reason(result: dg.ExecuteInProcessResult) -> str:
 
 def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, str]]:
     """(URI, error) of every source that could not be read at all: its read failed before
-    it gave a single record. A source that broke after some records is not among them (its
-    records are kept; its failure is an ``unreadable_source`` quarantine row)."""
+    it gave a single record, and not because the stream was cut. A source that was cut
+    (wherever: even inside its first record) or broke after some records is not among them
+    (what it held is kept; its failure is an ``unreadable_source`` quarantine row)."""
     return [
         (source["uri"], " ".join(str(source["error"]).split()))
         for source in read_summary(store, batches)["sources"]
-        if source.get("error") and not source.get("records")
+        if source.get("error") and not source.get("records") and not source.get("truncated")
     ]
 
 

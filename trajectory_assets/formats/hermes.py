@@ -11,18 +11,24 @@ Quality problems seen in real files are flagged, never fatal (``QUALITY_FLAGS``)
 
 Matching ``<tool_response>`` blocks to ``<tool_call>`` blocks. The seed's markup gives a
 call no id (a call JSON that carries an ``id`` keeps it); a response names a
-``tool_call_id``. The responses of one tool turn are matched against every call of the
-conversation that is still unanswered:
+``tool_call_id``. Real runs reuse ids: Qwen-family models write ``qwen_tc_0`` for the first
+call of *every* turn, and in every such file a tool turn answers the calls of the gpt turn
+right before it, in order. So the responses of one tool turn are matched:
 
-1. by id, when the response names the id of such a call (one taken from the markup or
-   from an earlier response);
-2. by position otherwise, the way Hermes writes them: the responses answer the latest gpt
-   turn's open calls in order; when a turn holds more responses than that turn has open
-   calls, they answer the last unanswered calls of the conversation in order (so
-   gpt(call A) -> gpt(call B) -> tool(A, B) pairs A with A). Within those candidates a
-   response goes first to a call with the same ``name``. A call matched by position
-   takes the response's ``tool_call_id`` as its id (unless another call already holds
-   it); a call that no response answers keeps a generated id ``call_<turn>_<n>``.
+1. by id, only when the response names an open call of the gpt turn right before, whose
+   id the source gave (an id named in an earlier turn says nothing about this one);
+2. by position otherwise, when the rest of the responses and the open calls of that turn
+   are as many: Hermes writes them in call order (and names each response after the call
+   in its place);
+3. by name, when they are fewer (some calls went unanswered) or name the turn's calls in
+   another order: a response goes to the first open call of its name, one without a known
+   name to the first open call left;
+4. when they are more, they answer the last unanswered calls of the conversation in order
+   (so gpt(call A) -> gpt(call B) -> tool(A, B) pairs A with A).
+
+A call matched by position or name takes the response's ``tool_call_id`` as its id unless
+another call already holds it; a call that no response answers keeps a generated id
+``call_<turn>_<n>``.
 
 Where a matched response goes:
 
@@ -33,8 +39,8 @@ Where a matched response goes:
   result it did not, so it is kept in ``metadata["late_tool_responses"]`` (``turn``,
   ``tool_call_id``, ``content``), the call stays unanswered and the record is flagged
   ``late_tool_response``;
-- matching no call at all (more responses than unanswered calls, a response naming a
-  call already answered, a tool turn before any call): kept in
+- matching no call at all (more responses than unanswered calls, a tool turn before any
+  call): kept in
   ``metadata["unmatched_tool_responses"]`` (``turn``, ``raw`` text) and flagged
   ``unmatched_tool_response``. The record stays valid.
 """
@@ -285,25 +291,43 @@ class _Parser:
     def _tool(self, value: str, position: int) -> None:
         responses = [_Response(block) for block in TOOL_RESPONSE_BLOCK.findall(value) or [value]]
         matched: dict[int, _Call | None] = {}
-        # 1. by id: the response names a call whose id is known
-        for index, response in enumerate(responses):
-            holder = self._holder(response.named_id) if response.named_id else None
-            if holder is not None and not holder.generated_id:
-                matched[index] = holder if holder.open else None  # answered already: a duplicate
-                holder.open = False
-        # 2. by position (and name) among the still unanswered calls
-        rest = [index for index in range(len(responses)) if index not in matched]
         latest = [c for c in self._latest if c.open]
-        unanswered = [c for c in self._calls if c.open]
-        candidates = latest if len(rest) <= len(latest) else unanswered[-len(rest):]
-        for index in rest:  # same name first, in order
-            name = responses[index].name
-            call = next((c for c in candidates if name and c.name == name), None)
+        # 1. by id, only when it names an open call of the gpt turn right before whose id
+        #    the source gave (in the call's JSON): Qwen-family runs name "qwen_tc_0" for the
+        #    first call of every turn, so an id seen before says nothing about a later turn
+        for index, response in enumerate(responses):
+            call = next((c for c in latest if not c.generated_id and c.id == response.named_id), None)
             if call is not None:
                 matched[index] = call
-                candidates.remove(call)
-        for index in rest:  # then by position alone
-            if index not in matched:
+                latest.remove(call)
+        rest = [index for index in range(len(responses)) if index not in matched]
+        names = [responses[index].name for index in rest]
+        reordered = (all(names) and sorted(names) == sorted(c.name for c in latest)
+                     and names != [c.name for c in latest])
+        if len(rest) == len(latest) and not reordered:
+            # 2. by position: Hermes writes a turn's responses in the order of its calls
+            #    (and names each response after the call in its place)
+            matched.update(zip(rest, latest))
+        elif len(rest) <= len(latest):
+            # 3. some calls went unanswered, or the responses name the turn's calls in
+            #    another order: a response goes to the first open call of its name, one
+            #    without a known name to the first open call left
+            for index in rest:
+                name = responses[index].name
+                call = next((c for c in latest if name and c.name == name), None)
+                matched[index] = call
+                if call is not None:
+                    latest.remove(call)
+            for index in rest:
+                if matched[index] is None and latest:
+                    matched[index] = latest.pop(0)
+        else:
+            # 4. more responses than the turn has open calls: they answer the last unanswered
+            #    calls of the conversation in order (gpt(A) -> gpt(B) -> tool(A, B) pairs A
+            #    with A, a late response), and what is left answers nothing
+            unanswered = [c for c in self._calls if c.open and c not in matched.values()]
+            candidates = unanswered[-len(rest):]
+            for index in rest:
                 matched[index] = candidates.pop(0) if candidates else None
         for index, response in enumerate(responses):
             call = matched[index]

@@ -1,33 +1,72 @@
 """NeMo Gym rollout rows (``ng_collect_rollouts`` / ``gym eval run``) -> canonical trajectories.
 
-Real rows differ from the seed spec (see ``shared/FORMATS.md``); this module accepts:
-output in ``response.output`` or legacy top-level ``output``; request input as a string or
-a list of items with or without ``type``; Responses-API output items ``message``,
-``reasoning``, ``function_call`` and ``function_call_output``. Unknown item types and
-unknown content part types (e.g. ``input_file``) are kept whole in
-``metadata["unknown_items"]`` (with ``where`` and ``type``) and counted in
-``unknown_items``, never fatal; an unknown part is left out of the converted content (a
-message left with no part at all gets empty content, like ``content: []``). Anything else
-structurally wrong raises :class:`Rejection` with a reason code.
+The turn structure is NeMo Gym's own: its model servers read a conversation with
+``ResponsesConverter.responses_to_chat_completion_create_params``
+(``nemo_gym/responses_converter.py``), fed the request input followed by the output items.
+Everything the model produced between two items it did not produce is **one** assistant
+message; the items it did not produce are a tool output (``function_call_output``, or a
+chat-shaped ``role: tool`` message), a user message and a system/developer message. So
+consecutive assistant ``message`` items become one message (their text joined with a
+newline), every ``reasoning`` item of the turn is gathered into its ``reasoning_content``
+(also one that comes after a ``function_call``), and every call of the turn is kept in order.
+Where we differ from that converter, on purpose (the README lists these):
 
-Quality flags (``QUALITY_FLAGS``), never fatal: ``unparseable_tool_call`` when a
-``function_call``'s ``arguments`` string is not JSON (kept as is), and
-``hermes_markup_in_content`` when text that the Hermes rendering writes (message content,
-reasoning, tool-call arguments, tool output) holds a literal Hermes tag, which would turn
-into spurious structure if the conversation were rendered to Hermes and parsed again.
+- reasoning goes to ``reasoning_content``, not into the text as ``<think>`` blocks;
+- text pieces are joined with a newline rather than glued together;
+- ``developer`` becomes ``system``, and leading system/developer messages merge into one;
+  a system message after other turns is rejected (``misplaced_system_message``: chat
+  templates accept a system message only first);
+- item types without a Chat Completions form (web search, MCP, computer use) are kept
+  whole in ``metadata["unknown_items"]`` instead of failing the rollout; one whose type
+  ends in ``_output`` is an environment result, so it ends the model's turn like a tool
+  output does;
+- an id the agent reuses (for the first call of every turn, or for two calls of one turn)
+  is made unique in the messages (``<id>_2``, ...), since a chat holds one call per id; an
+  output naming that id answers the first open call that named it;
+- a tool output that answers no open call of the turn before it is kept in metadata
+  (``late_tool_responses`` / ``unmatched_tool_responses``, flagged) rather than written
+  where no chat template can render it; one that answers a call never made is rejected
+  (``orphan_tool_output``).
+
+The prompt is the request's input when it holds a user turn. Harnesses that record the
+whole conversation in ``response.output`` leave the input without one; then the prompt is
+the input plus the output up to the first assistant turn after a user turn, and the
+request kept for RL (GRPO) rows gets those items as its input. A rollout without any user
+turn is ``no_prompt``.
+
+Options (``ConversionConfig``): ``inline_reasoning`` reads a ``<think>…</think>`` block
+at the start of assistant text (a reasoning model served without a reasoning parser) as
+``reasoning_content``, as vLLM's ``deepseek_r1`` / ``qwen3`` reasoning parsers would have;
+``per_step_output`` decides what an ``output`` recorded as a list of per-step transcripts
+(Aviary's ``return_transitions``) becomes: its final transcript, or a rejection.
+
+Token data (``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs``) on
+output items is kept per model call, tied to the assistant message it belongs to, the way
+NeMo RL reads it (items with an empty ``generation_token_ids`` carry nothing to train on).
+
+Quality flags (``QUALITY_FLAGS``), never fatal: ``unparseable_tool_call`` when a call's
+``arguments`` string is not JSON (kept as is); ``hermes_markup_in_content`` when text that
+the Hermes rendering writes holds a literal Hermes tag, which would turn into spurious
+structure if the conversation were rendered to Hermes and parsed again;
+``late_tool_response`` / ``unmatched_tool_response`` (see above); ``malformed_token_data``
+when token data is present but not lists of the right types and lengths (kept in metadata).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
+from trajectory_assets.config import ConversionConfig
 from trajectory_assets.formats.chat import prompt_key
 from trajectory_assets.formats.jsonutil import canonical, dumps, sha256_hex
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 
 SOURCE_FORMAT = "nemo_gym"
+DEFAULT_OPTIONS = ConversionConfig()
 
 # Top-level keys with a meaning of their own; every other key is a verifier extra and is
 # kept verbatim in the trajectory's metadata.
@@ -40,32 +79,67 @@ KNOWN_KEYS = frozenset(
         "reward_components",
         "_ng_task_index",
         "_ng_rollout_index",
+        "_ng_rollout_id",
         "agent_ref",
         "mask_sample",
         "task_type",
     }
 )
+# the collector's keys that the materialized inputs share with the rollouts: the rest of an
+# input row is what the verifier was given (expected_answer, ...)
+COLLECTOR_INPUT_KEYS = frozenset({"responses_create_params", "agent_ref", "_ng_task_index", "_ng_rollout_index",
+                                  "_ng_rollout_id", "_ng_attempt_index"})
+FAILURE_CLASS_KEY = "_ng_failure_class"
 TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 # parts whose type is known: one without its payload is broken structure, not an unknown part
 KNOWN_PART_TYPES = TEXT_PART_TYPES | {"refusal", "input_image"}
-ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+CONTEXT_ROLES = {"system": "system", "developer": "system", "user": "user"}
 FINISHED_STATUSES = frozenset({None, "completed"})
+TOKEN_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 # literal <think>/<tool_call>/<tool_response> tags in the text: a Hermes rendering of it
 # would parse back into calls the model never made
 HERMES_MARKUP_FLAG = "hermes_markup_in_content"
 QUALITY_FLAGS = (
-    "unparseable_tool_call",  # a function_call whose arguments string is not JSON
+    "unparseable_tool_call",  # a call whose arguments string is not JSON
     HERMES_MARKUP_FLAG,
+    "late_tool_response",  # a tool output for a call of an earlier turn (kept in metadata)
+    "unmatched_tool_response",  # a second tool output for an answered call (kept in metadata)
+    "malformed_token_data",  # token ids / log probs of the wrong shape (kept in metadata)
 )
 HERMES_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_REASON_UNSAFE = re.compile(r"[^a-z0-9_]+")
 
 
 def looks_like_rollout(record: dict[str, Any]) -> bool:
     return "responses_create_params" in record and ("response" in record or "output" in record)
 
 
-def convert_rollout(record: dict[str, Any], *, source_id: str) -> Trajectory:
-    """Convert one parsed rollout row. ``source_id`` scopes ``_ng_task_index``."""
+def failure_rejection(record: dict[str, Any]) -> Rejection | None:
+    """A row of the collector's failures sidecar (``<stem>_failures.jsonl``): never a
+    reward-0 sample. Its reason is ``ng_failure_<class>``, so the report counts each class."""
+    failure_class = record.get(FAILURE_CLASS_KEY)
+    if failure_class is None:
+        return None
+    name = _REASON_UNSAFE.sub("_", str(failure_class).lower()).strip("_")[:60] or "unknown"
+    return Rejection(f"ng_failure_{name}", f"NeMo Gym recorded a failed attempt of class {failure_class!r}")
+
+
+def task_inputs_of(input_row: dict[str, Any]) -> dict[str, Any]:
+    """What a materialized input row gave the verifier: every key but the collector's own."""
+    return {key: value for key, value in input_row.items() if key not in COLLECTOR_INPUT_KEYS}
+
+
+def convert_rollout(
+    record: dict[str, Any],
+    *,
+    source_id: str,
+    options: ConversionConfig = DEFAULT_OPTIONS,
+    task_inputs: dict[tuple[int, int], dict[str, Any]] | None = None,
+) -> Trajectory:
+    """Convert one parsed rollout row. ``source_id`` scopes ``_ng_task_index``;
+    ``task_inputs`` are the verifier inputs of the file's materialized inputs, by
+    (``_ng_task_index``, ``_ng_rollout_index``)."""
     if not looks_like_rollout(record):
         raise Rejection(
             "not_a_rollout",
@@ -80,40 +154,48 @@ def convert_rollout(record: dict[str, Any], *, source_id: str) -> Trajectory:
     else:
         output = record.get("output")
     output = _expect(output, list, "output")
-
     reward = _reward(record)
-    builder = _ChatBuilder()
-    instructions = request.get("instructions")
-    if instructions is not None:
-        builder.system(_expect(instructions, str, "responses_create_params.instructions"))
+
     raw_input = request.get("input")
     if isinstance(raw_input, str):
-        builder.add("user", raw_input)
+        input_items: list[Any] = [{"type": "message", "role": "user", "content": raw_input}]
     elif isinstance(raw_input, list):
-        builder.add_items(raw_input, "responses_create_params.input")
+        input_items = raw_input
     else:
         raise Rejection("invalid_structure", "responses_create_params.input is neither a string nor a list")
-    builder.close_assistant()
-    prompt_length = len(builder.messages)
-    if not any(m["role"] == "user" for m in builder.messages):
-        raise Rejection("no_prompt", "the request input holds no user message")
+    instructions = request.get("instructions")
+    if instructions is not None:
+        _expect(instructions, str, "responses_create_params.instructions")
 
-    builder.add_items(output, "output")
-    if prompt_length == len(builder.messages) or not any(
-        m["role"] == "assistant" for m in builder.messages[prompt_length:]
-    ):
+    transcripts = _per_step_transcripts(output, options)
+    conversation, input_length, stream = _read_conversation(instructions, input_items, output, transcripts, options)
+    messages = conversation.messages
+    if any(m["role"] == "user" for m in messages[:input_length]):
+        prompt_length = input_length
+    else:
+        prompt_length = _first_model_turn_after_user(messages)
+        if prompt_length is None:
+            raise Rejection("no_prompt", "no user turn in the request input or in the output")
+    if not any(m["role"] == "assistant" for m in messages[prompt_length:]):
         raise Rejection("no_model_output", "the model produced no assistant turn (empty output)")
+    if prompt_length > input_length:
+        # the prompt came from the output: the request an RL row replays must hold it
+        request = {**request, "input": stream[: conversation.first_item[prompt_length]]}
 
     tools, unconverted_tools = convert_tools(request.get("tools"))
-    prompt = builder.messages[:prompt_length]
+    prompt = messages[:prompt_length]
     task_index = _optional_int(record.get("_ng_task_index"), "_ng_task_index")
+    rollout_index = _optional_int(record.get("_ng_rollout_index"), "_ng_rollout_index")
     task_key = task_key_for(source_id, task_index, prompt, tools)
 
     metadata = {key: value for key, value in record.items() if key not in KNOWN_KEYS}
-    if builder.unknown:
-        metadata["unknown_items"] = builder.unknown
-    flags = set(builder.flags)
-    if any(_has_hermes_markup(message) for message in builder.messages):
+    metadata.update(conversation.kept)
+    if transcripts:
+        metadata["per_step_transcripts"] = len(transcripts)  # the final one is the conversation
+    if conversation.unknown:
+        metadata["unknown_items"] = conversation.unknown
+    flags = set(conversation.flags)
+    if any(_has_hermes_markup(message) for message in messages):
         flags.add(HERMES_MARKUP_FLAG)
     if unconverted_tools:
         metadata["unconverted_tools"] = unconverted_tools
@@ -122,17 +204,22 @@ def convert_rollout(record: dict[str, Any], *, source_id: str) -> Trajectory:
     status = response.get("status") if response is not None else None
     usage = response.get("usage") if response is not None else None
     model = (response or {}).get("model") or request.get("model")
+    rollout_id = record.get("_ng_rollout_id")
+    inputs = None
+    if task_inputs is not None and task_index is not None and rollout_index is not None:
+        inputs = task_inputs.get((task_index, rollout_index))
 
     return Trajectory(
         source_format=SOURCE_FORMAT,
-        messages=builder.messages,
+        messages=messages,
         prompt_length=prompt_length,
         task_key=task_key,
         tools=tools,
         reward=reward,
         reward_components=_optional_dict(record.get("reward_components"), "reward_components"),
         task_index=task_index,
-        rollout_index=_optional_int(record.get("_ng_rollout_index"), "_ng_rollout_index"),
+        rollout_index=rollout_index,
+        rollout_id=str(rollout_id) if rollout_id is not None else None,
         agent_name=agent_name(record.get("agent_ref")),
         model=model if isinstance(model, str) and model else None,
         task_type=_task_type(record),
@@ -142,11 +229,70 @@ def convert_rollout(record: dict[str, Any], *, source_id: str) -> Trajectory:
         input_tokens=_usage(usage, "input_tokens", "prompt_tokens"),
         output_tokens=_usage(usage, "output_tokens", "completion_tokens"),
         total_tokens=_usage(usage, "total_tokens"),
-        unknown_items=len(builder.unknown),
+        unknown_items=len(conversation.unknown),
         request=request,
+        task_inputs=inputs,
+        token_data=conversation.token_data or None,
         quality_flags=sorted(flags),
         metadata=metadata,
     )
+
+
+def _read_conversation(
+    instructions: str | None,
+    input_items: list[Any],
+    output: list[Any],
+    transcripts: list[list[Any]] | None,
+    options: ConversionConfig,
+) -> tuple[_Conversation, int, list[Any]]:
+    """(the conversation, how many of its messages came from the input, the item stream
+    that ``_Conversation.first_item`` indexes)."""
+    if transcripts is None:
+        conversation = _Conversation(options, instructions)
+        conversation.add_items(input_items, "responses_create_params.input")
+        input_length = conversation.end_turn()
+        conversation.add_items(output, "output", offset=len(input_items), tokens=True)
+        conversation.end_turn()
+        return conversation, input_length, [*input_items, *output]
+    final = transcripts[-1]
+    where = f"output[{len(transcripts) - 1}]"
+    # A transcript is the model's whole context at that step, so it starts with the
+    # request's own input (Aviary writes agent_state.input): then it is the conversation.
+    request_only = _Conversation(options, instructions)
+    request_only.add_items(input_items, "responses_create_params.input")
+    input_length = request_only.end_turn()
+    alone = _Conversation(options, instructions)
+    alone.add_items(final, where, tokens=True)
+    alone.end_turn()
+    if alone.messages[:input_length] == request_only.messages:
+        return alone, input_length, final
+    conversation = _Conversation(options, instructions)
+    conversation.add_items(input_items, "responses_create_params.input")
+    conversation.end_turn()
+    conversation.add_items(final, where, offset=len(input_items), tokens=True)
+    conversation.end_turn()
+    return conversation, input_length, [*input_items, *final]
+
+
+def _per_step_transcripts(output: list[Any], options: ConversionConfig) -> list[list[Any]] | None:
+    if not output or not any(isinstance(item, list) for item in output):
+        return None
+    if not all(isinstance(item, list) for item in output):
+        raise Rejection("invalid_structure", "output mixes items and lists of items")
+    if options.per_step_output == "reject":
+        raise Rejection("per_step_transcripts",
+                        f"output holds {len(output)} per-step transcripts (conversion.per_step_output: reject)")
+    return output
+
+
+def _first_model_turn_after_user(messages: list[dict[str, Any]]) -> int | None:
+    seen_user = False
+    for index, message in enumerate(messages):
+        if message["role"] == "user":
+            seen_user = True
+        elif message["role"] == "assistant" and seen_user:
+            return index
+    return len(messages) if seen_user else None
 
 
 def task_key_for(
@@ -194,121 +340,234 @@ def convert_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, list[Any]]:
     return (converted or None), unconverted
 
 
-class _ChatBuilder:
-    """Folds a stream of Responses-API items into Chat Completions messages.
+def split_inline_reasoning(text: str) -> tuple[str | None, str]:
+    """(reasoning, visible text) of assistant text from a reasoning model served without a
+    reasoning parser, as vLLM's ``deepseek_r1`` parser splits it.
 
-    Reasoning, text and function calls of one model turn become one assistant message;
-    a tool result, user or system message closes it.
+    >>> split_inline_reasoning("<think>2+2=4</think>\\nIt is 4.")
+    ('2+2=4', 'It is 4.')
+    >>> split_inline_reasoning("2+2=4\\n</think>\\n\\nIt is 4.")  # template opened <think>
+    ('2+2=4', 'It is 4.')
+    >>> split_inline_reasoning("<think>cut off mid-thought")  # never closed: all reasoning
+    ('cut off mid-thought', '')
+    >>> split_inline_reasoning("Use <think> tags.")  # not at the start: plain text
+    (None, 'Use <think> tags.')
     """
+    stripped = text.lstrip()
+    if stripped.startswith(THINK_OPEN):
+        reasoning, closed, rest = stripped[len(THINK_OPEN):].partition(THINK_CLOSE)
+    else:
+        # R1-style chat templates put <think> into the prompt, so the text opens inside it
+        reasoning, closed, rest = text.partition(THINK_CLOSE)
+        if not closed or THINK_OPEN in reasoning:
+            return None, text
+    return reasoning.strip(), rest.lstrip() if closed else ""
 
-    def __init__(self) -> None:
+
+@dataclass
+class _Turn:
+    """What the model produced since the last item it did not produce."""
+
+    first_item: int  # position of its first item in the item stream
+    texts: list[Any] = field(default_factory=list)  # str, or a list of parts when images are present
+    reasoning: list[str] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    named: list[tuple[str, str]] = field(default_factory=list)  # (named id, message id) per call
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Conversation:
+    """Folds a stream of Responses-API items into Chat Completions messages, NeMo Gym's way."""
+
+    def __init__(self, options: ConversionConfig, instructions: str | None = None) -> None:
+        self.options = options
         self.messages: list[dict[str, Any]] = []
+        self.first_item: list[int] = []  # per message, where in the item stream it started
         self.unknown: list[dict[str, Any]] = []  # whole unknown items and content parts, with where/type
         self.flags: set[str] = set()
-        self._open: dict[str, Any] | None = None  # the assistant message still being built
-        self._calls_seen: set[str] = set()
-        self._unanswered: list[str] = []
+        self.kept: dict[str, list[dict[str, Any]]] = {}  # tool outputs with no place in the chat
+        self.token_data: list[dict[str, Any]] = []
+        self._turn: _Turn | None = None
+        # Calls as (the id the source named, the id the message holds). Agents reuse ids
+        # (the first call of every turn, or two calls of one turn): the message ids are made
+        # unique, and an output naming an id answers the first open call that named it.
+        self._named: set[str] = set()  # every id the source named so far
+        self._ids: set[str] = set()  # every id the messages hold
+        self._open: list[tuple[str, str]] = []  # calls of the latest assistant message not answered yet
+        self._unanswered: list[tuple[str, str]] = []  # every call not answered yet, oldest first
+        if instructions:
+            self._context("system", instructions, -1)
 
-    def close_assistant(self) -> None:
-        self._open = None
+    def end_turn(self) -> int:
+        """Close the model's turn (if one is open); returns the number of messages."""
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            texts = [text for text in turn.texts if text]
+            if any(isinstance(text, list) for text in texts):
+                content: Any = [part for text in texts
+                                for part in (text if isinstance(text, list) else [{"type": "text", "text": text}])]
+            else:
+                content = "\n".join(texts)
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            reasoning = "\n\n".join(text for text in turn.reasoning if text)
+            if reasoning:
+                message["reasoning_content"] = reasoning
+            if turn.calls:
+                message["tool_calls"] = turn.calls
+            for tokens in turn.tokens:
+                self.token_data.append({"message_index": len(self.messages), **tokens})
+            self._append(message, turn.first_item)
+            self._open = list(turn.named)
+        return len(self.messages)
 
-    def system(self, text: str) -> None:
-        if any(m["role"] != "system" for m in self.messages):
-            raise Rejection("misplaced_system_message", "a system/developer message follows other turns")
-        if self.messages:  # several leading system/developer messages merge into one
-            self.messages[0]["content"] = _join_text(self.messages[0]["content"], text)
-        else:
-            self.messages.append({"role": "system", "content": text})
-
-    def add(self, role: str, content: Any) -> None:
-        if role == "assistant":
-            self._assistant(content=content)
-            return
-        self.close_assistant()
-        if role == "system":
-            self.system(content if isinstance(content, str) else _text_only(content))
-        else:
-            self.messages.append({"role": role, "content": content})
-
-    def add_items(self, items: list[Any], where: str) -> None:
+    def add_items(self, items: list[Any], where: str, *, offset: int = 0, tokens: bool = False) -> None:
         for position, item in enumerate(items):
             if not isinstance(item, dict):
                 raise Rejection("invalid_structure", f"{where}[{position}] is not an object")
-            self._add_item(item, f"{where}[{position}]")
+            self._add_item(item, f"{where}[{position}]", offset + position, tokens)
 
-    def _add_item(self, item: dict[str, Any], where: str) -> None:
+    def _add_item(self, item: dict[str, Any], where: str, index: int, tokens: bool) -> None:
         item_type = item.get("type")
         if item_type in (None, "message"):
-            raw_role = item.get("role")
-            role = ROLE_MAP.get(raw_role) if isinstance(raw_role, str) else None
-            if role is None:
-                raise Rejection("unknown_role", f"{where} has role {raw_role!r}")
-            self.add(role, content_of(item.get("content"), where, self.unknown))
+            role = item.get("role")
+            if role == "assistant":
+                self._assistant_message(item, where, index)
+            elif role == "tool":  # a chat-shaped tool result, as NeMo Gym accepts in input
+                self._tool_output(item.get("tool_call_id"), item.get("content"), where, index)
+            elif isinstance(role, str) and role in CONTEXT_ROLES:
+                self._context(CONTEXT_ROLES[role], content_of(item.get("content"), where, self.unknown), index)
+            else:
+                raise Rejection("unknown_role", f"{where} has role {role!r}")
         elif item_type == "reasoning":
-            text = reasoning_text(item)
-            if text:
-                self._assistant(reasoning=text)
+            self._model_turn(index).reasoning.append(reasoning_text(item))
         elif item_type == "function_call":
-            self._tool_call(item, where)
+            self._call(item.get("name"), item.get("arguments"), item.get("call_id") or item.get("id"), where, index)
         elif item_type == "function_call_output":
-            self._tool_result(item, where)
+            self._tool_output(item.get("call_id"), item.get("output"), where, index)
         else:
             self.unknown.append({"where": where, "type": item_type, "item": item})
+            if isinstance(item_type, str) and item_type.endswith("_output"):
+                self.end_turn()  # an environment result (computer_call_output, ...) ends the turn
+            return
+        if tokens and item_type != "function_call_output" and item.get("role") in (None, "assistant"):
+            self._tokens(item, where, index)
 
-    def _assistant(self, *, content: Any = None, reasoning: str | None = None) -> dict[str, Any]:
-        current = self._open
-        starts_new_turn = current is None or (
-            # reasoning precedes what it explains; a second text is a second message
-            (reasoning is not None and (current["content"] or current.get("tool_calls")))
-            or (content is not None and current["content"])
-        )
-        if starts_new_turn:
-            current = {"role": "assistant", "content": ""}
-            self.messages.append(current)
-            self._open = current
-        if content is not None:
-            current["content"] = content
-        if reasoning is not None:
-            previous = current.get("reasoning_content")
-            current["reasoning_content"] = f"{previous}\n\n{reasoning}" if previous else reasoning
-        return current
+    def _model_turn(self, index: int) -> _Turn:
+        if self._turn is None:
+            self._turn = _Turn(first_item=index)
+        return self._turn
 
-    def _tool_call(self, item: dict[str, Any], where: str) -> None:
-        name = item.get("name")
+    def _assistant_message(self, item: dict[str, Any], where: str, index: int) -> None:
+        content = content_of(item.get("content"), where, self.unknown)
+        turn = self._model_turn(index)
+        if isinstance(content, str) and self.options.inline_reasoning:
+            reasoning, content = split_inline_reasoning(content)
+            if reasoning is not None:
+                turn.reasoning.append(reasoning)
+        turn.texts.append(content)
+        calls = item.get("tool_calls")  # chat-shaped turns carry their calls inline
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise Rejection("invalid_structure", f"{where}.tool_calls is not a list")
+            for number, call in enumerate(calls):
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict):
+                    raise Rejection("invalid_structure", f"{where}.tool_calls[{number}] has no function")
+                self._call(function.get("name"), function.get("arguments"), call.get("id"),
+                           f"{where}.tool_calls[{number}]", index)
+
+    def _call(self, name: Any, arguments: Any, call_id: Any, where: str, index: int) -> None:
         if not isinstance(name, str) or not name:
-            raise Rejection("invalid_structure", f"{where} is a function_call without a name")
-        call_id = item.get("call_id") or item.get("id") or f"call_{len(self._calls_seen)}"
-        if not isinstance(call_id, str):
-            raise Rejection("invalid_structure", f"{where} has a non-string call_id")
-        arguments = item.get("arguments")
+            raise Rejection("invalid_structure", f"{where} is a function call without a name")
+        if call_id is not None and not isinstance(call_id, str):
+            raise Rejection("invalid_structure", f"{where} has a non-string call id")
+        named = call_id or f"call_{len(self._named)}"  # a call naming no id is answered in order
+        message_id = named if named not in self._ids else next(
+            f"{named}_{n}" for n in range(2, len(self._ids) + 3) if f"{named}_{n}" not in self._ids)
         if arguments is None:
             arguments = "{}"
         elif not isinstance(arguments, str):
             arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
         elif not _parses_as_json(arguments):
             self.flags.add("unparseable_tool_call")  # kept as is, flagged for filters
-        current = self._open or self._assistant()
-        current.setdefault("tool_calls", []).append(
-            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-        )
-        self._calls_seen.add(call_id)
-        self._unanswered.append(call_id)
+        turn = self._model_turn(index)
+        turn.calls.append({"id": message_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        turn.named.append((named, message_id))
+        self._named.add(named)
+        self._ids.add(message_id)
+        self._unanswered.append((named, message_id))
 
-    def _tool_result(self, item: dict[str, Any], where: str) -> None:
-        call_id = item.get("call_id")
-        if call_id is None and self._unanswered:
-            call_id = self._unanswered[0]  # no id given: answer calls in order
-        if call_id not in self._calls_seen:
+    def _tool_output(self, call_id: Any, output: Any, where: str, index: int) -> None:
+        self.end_turn()
+        if call_id is None:  # no id given: it answers the turn's calls in order
+            pending = self._open or self._unanswered
+            call_id = pending[0][0] if pending else None
+        if call_id not in self._named:
             raise Rejection("orphan_tool_output", f"{where} answers call {call_id!r}, which was never made")
-        if call_id in self._unanswered:
-            self._unanswered.remove(call_id)
-        output = item.get("output")
         if isinstance(output, (dict, int, float, bool)):
             content: Any = dumps(output).decode()
         else:
             content = content_of(output, where, self.unknown)
-        self.close_assistant()
-        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        call = next((c for c in self._open if c[0] == call_id), None)
+        if call is not None:
+            self._open.remove(call)
+            self._unanswered.remove(call)
+            self._append({"role": "tool", "tool_call_id": call[1], "content": content}, index)
+            return
+        call = next((c for c in self._unanswered if c[0] == call_id), None)
+        if call is not None:
+            # the model went on without this result: a tool message here would claim it saw it
+            self._unanswered.remove(call)
+            self._keep("late_tool_response", "late_tool_responses",
+                       {"where": where, "tool_call_id": call[1], "content": content})
+        else:
+            self._keep("unmatched_tool_response", "unmatched_tool_responses",
+                       {"where": where, "tool_call_id": call_id, "content": content})
+
+    def _keep(self, flag: str, key: str, entry: dict[str, Any]) -> None:
+        """Flag the trajectory and keep what has no place in the chat in its metadata."""
+        self.flags.add(flag)
+        self.kept.setdefault(key, []).append(entry)
+
+    def _context(self, role: str, content: Any, index: int) -> None:
+        self.end_turn()
+        self._open = []
+        if role != "system":
+            self._append({"role": role, "content": content}, index)
+            return
+        text = content if isinstance(content, str) else _text_only(content)
+        if any(m["role"] != "system" for m in self.messages):
+            raise Rejection("misplaced_system_message", "a system/developer message follows other turns")
+        if self.messages:  # several leading system/developer messages merge into one
+            self.messages[0]["content"] = _join_text(self.messages[0]["content"], text)
+        else:
+            self._append({"role": "system", "content": text}, index)
+
+    def _append(self, message: dict[str, Any], first_item: int) -> None:
+        self.messages.append(message)
+        self.first_item.append(first_item)
+
+    def _tokens(self, item: dict[str, Any], where: str, index: int) -> None:
+        if not any(key in item for key in TOKEN_KEYS) or not item.get("generation_token_ids"):
+            return  # no token data, or an empty generation: nothing to train on (NeMo RL skips it)
+        prompt, generation, log_probs = (item.get(key) for key in TOKEN_KEYS)
+        if _token_ids(prompt) and _token_ids(generation) and _log_probs(log_probs, len(generation)):
+            self._model_turn(index).tokens.append(
+                {"prompt_token_ids": prompt, "generation_token_ids": generation,
+                 "generation_log_probs": [float(value) for value in log_probs]})
+        else:
+            self._keep("malformed_token_data", "malformed_token_data",
+                       {"where": where, **{key: item.get(key) for key in TOKEN_KEYS}})
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
+
+
+def _log_probs(value: Any, length: int) -> bool:
+    return isinstance(value, list) and len(value) == length and all(
+        isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
 
 
 def content_of(value: Any, where: str, unknown: list[dict[str, Any]] | None = None) -> Any:

@@ -30,6 +30,7 @@ class Trajectory:
     reward_components: dict[str, Any] | None = None
     task_index: int | None = None
     rollout_index: int | None = None
+    rollout_id: str | None = None  # the collector's _ng_rollout_id: the rollout's lineage id
     agent_name: str | None = None
     model: str | None = None
     task_type: str | None = None
@@ -41,5 +42,9 @@ class Trajectory:
     total_tokens: int | None = None
     unknown_items: int = 0
     request: dict[str, Any] | None = None  # the original request, for RL (GRPO) rows
+    task_inputs: dict[str, Any] | None = None  # the verifier's inputs (materialized inputs), e.g. expected_answer
+    # per model call: message_index, prompt_token_ids, generation_token_ids, generation_log_probs
+    token_data: list[dict[str, Any]] | None = None
+    non_finite_values: int = 0  # NaN / Infinity in the record outside the reward (stored as null)
     quality_flags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)

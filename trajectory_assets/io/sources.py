@@ -9,6 +9,7 @@ import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -16,6 +17,9 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 SOURCE_SUFFIXES = (".jsonl", ".jsonl.gz")
+# NeMo Gym's collector writes <stem>_materialized_inputs.jsonl beside <stem>.jsonl: the input
+# rows, with what the verifier was given (expected_answer, ...). A side file, not a batch.
+INPUTS_SUFFIX = "_materialized_inputs"
 READ_BLOCK = 1 << 20
 
 
@@ -27,6 +31,7 @@ class SourceError(Exception):
 class SourceFile:
     uri: str  # where it was read from, as the user would type it
     source_id: str  # stable, machine-independent name: path relative to the source root's parent
+    inputs_uri: str | None = None  # its NeMo Gym materialized inputs, when they lie beside it
 
 
 @dataclass
@@ -35,26 +40,60 @@ class SourceReadStats:
     bytes_read: int = 0
     blank_lines: int = 0
     error: str | None = None
+    # the stream was cut (a truncated gzip): its readable part was read, so the source is
+    # not "unreadable at all" even when the cut falls inside its first record
+    truncated: bool = False
+    # (line number, bytes) of a record the cut broke off: quarantined, never dropped
+    partial_record: tuple[int, bytes] | None = None
     hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
 
 def discover(paths: list[str]) -> list[SourceFile]:
-    """Expand folders (recursively) and single files into a sorted, de-duplicated list."""
+    """Expand folders (recursively) and single files into a sorted, de-duplicated list.
+
+    A ``<stem>_materialized_inputs.jsonl`` beside ``<stem>.jsonl`` is that source's side
+    file (``inputs_uri``), not a source of its own.
+    """
     found: dict[str, SourceFile] = {}
     for path in paths:
         fs, root = filesystem_of(path)
         protocol = _protocol_prefix(path)
         if fs.isdir(root):
             parent = posixpath.dirname(root.rstrip("/"))
-            for name in sorted(fs.find(root)):
-                if name.endswith(SOURCE_SUFFIXES):
-                    source_id = posixpath.relpath(name, parent) if parent else name
-                    found.setdefault(protocol + name, SourceFile(protocol + name, source_id))
+            names = [name for name in sorted(fs.find(root)) if name.endswith(SOURCE_SUFFIXES)]
+            stems = {_stem(name) for name in names}
+            inputs = {stem: name for name in names if (stem := _inputs_stem(name)) is not None and stem in stems}
+            for name in names:
+                if name in inputs.values():
+                    continue
+                source_id = posixpath.relpath(name, parent) if parent else name
+                side = inputs.get(_stem(name))
+                found.setdefault(protocol + name, SourceFile(protocol + name, source_id,
+                                                             protocol + side if side else None))
         elif fs.isfile(root):
-            found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root)))
+            side = next((candidate for candidate in _inputs_candidates(root) if fs.isfile(candidate)), None)
+            found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
+                                                         protocol + side if side else None))
         else:
             raise SourceError(f"source {path!r} does not exist (expected a folder or a .jsonl/.jsonl.gz file)")
     return sorted(found.values(), key=lambda s: s.uri)
+
+
+def _stem(name: str) -> str:
+    return next(name[: -len(suffix)] for suffix in sorted(SOURCE_SUFFIXES, key=len, reverse=True)
+                if name.endswith(suffix))
+
+
+def _inputs_stem(name: str) -> str | None:
+    """The stem of the rollout file whose side file ``name`` would be, if it is one."""
+    stem = _stem(name)
+    return stem[: -len(INPUTS_SUFFIX)] if stem.endswith(INPUTS_SUFFIX) else None
+
+
+def _inputs_candidates(name: str) -> list[str]:
+    if _inputs_stem(name) is not None:
+        return []  # a side file given on its own is read as a source
+    return [_stem(name) + INPUTS_SUFFIX + suffix for suffix in SOURCE_SUFFIXES]
 
 
 def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
@@ -62,7 +101,8 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
 
     Splits on ``\\n`` only, never on U+2028/U+0085 inside JSON strings. Gzip files may hold
     several members. The source's SHA-256 (of its stored bytes) is computed on the way.
-    A read error ends the stream and is recorded in ``stats.error`` instead of raising.
+    A read error ends the stream and is recorded in ``stats.error`` instead of raising; the
+    bytes of a record it broke off are kept in ``stats.partial_record``.
     """
     fs, path = filesystem_of(source.uri)
     try:
@@ -75,23 +115,47 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
     hashing = io.BufferedReader(_HashingReader(raw, stats), buffer_size=READ_BLOCK)
     stream: io.BufferedIOBase = gzip.GzipFile(fileobj=hashing) if source.uri.endswith(".gz") else hashing
     line_number = 0
+    pending: list[bytes] = []  # pieces of the line not ended yet (a line may span many blocks)
     try:
-        for line in stream:
-            line_number += 1
-            if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]  # UTF-8 byte order mark
-            line = line.rstrip(b"\r\n")
-            if not line.strip():
-                stats.blank_lines += 1
+        while block := stream.read1(READ_BLOCK):  # read1: a cut loses no block already decoded
+            if b"\n" not in block:
+                pending.append(block)
                 continue
-            yield line_number, line
+            lines = block.split(b"\n")
+            if pending:
+                lines[0] = b"".join([*pending, lines[0]])
+            pending = [lines.pop()]
+            for line in lines:
+                line_number += 1
+                if (line := _record(line, line_number, stats)) is not None:
+                    yield line_number, line
+        last = b"".join(pending)
+        if last:  # the last line has no line ending
+            line_number += 1
+            if (last := _record(last, line_number, stats)) is not None:
+                yield line_number, last
         while hashing.read(READ_BLOCK):  # hash any trailing bytes the decoder did not need
             pass
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         stats.error = f"read failed after line {line_number}: {error}"
+        stats.truncated = isinstance(error, EOFError)
+        broken = b"".join(pending)
+        if broken.strip():
+            stats.partial_record = (line_number + 1, broken)
     finally:
         stats.sha256 = stats.hasher.hexdigest()
         raw.close()
+
+
+def _record(line: bytes, line_number: int, stats: SourceReadStats) -> bytes | None:
+    """The line as a record, or None for a blank line (counted)."""
+    if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
+        line = line[3:]  # UTF-8 byte order mark
+    line = line.rstrip(b"\r")
+    if not line.strip():
+        stats.blank_lines += 1
+        return None
+    return line
 
 
 class _HashingReader(io.RawIOBase):
@@ -148,10 +212,15 @@ def is_unreadable(error: BaseException, uri: str) -> bool:
 
 
 def sha256_of(source: SourceFile) -> tuple[str, int]:
-    """(SHA-256, size) of the stored bytes, read in blocks: the batch's data version."""
+    """(SHA-256, size) of the source file's stored bytes."""
+    return file_sha256(source.uri)
+
+
+def file_sha256(uri: str) -> tuple[str, int]:
+    """(SHA-256, size) of the stored bytes of a file, read in blocks."""
     digest = hashlib.sha256()
     size = 0
-    fs, path = filesystem_of(source.uri)
+    fs, path = filesystem_of(uri)
     with fs.open(path, "rb") as handle:
         while block := handle.read(READ_BLOCK):
             digest.update(block)
@@ -165,6 +234,45 @@ def batch_key(source_id: str) -> str:
     differ in characters that had to be replaced)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", source_id).strip("._-")[:80] or "source"
     return f"{readable}-{hashlib.sha256(source_id.encode()).hexdigest()[:8]}"
+
+
+def data_version(sha256: str, inputs_sha256: str | None) -> str:
+    """A batch's data version: its file's SHA-256, and its side file's when it has one."""
+    if inputs_sha256 is None:
+        return sha256
+    return hashlib.sha256(f"{sha256}+{inputs_sha256}".encode()).hexdigest()
+
+
+def describe_batch(source: SourceFile) -> dict[str, Any]:
+    """A batch's raw record (``schemas.raw_rollouts``): its files, their SHA-256 and its
+    data version. A file that cannot be read is recorded with its error rather than
+    failing: the batch then reports it as an ``unreadable_source`` (the side file: the
+    batch is read without it). Passing storage faults are raised, for the retry policy."""
+    record: dict[str, Any] = {"uri": source.uri, "source_id": source.source_id, "sha256": None, "bytes": 0,
+                              "inputs_uri": source.inputs_uri, "inputs_sha256": None, "inputs_error": None,
+                              "data_version": "unreadable", "error": None}
+    try:
+        record["sha256"], record["bytes"] = sha256_of(source)
+    except OSError as failure:
+        if not is_unreadable(failure, source.uri):
+            raise
+        record["error"] = f"cannot read: {failure}"
+        return record
+    if source.inputs_uri is not None:
+        try:
+            record["inputs_sha256"] = file_sha256(source.inputs_uri)[0]
+        except OSError as failure:
+            if not is_unreadable(failure, source.inputs_uri):
+                raise
+            record["inputs_error"] = f"cannot read: {failure}"
+    record["data_version"] = data_version(record["sha256"], record["inputs_sha256"])
+    return record
+
+
+def source_fingerprint(source: SourceFile) -> str:
+    """:func:`fingerprint` of a source and of its side file."""
+    main = fingerprint(source.uri)
+    return main if source.inputs_uri is None else f"{main}+{fingerprint(source.inputs_uri)}"
 
 
 def fingerprint(uri: str) -> str:
