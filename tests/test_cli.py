@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, written_files
+from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, write_jsonl, written_files
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
 
@@ -177,3 +177,72 @@ def test_unknown_export_names_fail_in_one_line(tmp_path, capsys):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--exports", "sft,parquet"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("trajectory-assets: unknown export(s) ['parquet']") and "\n" not in error
+
+
+def test_a_gzip_cut_inside_its_first_record_is_a_cut_source_not_an_unreadable_one(tmp_path, capsys):
+    import gzip
+
+    (tmp_path / "in").mkdir()
+    record = json.dumps(make_rollout([message_item(os.urandom(3000).hex())])).encode() + b"\n"
+    data = gzip.compress(record)
+    (tmp_path / "in" / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(out)]) == 0
+    assert "cannot read" not in capsys.readouterr().err
+    quarantine = [json.loads(line) for line in (out / "quarantine" / "rejected.jsonl").read_text().splitlines()]
+    assert [(row["reason"], row["line"]) for row in quarantine] == [("truncated_record", 1), ("unreadable_source", None)]
+    assert record.decode().startswith(quarantine[0]["raw"]) and len(quarantine[0]["raw"]) > 100
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert (stats["records_read"], stats["records_rejected"], stats["sources_failed"]) == (1, 1, 1)
+
+
+def test_nemo_gym_side_files_reach_the_datasets_and_the_quarantine(tmp_path):
+    source = tmp_path / "collection"
+    rows = [make_rollout([message_item(f"answer {r}")], request_input=f"question {t}", reward=float(r),
+                         _ng_task_index=t, _ng_rollout_index=r, agent_ref={"name": "math_agent"},
+                         _ng_rollout_id=f"{t}-{r}")
+            for t in range(12) for r in range(2)]
+    inputs = [{"responses_create_params": {"input": f"question {t}"}, "agent_ref": {"name": "math_agent"},
+               "expected_answer": f"{t * 7}", "_ng_task_index": t, "_ng_rollout_index": r}
+              for t in range(12) for r in range(2)]
+    failures = [make_rollout([message_item("partial")], reward=0.0, _ng_failure_class="judge_failed",
+                             _ng_task_index=99, _ng_rollout_index=0)]
+    write_jsonl(source / "rollouts.jsonl", rows)
+    write_jsonl(source / "rollouts_materialized_inputs.jsonl", [*inputs, "not json"])
+    write_jsonl(source / "rollouts_failures.jsonl", failures)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out)]) == 0
+
+    grpo = [json.loads(line) for split in ("train", "validation")
+            for line in (out / "exports" / "grpo" / f"{split}.jsonl").read_text().splitlines()]
+    assert len(grpo) == 12
+    # the row ng_prepare_data would write: the verifier's inputs beside the request
+    assert {row["responses_create_params"]["input"]: row["expected_answer"] for row in grpo} == {
+        f"question {t}": f"{t * 7}" for t in range(12)}
+    import pyarrow.parquet as pq
+
+    verl = pq.read_table(out / "exports" / "verl" / "train.parquet").to_pylist()
+    assert all(row["reward_model"]["ground_truth"] == str(int(row["prompt"][0]["content"].split()[1]) * 7)
+               for row in verl)
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["rejected_by_reason"] == {"ng_failure_judge_failed": 1}
+    assert stats["records_valid"] == 24
+    summaries = {s["uri"].split("/")[-1]: s for path in (out / "trajectories" / "batches").glob("*.summary.json")
+                 for s in json.loads(path.read_text())["sources"]}
+    assert set(summaries) == {"rollouts.jsonl", "rollouts_failures.jsonl"}  # the inputs are no batch
+    assert (summaries["rollouts.jsonl"]["inputs_rows"], summaries["rollouts.jsonl"]["inputs_skipped"]) == (24, 1)
+    trajectories = pq.read_table(next((out / "trajectories" / "batches").glob("collection_rollouts.jsonl-*.parquet")))
+    assert sorted(trajectories["rollout_id"].to_pylist())[:2] == ["0-0", "0-1"]
+    raw = json.loads(next((out / "raw" / "batches").glob("collection_rollouts.jsonl-*.json")).read_text())
+    assert raw["inputs_uri"].endswith("rollouts_materialized_inputs.jsonl") and raw["inputs_sha256"]
+    assert raw["data_version"] != raw["sha256"]  # the inputs are part of the batch's version
+
+
+def test_nan_outside_the_reward_is_counted_in_the_report(tmp_path):
+    rows = [json.dumps(make_rollout(judge_scores=[float("nan"), 0.5])), json.dumps(make_rollout(request_input="b"))]
+    write_jsonl(tmp_path / "in" / "x.jsonl", rows)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(out)]) == 0
+    assert json.loads((out / "reports" / "stats.json").read_text())["non_finite_values"] == 1
+    assert "NaN / Infinity values outside rewards (stored as null, rows flagged non_finite_number): 1" in (
+        out / "reports" / "stats.md").read_text()

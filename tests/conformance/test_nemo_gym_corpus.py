@@ -112,3 +112,59 @@ def test_streaming_in_tiny_chunks_changes_no_output(corpus_run, tmp_path, monkey
             assert without_parquet_bytes(default[name]) == without_parquet_bytes(tiny[name])
         elif not (export in parquet_exports and name.endswith("README.md")):  # the card quotes the hashes
             assert default[name] == tiny[name], name
+
+
+def corpus_trajectories(storage):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return pa.concat_tables(pq.read_table(path) for path in sorted((storage / "trajectories" / "batches").glob(
+        "*.parquet"))).to_pylist()
+
+
+def test_every_tool_output_of_the_corpus_is_a_tool_message(corpus_run):
+    """Every function_call_output of an accepted rollout became a tool message (none is kept
+    aside or lost), and every model turn is one assistant message."""
+    folder, storage = corpus_run
+    by_line = {(row["source_id"].split("/")[-1], row["source_line"]): row for row in corpus_trajectories(storage)}
+    compared = 0
+    for path in sorted(folder.glob("*.jsonl")):
+        for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+            row = by_line.get((path.name, number))
+            if row is None:
+                continue
+            record = json.loads(line)
+            request_input = record["responses_create_params"].get("input")
+            items = (request_input if isinstance(request_input, list) else []) + record["response"]["output"]
+            messages = json.loads(row["messages"])
+            outputs = sum(item.get("type") == "function_call_output" for item in items)
+            assert outputs == sum(m["role"] == "tool" for m in messages), (path.name, number)
+            assert not any(a["role"] == b["role"] == "assistant" and not a.get("tool_calls")
+                           for a, b in zip(messages, messages[1:])), (path.name, number)
+            compared += 1
+    assert compared == 210  # every accepted rollout of the corpus
+
+
+def test_inline_reasoning_of_the_corpus_becomes_reasoning_content(corpus_run):
+    _, storage = corpus_run
+    rows = [row for row in corpus_trajectories(storage)
+            if row["source_id"].split("/")[-1] in ("resources_servers__arena_judge__example_rollouts.jsonl",
+                                                   "resources_servers__frontierscience_judge__example_rollouts.jsonl",
+                                                   "responses_api_agents__mini_swe_agent_2__example_rollouts.jsonl")]
+    assert len(rows) == 15
+    for row in rows:
+        assistants = [m for m in json.loads(row["messages"]) if m["role"] == "assistant"]
+        assert assistants[0].get("reasoning_content")
+        assert all("</think>" not in (m["content"] or "") for m in assistants)
+
+
+def test_token_data_of_the_corpus_is_kept(corpus_run):
+    _, storage = corpus_run
+    rows = [row for row in corpus_trajectories(storage) if row["token_data"]]
+    # competitive_coding_challenges carries token ids on its output; hermes_agent's lists are empty
+    assert {row["source_id"].split("/")[-1] for row in rows} == {
+        "resources_servers__competitive_coding_challenges__example_rollouts.jsonl"}
+    for row in rows:
+        for call in row["token_data"]:
+            assert len(call["generation_token_ids"]) == len(call["generation_log_probs"]) > 0
+            assert json.loads(row["messages"])[call["message_index"]]["role"] == "assistant"

@@ -122,3 +122,25 @@ def test_adding_a_batch_changes_only_what_depends_on_it(tmp_path):
     assert batch_a.read_bytes() == before
     manifest = json.loads((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
     assert len(manifest["batches"]) == 2 and sum(manifest["rows"].values()) == 2
+
+
+def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
+    from trajectory_assets.io.sources import describe_batch
+    from trajectory_assets.io.storage import Storage
+
+    source = tmp_path / "in"
+    write_jsonl(source / "a.jsonl", [make_rollout(_ng_task_index=0, _ng_rollout_index=0)])
+    inputs = write_jsonl(source / "a_materialized_inputs.jsonl",
+                         [{"_ng_task_index": 0, "_ng_rollout_index": 0, "expected_answer": "1"}])
+    defs = build_definitions(RunSettings(sources=[str(source)], storage=str(tmp_path / "out")))
+    with dg.instance_for_test() as instance:
+        tick = evaluate(defs, instance)
+        (first,) = tick.run_requests  # one batch: the inputs are its side file
+        (batch,) = discover([str(source)])
+        Storage(str(tmp_path / "out")).write_bytes(layout.batch_source(first.partition_key),
+                                                   json.dumps(describe_batch(batch)).encode())
+        write_jsonl(inputs, [{"_ng_task_index": 0, "_ng_rollout_index": 0, "expected_answer": "2"}])
+        stat = inputs.stat()
+        os.utime(inputs, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
+        assert rerun.partition_key == first.partition_key and rerun.run_key != first.run_key

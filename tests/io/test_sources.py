@@ -1,4 +1,5 @@
 import gzip
+import os
 import re
 import hashlib
 
@@ -123,3 +124,54 @@ def test_remote_and_local_sources_are_opened_without_parsing_their_names_as_urls
     assert isinstance(fs, LocalFileSystem) and path == "/data/x::y.jsonl"
     fs, path = filesystem_of("memory://bucket/x::y.jsonl")
     assert "memory" in fs.protocol and path.endswith("bucket/x::y.jsonl")
+
+
+def test_materialized_inputs_beside_a_rollout_file_are_its_side_file_not_a_batch(tmp_path):
+    for name in ["run.jsonl", "run_materialized_inputs.jsonl", "run_failures.jsonl", "other.jsonl.gz",
+                 "other_materialized_inputs.jsonl.gz", "lonely_materialized_inputs.jsonl"]:
+        (tmp_path / name).write_bytes(b"")
+    found = {source.source_id.split("/")[-1]: source for source in discover([str(tmp_path)])}
+    # the failures sidecar is read as a batch of its own (its rows are quarantined by class);
+    # inputs whose rollout file is not there are a source like any other
+    assert sorted(found) == ["lonely_materialized_inputs.jsonl", "other.jsonl.gz", "run.jsonl", "run_failures.jsonl"]
+    assert found["run.jsonl"].inputs_uri == str(tmp_path / "run_materialized_inputs.jsonl")
+    assert found["other.jsonl.gz"].inputs_uri == str(tmp_path / "other_materialized_inputs.jsonl.gz")
+    assert found["run_failures.jsonl"].inputs_uri is None
+    # a single file finds its side file beside it
+    (single,) = discover([str(tmp_path / "run.jsonl")])
+    assert single.inputs_uri == str(tmp_path / "run_materialized_inputs.jsonl")
+
+
+def test_a_gzip_cut_inside_its_first_record_keeps_the_bytes_of_that_record(tmp_path):
+    path = tmp_path / "x.jsonl.gz"
+    record = b'{"responses_create_params": {"input": "' + os.urandom(4000).hex().encode() + b'"}}\n'
+    data = gzip.compress(record)
+    path.write_bytes(data[: len(data) // 2])
+    lines, stats = lines_of(path)
+    assert lines == [] and stats.truncated and "read failed" in stats.error
+    line, partial = stats.partial_record
+    assert line == 1 and record.startswith(partial) and len(partial) > 100
+
+
+def test_a_gzip_cut_between_records_has_no_partial_record(tmp_path):
+    path = tmp_path / "x.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"n": 1}\n') + gzip.compress(b'{"n": 2}\n')[:10])  # the header only
+    lines, stats = lines_of(path)
+    assert [line for _, line in lines] == [b'{"n": 1}'] and stats.truncated and stats.partial_record is None
+
+
+def test_a_file_that_is_not_gzip_is_not_a_cut_stream(tmp_path):
+    path = tmp_path / "x.jsonl.gz"
+    path.write_bytes(b'{"n": 1}\n')
+    lines, stats = lines_of(path)
+    assert lines == [] and stats.error and not stats.truncated
+
+
+def test_lines_longer_than_a_read_block_stay_whole(tmp_path):
+    from trajectory_assets.io.sources import READ_BLOCK
+
+    long_line = b'{"x": "' + b"y" * (3 * READ_BLOCK) + b'"}'
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n' + long_line + b"\n" + b'{"b": 2}')
+    lines, _ = lines_of(path)
+    assert lines == [(1, b'{"a": 1}'), (2, long_line), (3, b'{"b": 2}')]

@@ -194,3 +194,43 @@ def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
     contract.check(trajectories.iloc[:1].reset_index(drop=True))
     contract.check(trajectories.iloc[1:].reset_index(drop=True))
     assert contract.result().passed and contract.result().rows_checked == 2
+
+
+def raw_record(tmp_path, inputs=False):
+    from trajectory_assets.io.sources import describe_batch, discover
+
+    (tmp_path / "run.jsonl").write_text('{"x": 1}\n')
+    if inputs:
+        (tmp_path / "run_materialized_inputs.jsonl").write_text('{"_ng_task_index": 0}\n')
+    (source,) = discover([str(tmp_path / "run.jsonl")])
+    return describe_batch(source)
+
+
+def raw_frame(*records):
+    from schemas.raw_rollouts import RawRolloutSchema
+
+    return pd.DataFrame(list(records), columns=list(RawRolloutSchema.to_schema().columns)).astype({"bytes": "Int64"})
+
+
+@pytest.mark.parametrize("inputs", [False, True])
+def test_raw_rollouts_contract_accepts_what_describe_batch_records(tmp_path, inputs):
+    from schemas.raw_rollouts import RawRolloutSchema
+
+    record = raw_record(tmp_path, inputs)
+    assert validate(RawRolloutSchema, raw_frame(record)).passed
+    assert (record["inputs_sha256"] is not None) is inputs
+
+
+@pytest.mark.parametrize("change, check", [
+    ({"sha256": None}, "unreadable_iff_error"),
+    ({"error": "cannot read: gone"}, "unreadable_iff_error"),
+    ({"sha256": "abc"}, "str_matches"),
+    ({"inputs_uri": "/x_materialized_inputs.jsonl"}, "inputs_hashed_or_failed"),
+    ({"bytes": -1}, "greater_than_or_equal_to"),
+    ({"data_version": ""}, "str_matches"),
+])
+def test_raw_rollouts_contract_rejects(tmp_path, change, check):
+    from schemas.raw_rollouts import RawRolloutSchema
+
+    result = validate(RawRolloutSchema, raw_frame({**raw_record(tmp_path), **change}))
+    assert not result.passed and any(check in failure for failure in result.summary())
