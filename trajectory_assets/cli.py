@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--exports",
         help="comma-separated exports to build (default: all): sft, dpo, grpo, sft_hermes, trl_sft, trl_dpo, "
-        "trl_grpo, verl, llama_factory",
+        "trl_grpo, verl, llama_factory, on_policy_tokens",
     )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)

@@ -29,22 +29,11 @@ from trajectory_assets.config import ConversionConfig
 from trajectory_assets.formats.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.formats.nemo_gym import task_inputs_of
 from trajectory_assets.formats.records import convert_record
+from trajectory_assets.formats.tokens import TOKEN_DATA_TYPE
 from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
 
-# NeMo Gym's token data per model call, kept as Arrow lists (never JSON text): the token
-# export reads them as they are
-TOKEN_DATA_TYPE = pa.list_(
-    pa.struct(
-        [
-            ("message_index", pa.int32()),
-            ("prompt_token_ids", pa.list_(pa.int32())),
-            ("generation_token_ids", pa.list_(pa.int32())),
-            ("generation_log_probs", pa.list_(pa.float64())),
-        ]
-    )
-)
 TRAJECTORY_ARROW_SCHEMA = pa.schema(
     [
         ("trajectory_id", pa.string()),

@@ -168,3 +168,19 @@ def test_token_data_of_the_corpus_is_kept(corpus_run):
         for call in row["token_data"]:
             assert len(call["generation_token_ids"]) == len(call["generation_log_probs"]) > 0
             assert json.loads(row["messages"])[call["message_index"]]["role"] == "assistant"
+
+
+def test_the_corpus_token_data_becomes_on_policy_token_rows(corpus_run):
+    import pandas as pd
+
+    from trajectory_assets.config import SftConfig, SplitConfig
+    from trajectory_assets.datasets.exports import build_on_policy_tokens
+
+    _, storage = corpus_run
+    frame = pd.DataFrame(corpus_trajectories(storage))
+    result = build_on_policy_tokens(frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.0))
+    rows = [json.loads(line) for line in result.rows["line"]]
+    # the five competitive_coding_challenges rollouts (their rewards are below the SFT default)
+    assert len(rows) == 5 and result.rows["aligned"].all()
+    assert all(row["contiguous"] and len(row["calls"]) == 1 for row in rows)
+    assert result.excluded["no_token_data"] > 100

@@ -11,6 +11,7 @@ from trajectory_assets.datasets.exports import (
     build_dpo,
     build_grpo,
     build_llama_factory,
+    build_on_policy_tokens,
     build_sft,
     build_sft_hermes,
     build_trl_dpo,
@@ -282,9 +283,16 @@ def test_the_same_prompt_in_two_collections_never_lands_in_both_splits():
 # ---------- trainer flavors
 
 
+def with_tokens(item, prompt, generation):
+    return {**item, "prompt_token_ids": prompt, "generation_token_ids": generation,
+            "generation_log_probs": [-0.25] * len(generation)}
+
+
 def tool_rollout(**extra):
-    row = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
-                        message_item("It is sunny.")], reward=1.0, **extra)
+    # served with token capture: each model call's last item carries its token data
+    row = make_rollout([with_tokens(call_item("lookup", '{"city": "Paris"}', "c1"), [1, 2], [3, 4]),
+                        output_item("c1", "sunny"), with_tokens(message_item("It is sunny."), [1, 2, 3, 4, 5], [6])],
+                       reward=1.0, **extra)
     row["responses_create_params"]["tools"] = [
         {"type": "function", "name": "lookup", "description": "weather", "parameters": {"type": "object"}}]
     return row
@@ -368,3 +376,25 @@ def test_a_family_renders_each_format_as_it_would_alone(family):
         joint = collect(frames[name] for frames in together)
         assert len(alone.rows) > 0, name
         assert list(joint.rows["line"]) == list(alone.rows["line"]) and joint.excluded == alone.excluded, name
+
+
+def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token_data():
+    import pyarrow as pa
+
+    from trajectory_assets.formats.tokens import TOKENS_ARROW_SCHEMA
+
+    frame = trajectory_frame([tool_rollout(), task(0, 1.0, "no tokens here")])
+    result = build_on_policy_tokens(frame, SftConfig(), ALL_TRAIN)
+    (row,) = rows_of(result)
+    assert result.excluded == {"no_token_data": 1}
+    assert row["calls"] == [
+        {"message_index": 1, "prompt_token_ids": [1, 2], "generation_token_ids": [3, 4],
+         "generation_log_probs": [-0.25, -0.25]},
+        {"message_index": 3, "prompt_token_ids": [1, 2, 3, 4, 5], "generation_token_ids": [6],
+         "generation_log_probs": [-0.25]},
+    ]
+    assert row["contiguous"] is True and row["reward"] == 1.0
+    assert pa.Table.from_pylist([row], schema=TOKENS_ARROW_SCHEMA).num_rows == 1
+    assert list(result.rows[["calls", "generated_tokens", "aligned"]].iloc[0]) == [2, 3, True]
+    # the same trajectories as every SFT flavor
+    assert set(result.rows["trajectory_id"]) <= set(build_sft(frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])

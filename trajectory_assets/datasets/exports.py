@@ -49,6 +49,7 @@ from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
 from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG
 from trajectory_assets.formats.text_chat import text_messages, value_types
+from trajectory_assets.formats.tokens import contiguous, token_calls
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 from trajectory_assets.formats.verl import ground_truth_of, verl_row
 
@@ -150,10 +151,18 @@ def plan_sft(table: TrajectoryTable, config: SftConfig) -> tuple[pd.DataFrame, C
 @dataclass(frozen=True)
 class Format:
     """One way to write a family's units: a renderer (unit -> flat columns + ``line``) and
-    the dtypes of those flat columns, which are what the format's contract checks."""
+    the dtypes of those flat columns, which are what the format's contract checks. A format
+    that needs more of the trajectory than its family reads names those columns, so they
+    are only read when it is built."""
 
     render: Callable[..., dict[str, Any]]
     frame: dict[str, Any]
+    columns: tuple[str, ...] = ()
+
+
+def _payload_columns(family_columns: list[str], formats: dict[str, Format]) -> list[str]:
+    extra = [column for fmt in formats.values() for column in fmt.columns if column not in family_columns]
+    return [*family_columns, *dict.fromkeys(extra)]
 
 
 class SftItem:
@@ -196,7 +205,7 @@ def iter_sft_family(table: TrajectoryTable, config: SftConfig, split: SplitConfi
     yield _exclusions(excluded, formats, split)
     if plan.empty:
         return
-    for chunk in table.scan(SFT_PAYLOAD_COLUMNS, ids=set(plan["trajectory_id"])):
+    for chunk in table.scan(_payload_columns(SFT_PAYLOAD_COLUMNS, formats), ids=set(plan["trajectory_id"])):
         yield _render_all((SftItem(row) for row in chunk.itertuples(index=False)), formats, split)
 
 
@@ -256,17 +265,39 @@ def _llama_factory_record(item: SftItem) -> dict[str, Any]:
     return {**_lineage(row), "turn_shape": turn_shape(record["conversations"]), "line": orjson.dumps(record).decode()}
 
 
+def _tokens_record(item: SftItem) -> dict[str, Any]:
+    row = item.row
+    if row.token_data is None or len(row.token_data) == 0:
+        raise Unrepresentable("no_token_data")  # served without token capture
+    calls = token_calls(row.token_data)
+    reward = None if pd.isna(row.reward) else row.reward
+    line = {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "reward": reward, "model": row.model,
+            "calls": calls, "contiguous": contiguous(calls)}
+    return {
+        **_lineage(row),
+        "reward": row.reward,
+        "calls": len(calls),
+        "generated_tokens": sum(len(call["generation_token_ids"]) for call in calls),
+        "aligned": all(len(c["generation_log_probs"]) == len(c["generation_token_ids"]) for c in calls),
+        "contiguous": line["contiguous"],
+        "line": orjson.dumps(line).decode(),
+    }
+
+
 SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float, "line": str}
 SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str, "line": str}
 TRL_SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
                  "value_types": str, "tools_type": str, "line": str}
 LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "line": str}
+TOKENS_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "reward": float, "calls": "int64",
+                "generated_tokens": "int64", "aligned": bool, "contiguous": bool, "line": str}
 
 SFT_FORMATS = {
     "sft": Format(_sft_record, SFT_FRAME),
     "sft_hermes": Format(_sft_hermes_record, SFT_HERMES_FRAME),
     "trl_sft": Format(_trl_sft_record, TRL_SFT_FRAME),
     "llama_factory": Format(_llama_factory_record, LLAMA_FACTORY_FRAME),
+    "on_policy_tokens": Format(_tokens_record, TOKENS_FRAME, columns=("token_data", "model")),
 }
 
 
@@ -651,6 +682,7 @@ iter_sft = _one_format("sft", "sft")
 iter_sft_hermes = _one_format("sft", "sft_hermes")
 iter_trl_sft = _one_format("sft", "trl_sft")
 iter_llama_factory = _one_format("sft", "llama_factory")
+iter_on_policy_tokens = _one_format("sft", "on_policy_tokens")
 iter_dpo = _one_format("dpo", "dpo")
 iter_trl_dpo = _one_format("dpo", "trl_dpo")
 iter_grpo = _one_format("grpo", "grpo")
@@ -670,6 +702,7 @@ build_sft = _over_frame(iter_sft)
 build_sft_hermes = _over_frame(iter_sft_hermes)
 build_trl_sft = _over_frame(iter_trl_sft)
 build_llama_factory = _over_frame(iter_llama_factory)
+build_on_policy_tokens = _over_frame(iter_on_policy_tokens)
 build_dpo = _over_frame(iter_dpo)
 build_trl_dpo = _over_frame(iter_trl_dpo)
 build_grpo = _over_frame(iter_grpo)

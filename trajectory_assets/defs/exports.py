@@ -29,6 +29,7 @@ from schemas.grpo import GrpoSchema
 from schemas.llama_factory import LlamaFactorySchema
 from schemas.sft import SftSchema
 from schemas.sft_hermes import SftHermesSchema
+from schemas.tokens import TokensSchema
 from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
 from schemas.validation import ChunkedContract
 from schemas.verl import VerlSchema
@@ -47,6 +48,7 @@ from trajectory_assets.defs.batches import (
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.formats.llama_factory import dataset_info
+from trajectory_assets.formats.tokens import TOKENS_ARROW_SCHEMA
 from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
 from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
 from trajectory_assets.io.storage import Storage
@@ -132,6 +134,13 @@ EXPORT_KINDS = (
           LlamaFactorySchema, {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
                                "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
           group=FLAVORS_GROUP, index_files=_llama_factory_index),
+    _kind("on_policy_tokens", "sft", "The SFT trajectories (same curation) at the token level, for on-policy "
+          "distillation: per model call the prompt's and the generation's token ids and the policy's log "
+          "probabilities, as NeMo Gym recorded them. Trajectories without token data are left out.",
+          TokensSchema, {"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"],
+                         "model": ["model"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+          group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TOKENS_ARROW_SCHEMA,
+          measures=("generated_tokens", "calls")),
 )
 
 

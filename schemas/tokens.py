@@ -1,0 +1,25 @@
+"""Contract of the token export: one row per trajectory with the token ids and log
+probabilities of its model calls (``formats/tokens.py``)."""
+
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from schemas.sft import SPLITS
+from schemas.trajectory import HEX_ID
+
+
+class TokensSchema(pa.DataFrameModel):
+    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
+    split: Series[str] = pa.Field(isin=SPLITS)
+    reward: Series[float] = pa.Field(nullable=True)
+    calls: Series[int] = pa.Field(ge=1, description="model calls with token data")
+    generated_tokens: Series[int] = pa.Field(ge=1, description="tokens generated over all calls")
+    # one log probability per generated token, in every call
+    aligned: Series[bool] = pa.Field(eq=True)
+    contiguous: Series[bool]
+    line: Series[str] = pa.Field(str_startswith='{"trajectory_id":"')
+
+    class Config:
+        strict = True

@@ -1,0 +1,64 @@
+"""NeMo Gym's token data as rows for on-policy distillation (and any token-level trainer).
+
+A rollout served by NeMo Gym with token capture records, for every model call, the token
+ids of the prompt it was given, the ids it generated and their log probabilities under the
+policy that generated them (``prompt_token_ids``, ``generation_token_ids``,
+``generation_log_probs`` on the call's last output item). NeMo RL reads them
+(``nemo_rl/environments/nemo_gym.py``): each call's prompt must start with everything the
+earlier calls saw and generated, or the sequence cannot be trained as one (it asserts so).
+Distillation needs exactly this: the student's sampled tokens, and its own log probs for
+the importance weights, to be scored by a teacher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+# per model call, as the trajectory table keeps it (``token_data``): Arrow lists, never JSON text
+TOKEN_DATA_TYPE = pa.list_(
+    pa.struct(
+        [
+            ("message_index", pa.int32()),  # the assistant message the call produced
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("generation_token_ids", pa.list_(pa.int32())),
+            ("generation_log_probs", pa.list_(pa.float64())),
+        ]
+    )
+)
+TOKENS_ARROW_SCHEMA = pa.schema([
+    ("trajectory_id", pa.string()),
+    ("task_key", pa.string()),
+    ("reward", pa.float64()),
+    ("model", pa.string()),
+    ("calls", TOKEN_DATA_TYPE),
+    ("contiguous", pa.bool_()),
+])
+
+
+def token_calls(token_data: Any) -> list[dict[str, Any]]:
+    """The model calls of a trajectory's ``token_data`` column as plain lists (a Parquet
+    read gives NumPy arrays)."""
+    return [{key: value.tolist() if hasattr(value, "tolist") else value for key, value in call.items()}
+            for call in token_data]
+
+
+def contiguous(calls: list[dict[str, Any]]) -> bool:
+    """Whether every call's prompt starts with all the tokens the calls before it saw and
+    generated: NeMo RL's condition for training the calls as one sequence.
+
+    >>> contiguous([{"prompt_token_ids": [1, 2], "generation_token_ids": [3]},
+    ...             {"prompt_token_ids": [1, 2, 3, 4], "generation_token_ids": [5]}])
+    True
+    >>> contiguous([{"prompt_token_ids": [1, 2], "generation_token_ids": [3]},
+    ...             {"prompt_token_ids": [1, 9, 3, 4], "generation_token_ids": [5]}])
+    False
+    """
+    seen: list[int] = []
+    for call in calls:
+        prompt = call["prompt_token_ids"]
+        if prompt[: len(seen)] != seen:
+            return False
+        seen = prompt + call["generation_token_ids"]
+    return True
