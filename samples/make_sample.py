@@ -3,7 +3,9 @@
 Small, hand-written NeMo Gym rollouts that exercise every shape the pipeline accepts:
 current ``response.output`` and legacy top-level ``output``, string and list inputs,
 ``developer`` roles, reasoning, parallel tool calls, several rollouts per task (DPO / GRPO
-groups), ``mask_sample``, a gzip file, and two lines that must be quarantined.
+groups), ``mask_sample``, a gzip file, and two lines that must be quarantined. The weather
+collection was served with token capture (token ids and log probs on each model call's last
+item) and has its materialized inputs beside it, as ``ng_collect_rollouts`` writes them.
 
     python samples/make_sample.py
 """
@@ -56,6 +58,14 @@ def reasoning(text: str, item_id: str) -> dict:
             "encrypted_content": None}
 
 
+def with_tokens(item: dict, prompt_length: int, generated: int, seed: int) -> dict:
+    """The item as a model call's last item carrying its token data (made-up ids)."""
+    prompt = [(seed * 31 + n) % 50_000 for n in range(prompt_length)]
+    generation = [(seed * 17 + n) % 50_000 for n in range(generated)]
+    return {**item, "prompt_token_ids": prompt, "generation_token_ids": generation,
+            "generation_log_probs": [round(-0.01 * (n % 7), 2) for n in range(generated)]}
+
+
 def rollout(request_input, output, reward, *, task, rollout_index, agent, tools=None, model="sample-model-7b",
             usage=(120, 40), **extra) -> dict:
     row = {
@@ -85,11 +95,15 @@ def weather_rollouts() -> list[dict]:
     good = [
         reasoning("Two cities: call the tool for both in parallel.", "rs_1"),
         call("get_weather", {"city": "Paris"}, "call_p"),
-        call("get_weather", {"city": "Oslo"}, "call_o"),
+        with_tokens(call("get_weather", {"city": "Oslo"}, "call_o"), 48, 30, seed=1),
         result("call_p", '{"city": "Paris", "temp_c": 22, "sky": "sunny"}'),
         result("call_o", '{"city": "Oslo", "temp_c": 9, "sky": "rain"}'),
         message("Paris: 22°C and sunny. Oslo: 9°C with rain.", "msg_1"),
     ]
+    # the second call's prompt repeats everything before it (NeMo RL's contiguity)
+    first = good[2]
+    good[-1] = {**good[-1], "prompt_token_ids": first["prompt_token_ids"] + first["generation_token_ids"]
+                + [7, 8, 9], "generation_token_ids": [11, 12, 13, 14], "generation_log_probs": [-0.1, 0.0, -0.3, 0.0]}
     lazy = [message("It is probably mild in both cities.", "msg_2")]
     half = [
         call("get_weather", {"city": "Paris"}, "call_p2"),
@@ -97,7 +111,7 @@ def weather_rollouts() -> list[dict]:
         message("Paris is 22°C and sunny; I could not check Oslo.", "msg_3"),
     ]
     agent = "weather_simple_agent"
-    return [
+    return [  # the verifier's expected_answer is also in the materialized inputs (weather_inputs)
         rollout(prompt, good, 1.0, task=0, rollout_index=0, agent=agent, tools=[WEATHER_TOOL],
                 expected_answer="Paris 22 sunny; Oslo 9 rain"),
         rollout(prompt, lazy, 0.0, task=0, rollout_index=1, agent=agent, tools=[WEATHER_TOOL],
@@ -105,6 +119,13 @@ def weather_rollouts() -> list[dict]:
         rollout(prompt, half, 0.5, task=0, rollout_index=2, agent=agent, tools=[WEATHER_TOOL],
                 expected_answer="Paris 22 sunny; Oslo 9 rain"),
     ]
+
+
+def weather_inputs() -> list[dict]:
+    """``rollouts_materialized_inputs.jsonl``: the collector's expanded input rows."""
+    return [{"responses_create_params": {"input": "..."}, "agent_ref": {"name": "weather_simple_agent"},
+             "expected_answer": "Paris 22 sunny; Oslo 9 rain", "units": "celsius", "_ng_task_index": 0,
+             "_ng_rollout_index": index} for index in range(3)]
 
 
 def math_rollouts() -> list[dict]:
@@ -156,6 +177,7 @@ def legacy_rows() -> list[dict]:
 def main() -> None:
     (OUT / "weather").mkdir(parents=True, exist_ok=True)
     (OUT / "weather" / "rollouts.jsonl").write_text(jsonl(weather_rollouts()), encoding="utf-8")
+    (OUT / "weather" / "rollouts_materialized_inputs.jsonl").write_text(jsonl(weather_inputs()), encoding="utf-8")
     with open(OUT / "math_rollouts.jsonl.gz", "wb") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:  # mtime=0: reproducible bytes
             handle.write(jsonl(math_rollouts()).encode())

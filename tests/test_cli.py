@@ -62,7 +62,10 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path)]) == 0
     first, again = written_files(sample_run), written_files(tmp_path)
-    assert len([name for name in first if name.startswith("exports/")]) == 9 * 4 + 1  # 9 exports + dataset_info
+    from trajectory_assets.defs.exports import EXPORT_KINDS
+
+    # every export's two splits, manifest and card, and LLaMA-Factory's dataset_info.json
+    assert len([name for name in first if name.startswith("exports/")]) == len(EXPORT_KINDS) * 4 + 1
     assert first.keys() == again.keys()
     assert [name for name in first if first[name] != again[name]] == []
 

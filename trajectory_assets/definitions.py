@@ -10,7 +10,13 @@ import dagster as dg
 
 from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB, build_automation, datasets_job, ingest_job
 from trajectory_assets.defs.exports import export_assets
-from trajectory_assets.defs.ingest import quarantine_contract, raw_rollouts, trajectory_contract, validated_trajectories
+from trajectory_assets.defs.ingest import (
+    quarantine_contract,
+    raw_rollouts,
+    raw_rollouts_contract,
+    trajectory_contract,
+    validated_trajectories,
+)
 from trajectory_assets.defs.reports import stats_report
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 
@@ -45,7 +51,7 @@ def build_definitions(settings: RunSettings) -> dg.Definitions:
     automation = build_automation(settings.sensor_interval_seconds, settings.refresh_cron)
     return dg.Definitions(
         assets=[raw_rollouts, validated_trajectories, *export_assets, stats_report],
-        asset_checks=[trajectory_contract, quarantine_contract],
+        asset_checks=[raw_rollouts_contract, trajectory_contract, quarantine_contract],
         jobs=[ingest_job, datasets_job],
         sensors=[d for d in automation if isinstance(d, dg.SensorDefinition)],
         schedules=[d for d in automation if isinstance(d, dg.ScheduleDefinition)],

@@ -37,9 +37,11 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert len(run.batches) == 3  # one partition per sample file
     exports = [kind.asset_name for kind in EXPORT_KINDS]
     assert set(exports) == {f"{name}_dataset" for name in (
-        "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory")}
+        "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory",
+        "on_policy_tokens")}
     assert materialized == {"raw_rollouts", "validated_trajectories", "quarantined_records", *exports, "stats_report"}
     expected_checks = {
+        ("raw_rollouts", "raw_rollouts_contract"),
         ("validated_trajectories", "nothing_lost"),
         ("validated_trajectories", "trajectory_contract"),
         ("quarantined_records", "quarantine_contract"),
