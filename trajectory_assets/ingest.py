@@ -93,6 +93,7 @@ class SourceSummary:
     rejected: int
     blank_lines: int
     error: str | None
+    redaction: str | None = None  # the detector that scrubbed its lines, None if none did
 
 
 @dataclass
@@ -280,6 +281,7 @@ def ingest(
             rejected=per_source[source.uri]["rejected"],
             blank_lines=stats.blank_lines,
             error=stats.error,
+            redaction=None if redactor is None else redactor.detector,
         )
         for source, stats in summaries
     ]

@@ -123,7 +123,7 @@ def _ingest_batch(key: str, storage: TrajectoryStorage, settings: PipelineSettin
         redaction = settings.load().redaction
     except dg.Failure as error:  # the config cannot be used: retrying won't change it
         raise dg.Failure(description=error.description, allow_retries=False) from None
-    redactor = Redactor(emails=redaction.emails) if redaction.enabled else None
+    redactor = Redactor.from_config(redaction) if redaction.enabled else None
     store = storage.open()
     recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
     source = SourceFile(recorded["uri"], recorded["source_id"])
