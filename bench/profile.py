@@ -36,8 +36,7 @@ def _timed(spent: Counter, part: str, function: Callable) -> Callable:
     return timed
 
 
-def profile_phases(source: Path, storage: Path, *options: str) -> Counter:
-    """The run's phases, timed from the parent; `options` go to `trajectory-assets run`."""
+def profile_phases(source: Path, storage: Path) -> Counter:
     from trajectory_assets.cli import main
     from trajectory_assets.defs import runner
 
@@ -52,7 +51,7 @@ def profile_phases(source: Path, storage: Path, *options: str) -> Counter:
     runner._run_datasets = lambda *args, **kwargs: _timed(spent, f"{args[2]}", run_datasets)(*args, **kwargs)
     start = time.perf_counter()
     try:
-        if main(["run", "--source", str(source), "--storage", str(storage), *options]) != 0:
+        if main(["run", "--source", str(source), "--storage", str(storage)]) != 0:
             raise SystemExit("the run failed")
     finally:
         runner._in_workers, runner._run_datasets = in_workers, run_datasets

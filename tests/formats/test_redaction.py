@@ -16,8 +16,12 @@ from tests.fixtures.secrets import (
     ALNUM, AWS_SECRET, GITHUB_PAT, JWT, LOOKALIKE_NAMES, LOOKALIKES, PLANTED, POSITIONS, STS_KEY_ID, STS_SECRET,
     STS_TOKEN, URLSAFE, all_positions, planted, rand,
 )
+from tests.conftest import CORPUS
+from trajectory_assets.formats import redaction
 from trajectory_assets.formats import secret_rules as rules
-from trajectory_assets.formats.redaction import AFTER, Redactor, required_literals, rule_problem
+from trajectory_assets.formats.redaction import (
+    AFTER, AhoCorasickPrefilter, HyperscanPrefilter, Redactor, required_literals, rule_problem,
+)
 from trajectory_assets.formats.records import convert_record
 
 REDACTOR = Redactor()
@@ -162,6 +166,35 @@ def test_emails_on_request():
     assert redacted == b'{"c": "write to [REDACTED:email]"}' and counts == {"email": 1}
 
 
+# -- the prefilter ----------------------------------------------------------------------------------
+def sample_lines() -> list[bytes]:
+    lines = [line for case in PLANTED for _, line in every_line(case.text)]
+    lines += [line for name in LOOKALIKE_NAMES for _, line in every_line(LOOKALIKES[name])]
+    lines += [line for path in sorted(CORPUS.rglob("*.jsonl")) for line in path.read_bytes().split(b"\n")]
+    return lines
+
+
+@pytest.mark.skipif(redaction.hyperscan is None, reason="hyperscan has no wheel for this machine's architecture, "
+                                                        "so only the Aho-Corasick prefilter can run here")
+def test_both_prefilters_find_the_same_literals():
+    literals = REDACTOR._literals
+    fast, fallback = HyperscanPrefilter(literals), AhoCorasickPrefilter(literals)
+    hits = 0
+    for line in sample_lines():
+        found = sorted(fast.hits(line))
+        assert found == sorted(fallback.hits(line))
+        hits += len(found)
+    assert hits > 1000
+
+
+def test_the_aho_corasick_prefilter_redacts_alike(monkeypatch):
+    monkeypatch.setattr(redaction, "PREFILTER", AhoCorasickPrefilter)
+    fallback = Redactor()
+    assert isinstance(fallback._prefilter, AhoCorasickPrefilter)
+    for line in sample_lines():
+        assert fallback.redact(line) == REDACTOR.redact(line)
+
+
 # -- users' own rules -----------------------------------------------------------------------------
 def test_allowlist_keeps_a_secret_it_matches_in_full():
     line = json.dumps({"c": f"use {GITHUB_PAT} and {JWT}"}).encode()
@@ -181,6 +214,7 @@ def test_extra_rules_replace_in_house_tokens():
 
 @pytest.mark.parametrize("pattern, problem", [
     ("acme_[", "not a valid regex"),
+    ("acme_ü[0-9]{8}", "non-ASCII"),
     ("x*", "matches empty text"),
     (r"[A-Z]{3}-\d{6}", "no literal"),
 ])

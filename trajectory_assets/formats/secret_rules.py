@@ -133,14 +133,15 @@ KEY_QUALIFIERS = frozenset(
     [entry[: -len("_?key")] for entry in KEYWORD_DENYLIST if entry.endswith("_?key")]
     + ["secret", "access", "signing", "encryption", "master", "app", "consumer"]
 )
-PASS_QUALIFIERS = frozenset(entry[: -len("_?pass")] for entry in KEYWORD_DENYLIST if entry.endswith("_?pass"))
 # a name whose last word ends with one of these is secret-like (DB_PASSWORD, clientSecret, ...)
 SUFFIX_NOUNS = {"password": "password", "passwd": "password", "passphrase": "password",
                 "secret": "secret", "token": "token", "credential": "credential",
                 "credentials": "credential", "creds": "credential"}
-# a name whose last word is exactly one of these is secret-like (`pwd`, not `cwd` or `bypass`)
+# a name whose last word is exactly one of these is secret-like (`pwd`, not `cwd` or `bypass`;
+# `pass` covers detect-secrets' `db_?pass`, `database_?pass`, `key_?pass`). Names are read as
+# ASCII words, so its `contraseña` is looked for as `contrasena` only.
 EXACT_NOUNS = {"pwd": "password", "pass": "password", "auth": "credential",
-               **{entry: "password" for entry in KEYWORD_DENYLIST if entry.startswith("contras")}}
+               **{entry: "password" for entry in KEYWORD_DENYLIST if entry.startswith("contras") and entry.isascii()}}
 # Google-style APIs name pagination cursors `pageToken` / `nextPageToken`: not credentials
 NOT_SECRET_QUALIFIERS = frozenset({"page"})
 NAME_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
