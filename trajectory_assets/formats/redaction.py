@@ -49,6 +49,7 @@ DETECTOR = f"detect-secrets {version('detect-secrets')}"
 # before it, and after it. A token cut by the window's end is extended over its remaining
 # characters in the raw line.
 BEFORE, AFTER = 256, 512
+GRID = 256  # windows start and end on multiples of this, so nearby literals share one
 NAME_BEFORE = 128  # a secret-like name is at most this long
 MIN_LITERAL = 3  # a shorter literal would be found almost everywhere
 MAX_ALTERNATIVES = 256
@@ -236,16 +237,19 @@ class Window:
 
 
 class Line:
-    """One raw line being scanned: its windows, decoded once each."""
+    """One raw line being scanned: its windows, decoded once each, and which rule has searched
+    which window (a line dense with one literal costs one search per window, not per literal)."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self._windows: dict[tuple[int, int], Window] = {}
+        self.searched: set[tuple[int, tuple[int, int]]] = set()
 
     def window(self, start: int, end: int, before: int = BEFORE) -> Window:
         """The text around raw [start, end), within its line of text (`\\n` escapes end one)."""
         data = self.data
-        low, high = max(0, start - before), min(len(data), end + AFTER)
+        low = max(0, (start - before) // GRID * GRID)
+        high = min(len(data), -(-(end + AFTER) // GRID) * GRID)
         for line_break in (data.rfind(b"\\n", low, start), data.rfind(b"\\r", low, start)):
             if line_break >= 0:
                 low = max(low, line_break + 2)
@@ -364,7 +368,15 @@ class RegexRule(Rule):
     def find(self, line, start, end):
         window = line.window(start, end, self.before)
         text = window.text
-        for match in self.regex.finditer(text):
+        if self.before == 0:  # every match starts with the literal: the match is here or nowhere
+            match = self.regex.match(text, window.text_offset(start))
+            matches = [match] if match else []
+        elif (id(self), (window.start, window.end)) in line.searched:
+            return  # this window was searched for this rule already, for a literal before this one
+        else:
+            line.searched.add((id(self), (window.start, window.end)))
+            matches = self.regex.finditer(text)
+        for match in matches:
             begin, finish = match.span(self._group(match))
             if finish <= begin:
                 continue
@@ -663,6 +675,7 @@ class Redactor:
         line = Line(data)
         found: set[Finding] = set()
         tried: set[tuple[int, int]] = set()
+        key_block_end = -1  # a private key block found so far ends here: headers inside it are its own
         for literal, start, end in hits:
             escaped = self._escaped[literal]  # the raw bytes differ from the text: no byte checks
             for index in self._rules_of_literal[literal]:
@@ -672,6 +685,14 @@ class Redactor:
                 if rule.gate == "start" and not starts_token(data, start):
                     continue
                 if not escaped and rule.hint is not None and not rule.hint.match(data, start):
+                    continue
+                if isinstance(rule, PrivateKeyRule):
+                    if start < key_block_end:
+                        continue
+                    span = rule.spans(data, start)
+                    if span:  # never scan one block again from each of its lines
+                        key_block_end = span[1]
+                        found.add(Finding(*span, rule.kind, rule.rank))
                     continue
                 tried.add((index, start))
                 found.update(self._confirm(rule, line, start, end))
@@ -686,11 +707,6 @@ class Redactor:
 
     def _confirm(self, rule: Rule, line: Line, start: int, end: int) -> Iterable[Finding]:
         data = line.data
-        if isinstance(rule, PrivateKeyRule):
-            span = rule.spans(data, start)
-            if span:
-                yield Finding(*span, rule.kind, rule.rank)
-            return
         for window, begin, finish, kind in rule.find(line, start, end):
             finish = window.cut_at_quote(begin, finish)
             if finish <= begin or begin in window.quotes:
