@@ -140,6 +140,18 @@ def test_secrets_longer_than_the_window_are_replaced_whole():
         assert secret[-20:].encode() not in redacted
 
 
+@pytest.mark.parametrize("filler", ["aws key ", "-us", "password: ", "://a:", "T3BlbkFJ "])
+def test_a_secret_among_thousands_of_its_literals_is_found(filler):
+    """Windows are shared and searched once per rule: none of that may lose a finding."""
+    mailchimp = rand("0123456789abcdef", 32) + "-us14"
+    secrets = {"aws_secret_access_key": AWS_SECRET, "mailchimp_key": mailchimp, "token": rand(ALNUM, 32)}
+    text = (filler * 3000 + f" aws_secret_access_key = '{AWS_SECRET}' " + filler * 3000 + f" {mailchimp} "
+            + filler * 3000 + f"\nDEPLOY_TOKEN={secrets['token']}\n" + filler * 3000)
+    redacted, counts = REDACTOR.redact(json.dumps({"c": text}).encode())
+    assert all(secret.encode() not in redacted for secret in secrets.values())
+    assert set(secrets) <= set(counts)
+
+
 def test_overlapping_findings_become_one_placeholder():
     # the assignment rule and the AWS format both find this value: one placeholder, the format's type
     redacted, counts = REDACTOR.redact(json.dumps({"c": f"aws_secret_access_key = '{AWS_SECRET}'"}).encode())
