@@ -18,7 +18,8 @@ work costs, whatever else runs):
 
 Each line is also scanned by the redactor alone, with each prefilter this machine has
 (Hyperscan, Aho-Corasick), for its throughput and how many lines the prefilter passed to a
-rule. Writes bench/out/redaction.{json,md}.
+rule. Writes bench/out/redaction.{json,md} (with `--aho-corasick`, the runs use the fallback
+prefilter and write bench/out/redaction-aho-corasick.{json,md}).
 """
 
 from __future__ import annotations
@@ -120,7 +121,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=250, help="corpus size in MB")
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--work", default="/tmp/trajectory-assets-bench", help="scratch folder for the corpus")
+    parser.add_argument("--aho-corasick", action="store_true",
+                        help="run with the Aho-Corasick prefilter, as a machine without Hyperscan's wheel does")
     args = parser.parse_args(argv)
+    if args.aho_corasick:
+        redaction.PREFILTER = redaction.AhoCorasickPrefilter
     if not CORPUS.is_dir():
         raise SystemExit(f"the benchmark replicates real rollouts from {CORPUS}, which is absent")
     source = Path(args.work) / f"corpus_{args.size}mb"
@@ -153,9 +158,10 @@ def main(argv: list[str] | None = None) -> None:
         "ingest_share_ab": round((median["on"] - median["off"]) / median["on"], 4), **scan(files),
     }
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "redaction.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = "redaction-aho-corasick" if args.aho_corasick else "redaction"
+    (OUT / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
-    (OUT / "redaction.md").write_text(table)
+    (OUT / f"{name}.md").write_text(table)
     print(table)
 
 
