@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from trajectory_assets.config import ConfigError, PipelineConfig, load_config
@@ -22,12 +24,18 @@ def test_example_config_is_valid_and_equals_the_defaults():
         ("dpo:\n  pairing: random\n", "dpo.pairing"),
         ("sfy:\n  min_reward: 1\n", "sfy"),
         ("sft: [unclosed\n", "not valid YAML"),
+        ("redaction:\n  allowlist: ['ghp_[']\n", "redaction.allowlist: Value error, allowlist[0] 'ghp_[' is not a valid regex"),
+        ("redaction:\n  extra_rules:\n    Acme Token: 'acme_[a-z]{8}'\n", "rule name 'Acme Token' must be lowercase"),
+        ("redaction:\n  extra_rules:\n    acme: '[A-Z]{3}-[0-9]{6}'\n", "extra_rules.acme '[A-Z]{3}-[0-9]{6}' has no literal"),
+        ("redaction:\n  extra_rules:\n    acme: 'acme_(x'\n", "not a valid regex"),
+        ("redaction:\n  extra_rules:\n    acme: '(acme_)?'\n", "matches empty text"),
+        ("redaction:\n  extra_rules: [acme_]\n", "redaction.extra_rules"),
     ],
 )
 def test_invalid_config_names_the_problem(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(path)
 
 
@@ -39,3 +47,10 @@ def test_missing_file_is_a_config_error(tmp_path):
 def test_values_are_read():
     config = PipelineConfig.model_validate({"sft": {"min_reward": None}, "dpo": {"pairing": "exactly_two"}})
     assert config.sft.min_reward is None and config.dpo.pairing == "exactly_two"
+
+
+def test_redaction_rules_are_read():
+    config = PipelineConfig.model_validate({"redaction": {"allowlist": ["AKIA[A-Z0-9]{16}"],
+                                                          "extra_rules": {"acme_token": "acme_[a-z0-9]{32}"}}})
+    assert config.redaction.allowlist == ["AKIA[A-Z0-9]{16}"]
+    assert config.redaction.extra_rules == {"acme_token": "acme_[a-z0-9]{32}"}

@@ -1,95 +1,108 @@
-"""No planted secret survives into anything the pipeline writes."""
+"""Through a whole run: no planted secret reaches anything written, look-alikes reach the
+exports verbatim, and the report and every dataset card say what redaction did."""
 
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
-from tests.formats.test_redaction import MISSED, SECRETS, STS_SECRET, STS_TOKEN
+from tests.fixtures.hermes_rows import SYSTEM, cli_row, gpt, human
+from tests.fixtures.secrets import GITHUB_PAT, LOOKALIKES, OPENAI_PROJECT, PLANTED
 from trajectory_assets.cli import main
 
-PLANTED = {**SECRETS, "url_password": "hunter2-db-pass", "password": "Tr0ub4dor-and-3"}
+CODE = LOOKALIKES["python_kwargs"] + "\n" + LOOKALIKES["docstring"] + "\n" + LOOKALIKES["passwd_prompts"]
 
 
-def planted_rollouts():
-    leaky_output = " ".join(SECRETS.values()) + " postgres://app:hunter2-db-pass@db:5432/x"
-    return [
-        make_rollout(
-            [call_item("shell", json.dumps({"cmd": "env", "password": PLANTED["password"]}), "c1"),
-             output_item("c1", leaky_output), message_item("done, the key is " + SECRETS["openai_api_key"])],
-            request_input="print the env", agent_ref={"name": "a"},
-        ),
-        make_rollout([message_item("ok")], request_input="clean task", agent_ref={"name": "a"}),
-        "not json but leaks " + SECRETS["github_token"],  # quarantined, and redacted there too
-    ]
+def planted_rollouts() -> list:
+    """Every planted secret in a tool output, its call's arguments and the final answer; a
+    Hermes row leaking one; a clean rollout with code and a terminal session; a broken line."""
+    leaks = [make_rollout([call_item("shell", json.dumps({"cmd": "cat", "input": case.text}), f"c{i}"),
+                           output_item(f"c{i}", f"$ cat\n{case.text}\n"), message_item(f"It holds:\n{case.text}")],
+                          request_input=f"show {case.name}", agent_ref={"name": "a"})
+             for i, case in enumerate(PLANTED)]
+    hermes = cli_row([SYSTEM, human(f"my key is {OPENAI_PROJECT}"), gpt("Please rotate it.")])
+    clean = make_rollout([call_item("shell", json.dumps({"cmd": "passwd"}), "c1"), output_item("c1", CODE),
+                          message_item(CODE)], request_input="change the password", agent_ref={"name": "a"})
+    return [*leaks, hermes, clean, "not json but leaks " + GITHUB_PAT]
 
 
 def every_written_text(root):
     for path in root.rglob("*"):
         if path.suffix == ".parquet":
             yield path, json.dumps(pq.read_table(path).to_pylist())
-        elif path.is_file() and path.suffix in (".jsonl", ".json", ".md"):
-            yield path, path.read_text()
+        elif path.is_file():
+            yield path, path.read_bytes().decode("utf-8", errors="replace")
 
 
-def test_no_planted_secret_reaches_any_output(tmp_path):
-    write_jsonl(tmp_path / "in" / "leaky.jsonl", planted_rollouts())
-    config = tmp_path / "c.yaml"
+@pytest.fixture(scope="module")
+def redacted_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("redaction")
+    write_jsonl(root / "in" / "leaky.jsonl", planted_rollouts())
+    config = root / "c.yaml"
     config.write_text("sft:\n  min_reward: null\n")
-    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out"), "--config", str(config)]) == 0
-    texts = dict(every_written_text(tmp_path / "out"))
+    assert main(["run", "--source", str(root / "in"), "--storage", str(root / "out"), "--config", str(config)]) == 0
+    return root / "out"
+
+
+def test_no_planted_secret_reaches_anything_written(redacted_run):
+    texts = dict(every_written_text(redacted_run))
     assert any("exports" in str(path) for path in texts)
     for path, text in texts.items():
-        for kind, secret in PLANTED.items():
-            assert secret not in text, f"{kind} survived in {path}"
-    stats = json.loads((tmp_path / "out" / "reports" / "stats.json").read_text())
-    assert stats["redactions"]["trajectories"] == 2
-    assert stats["redactions"]["by_type"]["openai_api_key"] == 2  # in the tool output and the final answer
-    assert stats["redactions"]["by_type"]["github_token"] == 2  # one of them in the quarantined line
-    sft = (tmp_path / "out" / "exports" / "sft" / "train.jsonl").read_text() + (
-        tmp_path / "out" / "exports" / "sft" / "validation.jsonl").read_text()
-    assert "[REDACTED:openai_api_key]" in sft
+        for case in PLANTED:
+            for secret in case.secrets:
+                assert secret not in text and secret.replace("/", "\\/") not in text, f"{case.name} in {path}"
+        assert OPENAI_PROJECT not in text and GITHUB_PAT not in text, path
 
 
-def test_redaction_can_be_switched_off(tmp_path):
+def test_the_report_counts_and_names_what_was_redacted(redacted_run):
+    stats = json.loads((redacted_run / "reports" / "stats.json").read_text())
+    redactions = stats["redactions"]
+    assert redactions["trajectories"] == len(PLANTED) + 2  # each leak, the Hermes row, the broken line
+    assert len(redactions["trajectory_ids"]) == redactions["trajectories"]
+    assert {kind for case in PLANTED for kind in case.kinds} <= set(redactions["by_type"])
+    assert redactions["by_type"]["github_token"] >= 3 + 1  # classic token x 3 places + the quarantined line
+    assert redactions["detectors"] and redactions["detectors"][0].startswith("detect-secrets ")
+    markdown = (redacted_run / "reports" / "stats.md").read_text()
+    assert "Detector: detect-secrets" in markdown and "| private_key |" in markdown
+
+
+def test_code_and_terminal_text_reach_the_exports_verbatim(redacted_run):
+    rows = [json.loads(line) for split in ("train", "validation")
+            for line in (redacted_run / "exports" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+    clean = next(row for row in rows if row["messages"][0]["content"] == "change the password")
+    assert clean["messages"][-1]["content"] == CODE
+    assert any(m.get("content") == CODE for m in clean["messages"] if m["role"] == "tool")
+
+
+def test_every_dataset_card_says_redaction_ran_and_with_what(redacted_run):
+    for card in (redacted_run / "exports").glob("*/README.md"):
+        line = next(line for line in card.read_text().splitlines() if line.startswith("- secrets:"))
+        assert "replaced by typed placeholders at ingest, by detect-secrets 1.5.0 with trajectory-assets rules" in line
+    manifest = json.loads((redacted_run / "exports" / "sft" / "manifest.json").read_text())
+    assert all(source["redaction"].startswith("detect-secrets") for source in manifest["sources"])
+
+
+def test_switched_off_nothing_is_redacted_and_the_card_says_so(tmp_path):
     write_jsonl(tmp_path / "in" / "leaky.jsonl", planted_rollouts()[:1])
     config = tmp_path / "c.yaml"
     config.write_text("redaction:\n  enabled: false\nsft:\n  min_reward: null\n")
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out"), "--config", str(config)]) == 0
-    assert SECRETS["openai_api_key"] in (tmp_path / "out" / "exports" / "sft" / "train.jsonl").read_text() + (
-        tmp_path / "out" / "exports" / "sft" / "validation.jsonl").read_text()
+    sft = tmp_path / "out" / "exports" / "sft"
+    assert PLANTED[0].secrets[0] in (sft / "train.jsonl").read_text() + (sft / "validation.jsonl").read_text()
+    assert "- secrets: **not redacted**" in (sft / "README.md").read_text()
+    assert "Redaction was off" in (tmp_path / "out" / "reports" / "stats.md").read_text()
 
 
-def test_secrets_at_line_starts_of_tool_outputs_never_reach_storage(tmp_path):
-    """The audit's misses, each at the start of a line of tool output (after `\\n`, `\\t`, ...)."""
-    planted = {case: parts for case, (_, _, parts) in MISSED.items()}
-    outputs = [f"$ step {i}\n{text}\nexit 0" for i, (text, _, _) in enumerate(MISSED.values())]
-    outputs += [f"cols:\t{MISSED['akia'][0]}\r\n{MISSED['db_password'][0]}",
-                json.dumps({"stdout": f"ok\n{MISSED['truncated_pem'][0]}", "code": 0})]
-    calls = [item for i, output in enumerate(outputs)
-             for item in (call_item("shell", json.dumps({"cmd": f"step {i}"}), f"c{i}"), output_item(f"c{i}", output))]
-    sts = {"AccessKeyId": "ASIAIOSFODNN7EXAMPLE", "SecretAccessKey": STS_SECRET, "SessionToken": STS_TOKEN}
-    rollouts = [make_rollout([*calls, message_item("done")], request_input="dump the creds", agent_ref={"name": "a"},
-                             **sts),  # STS credentials as top-level keys of the rollout line too
-                make_rollout([message_item("ok")], request_input="clean task", agent_ref={"name": "a"})]
-    write_jsonl(tmp_path / "in" / "leaky.jsonl", rollouts)
+def test_users_rules_apply_in_a_run(tmp_path):
+    token = "acme_live_" + "7Hq2Lx9Vb3Nc5Tm1"
+    write_jsonl(tmp_path / "in" / "a.jsonl", [
+        make_rollout([message_item(f"deploy with {token} and {GITHUB_PAT}")], request_input="deploy")])
     config = tmp_path / "c.yaml"
-    config.write_text("sft:\n  min_reward: null\n")
+    config.write_text("redaction:\n  allowlist: ['ghp_[A-Za-z0-9]{36}']\n"
+                      "  extra_rules:\n    acme_token: 'acme_live_[A-Za-z0-9]{16}'\nsft:\n  min_reward: null\n")
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out"), "--config", str(config)]) == 0
-    texts = dict(every_written_text(tmp_path / "out"))
-    assert any("exports" in str(path) for path in texts)
-    for path in (tmp_path / "out").rglob("*"):  # every file, whatever its format
-        if path.is_file():
-            data = path.read_bytes()
-            for case, parts in planted.items():
-                for part in parts:
-                    assert part.encode() not in data, f"{case} survived in {path}"
-    for path, text in texts.items():  # decoded text too (parquet pages may be compressed)
-        for case, parts in planted.items():
-            for part in parts:
-                assert part not in text, f"{case} survived in {path}"
-    stats = json.loads((tmp_path / "out" / "reports" / "stats.json").read_text())
-    assert stats["redactions"]["trajectories"] == 1
-    by_type = stats["redactions"]["by_type"]
-    assert by_type["password"] >= 4 and by_type["private_key"] == 4 and by_type["basic_auth"] == 1
-    assert by_type["aws_secret_access_key"] >= 3 and by_type["aws_session_token"] == 2
+    sft = tmp_path / "out" / "exports" / "sft"
+    text = (sft / "train.jsonl").read_text() + (sft / "validation.jsonl").read_text()
+    assert "[REDACTED:acme_token]" in text and token not in text and GITHUB_PAT in text
+    assert "1 extra rule(s) + 1 allowlist pattern(s)" in (sft / "README.md").read_text()

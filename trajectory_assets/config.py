@@ -5,11 +5,12 @@ Every field has a default, so an empty (or absent) config file is a valid config
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -111,6 +112,9 @@ class GrpoConfig(Curation):
     pass_threshold: float = Field(1.0, description="a rollout passes when reward >= this (pass rate, pass@k)")
 
 
+RULE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
 class ConversionConfig(_Section):
     """How rollouts are read where real producers write something genuinely ambiguous.
     The defaults read them as their own ecosystem does (formats/nemo_gym.py)."""
@@ -132,6 +136,40 @@ class RedactionConfig(_Section):
     enabled: bool = Field(True, description="replace secrets (API keys, tokens, private keys, passwords) "
                                             "with typed placeholders before anything is stored")
     emails: bool = Field(False, description="also replace e-mail addresses")
+    allowlist: list[str] = Field(
+        default_factory=list,
+        description="regexes: a secret that one of them matches in full is left as it is (a published test key)",
+    )
+    extra_rules: dict[str, str] = Field(
+        default_factory=dict,
+        description="name -> regex of an in-house token format: each match (or its group named `secret`) "
+                    "becomes [REDACTED:name]; the regex must contain a fixed text of 3+ characters (such as a "
+                    "prefix `acme_`) that every match holds, which the prefilter looks for",
+    )
+
+    @field_validator("allowlist")
+    @classmethod
+    def _allowlist_compiles(cls, patterns: list[str]) -> list[str]:
+        for index, pattern in enumerate(patterns):
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"allowlist[{index}] {pattern!r} is not a valid regex: {error}") from None
+        return patterns
+
+    @field_validator("extra_rules")
+    @classmethod
+    def _rules_are_usable(cls, rules: dict[str, str]) -> dict[str, str]:
+        from trajectory_assets.formats.redaction import rule_problem
+
+        for name, pattern in rules.items():
+            if not RULE_NAME.fullmatch(name):
+                raise ValueError(f"rule name {name!r} must be lowercase letters, digits and _ (at most 40), "
+                                 f"since it becomes the placeholder [REDACTED:{name}]")
+            problem = rule_problem(pattern)
+            if problem:
+                raise ValueError(f"extra_rules.{name} {pattern!r} {problem}")
+        return rules
 
 
 class PipelineConfig(_Section):

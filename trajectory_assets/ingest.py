@@ -102,6 +102,7 @@ class SourceSummary:
     truncated: bool = False  # the stream was cut: what came before the cut was read
     inputs_rows: int | None = None  # rows of its materialized inputs (None: it has none)
     inputs_skipped: int = 0  # materialized input lines that are not usable input rows
+    redaction: str | None = None  # the detector that scrubbed its lines, None if none did
 
 
 @dataclass
@@ -317,6 +318,7 @@ def ingest(
             truncated=stats.truncated,
             inputs_rows=inputs_read[source.uri][0] if source.uri in inputs_read else None,
             inputs_skipped=inputs_read.get(source.uri, (0, 0))[1],
+            redaction=None if redactor is None else redactor.detector,
         )
         for source, stats in summaries
     ]

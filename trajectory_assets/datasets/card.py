@@ -43,6 +43,7 @@ def render_card(manifest: dict[str, Any]) -> str:
         f" format: {manifest['format']}",
         f"- made by trajectory-assets {manifest['code_version']} from {len(manifest['sources'])} source file(s)"
         f" in {len(manifest['batches'])} batch(es); the split is by prompt, so no prompt is in both splits",
+        redaction_line(manifest["sources"]),
         "",
         "## Files",
         "",
@@ -73,6 +74,16 @@ def render_card(manifest: dict[str, Any]) -> str:
         *table(["uri", "records", "sha256"], [[s["uri"], s["records"], s["sha256"]] for s in manifest["sources"]]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def redaction_line(sources: list[dict[str, Any]]) -> str:
+    """Whether secrets were replaced before the rows were stored, and by which detector."""
+    detectors = sorted({source.get("redaction") for source in sources} - {None})
+    unscrubbed = sum(source.get("redaction") is None for source in sources)
+    if not detectors:
+        return "- secrets: **not redacted** (`redaction.enabled` was false when the sources were ingested)"
+    line = f"- secrets: replaced by typed placeholders at ingest, by {'; '.join(detectors)}"
+    return line + (f"; **{unscrubbed} source(s) were not redacted**" if unscrubbed else "")
 
 
 def _relevant_config(manifest: dict[str, Any]) -> dict[str, Any]:

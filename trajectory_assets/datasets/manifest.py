@@ -54,7 +54,8 @@ def build_manifest(
         "config": config,  # the whole pipeline config: redaction changes the bytes too
         "batches": batches,
         "sources": [
-            {"uri": s["uri"], "source_id": s["source_id"], "sha256": s["sha256"], "records": s["records"]}
+            {"uri": s["uri"], "source_id": s["source_id"], "sha256": s["sha256"], "records": s["records"],
+             "redaction": s.get("redaction")}  # the detector that scrubbed it at ingest, or None
             for s in sources
         ],
         "rows": rows,

@@ -159,6 +159,8 @@ def compute_stats(
             "by_type": dict(ingest_summary.get("redactions_by_type", {})),
             "trajectories": len(ingest_summary.get("redacted_trajectory_ids", [])),
             "trajectory_ids": list(ingest_summary.get("redacted_trajectory_ids", [])),
+            # the detector(s) that scrubbed the sources (none: redaction was off)
+            "detectors": sorted({source.get("redaction") for source in ingest_summary["sources"]} - {None}),
         },
         "sources": len(ingest_summary["sources"]),
         "sources_failed": int(ingest_summary["sources_failed"]),
@@ -191,6 +193,14 @@ def compute_stats(
     }
 
 
+def _redaction_summary(redactions: dict[str, Any]) -> str:
+    if not redactions["detectors"]:
+        return "Redaction was off (`redaction.enabled: false`): records were stored as they came."
+    found = (f"{redactions['trajectories']} record(s) held secrets; each was replaced by a typed placeholder "
+             "before anything was stored (ids in stats.json)." if redactions["trajectories"] else "No secrets found.")
+    return f"{found} Detector: {'; '.join(redactions['detectors'])}."
+
+
 def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
     lines = [
         "# Trajectory statistics",
@@ -210,9 +220,7 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         "",
         "## Secrets redacted",
         "",
-        (f"{stats['redactions']['trajectories']} record(s) held secrets; each was replaced by a typed "
-         "placeholder before anything was stored (ids in stats.json)."
-         if stats["redactions"]["trajectories"] else "No secrets found."),
+        _redaction_summary(stats["redactions"]),
         "",
         *table(["type", "replaced"], [[t, n] for t, n in stats["redactions"]["by_type"].items()]),
         "",

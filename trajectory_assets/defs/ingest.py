@@ -129,7 +129,7 @@ def _ingest_batch(key: str, storage: TrajectoryStorage, settings: PipelineSettin
         config = settings.load()
     except dg.Failure as error:  # the config cannot be used: retrying won't change it
         raise dg.Failure(description=error.description, allow_retries=False) from None
-    redactor = Redactor(emails=config.redaction.emails) if config.redaction.enabled else None
+    redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
     store = storage.open()
     recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
     # a side file that could not be read is left out (its error is in the raw record)
