@@ -118,8 +118,7 @@ def spread_plot(spread: GrpoSpread) -> Plot | None:
     ranges = base.mark_rule(color=GREY).encode(x=alt.X("min(reward):Q", title="reward of each rollout"),
                                               x2="max(reward):Q")
     points = base.mark_circle(color=BLUE, opacity=0.8).encode(
-        x="reward:Q", size=alt.Size("rollouts:Q", title="rollouts", scale=alt.Scale(range=[30, 200]),
-                      legend=alt.Legend(tickMinStep=1, format="d")))
+        x="reward:Q", size=alt.Size("rollouts:Q", scale=alt.Scale(range=[30, 200]), legend=None))
     tasks = alt.layer(ranges, points).properties(width=NARROW + 60, height=alt.Step(14),
                                                  title=f"{spread.tasks['task'].nunique()} of {spread.total_tasks} "
                                                        "tasks (seeded sample)")

@@ -143,6 +143,6 @@ CAPTIONS = {
                "Tokens as the rollout's usage recorded them. Whiskers min–max, box quartiles, tick median.",
     "tools": "Every trajectory's calls; a result is an error by the Hermes batch runner's rule.",
     "dpo_margins": "Every distinct pair of the DPO family's exports.",
-    "grpo_spread": "Rewards of each GRPO task's rollouts: a seeded sample of tasks one by one, and the spread of "
-                   "every task.",
+    "grpo_spread": "Rewards of each GRPO task's rollouts: a seeded sample of tasks one by one (a larger dot: "
+                   "more rollouts got that reward), and the spread of every task.",
 }

@@ -357,8 +357,8 @@ def _text_of(content: Any) -> tuple[str, str | None]:
 
 
 class _Builder:
-    """Turns in order, tool results paired with the calls they answer (by id, else the
-    earliest open call)."""
+    """Turns in order, tool results paired with the calls they answer: by id, else by
+    name (a Hermes response names its tool), else the earliest open call."""
 
     def __init__(self, budget: _Budget) -> None:
         self.budget = budget
@@ -386,11 +386,12 @@ class _Builder:
         turn.calls.append(call)
         self.open_calls.append(call)
 
-    def result(self, label: str, content: Any, call_id: Any = None) -> None:
+    def result(self, label: str, content: Any, call_id: Any = None, name: Any = None) -> None:
         text, note = _text_of(content)
         call = next((c for c in self.open_calls if call_id is not None and c.call_id == call_id), None)
-        if call is None and self.open_calls and (call_id is None or all(c.call_id is None for c in self.open_calls)):
-            call = self.open_calls[0]
+        if call is None and (call_id is None or all(c.call_id is None for c in self.open_calls)):
+            call = next((c for c in self.open_calls if name and c.name.shown == name), None)
+            call = call or (self.open_calls[0] if self.open_calls else None)
         if call is not None:
             self.open_calls.remove(call)
             call.result = self.budget.take(text)
@@ -473,7 +474,7 @@ def _sharegpt(turns: Any, system: Any, tools: list[str], budget: _Budget) -> Con
                 if isinstance(response, Mapping) and "content" in response:  # Hermes: {tool_call_id, name, content}
                     content = response["content"]
                     builder.result(label, content if isinstance(content, str) else _pretty(content),
-                                   response.get("tool_call_id"))
+                                   response.get("tool_call_id"), response.get("name"))
                 else:
                     builder.result(label, block)
         else:
