@@ -102,8 +102,9 @@ def _bins(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     distinct values (rewards are often 0 / 0.5 / 1), else equal-width bins."""
     distinct = np.unique(values)
     if len(distinct) <= DISCRETE_VALUES:
-        gap = float(np.min(np.diff(distinct))) if len(distinct) > 1 else 1.0
-        return distinct - 0.4 * gap, distinct + 0.4 * gap, distinct
+        # a lone value gets a narrow bar, not one that looks like a range
+        half = 0.4 * float(np.min(np.diff(distinct))) if len(distinct) > 1 else 0.05 * max(1.0, abs(distinct[0]))
+        return distinct - half, distinct + half, distinct
     edges = np.histogram_bin_edges(values, bins=BINS)
     return edges[:-1], edges[1:], (edges[:-1] + edges[1:]) / 2
 
