@@ -5,7 +5,7 @@ page takes, and the size of what it writes.
 
 Runs the asset's own code (``defs/reports.py``) in this process, as ``bench/profile.py``
 does for the export families, with wall-clock timers around the page's parts: scanning
-every export's rows, reading and rendering the samples, drawing the plots (SVG and PNG),
+every export's rows, reading and rendering the samples, drawing the plots (vl-convert: SVG, then PNG),
 writing the HTML. What is left is the statistics (trajectory columns, tasks, tool use),
 the quarantine gathered into one file, and writing. ``bench/run.py`` calls it after the
 ``run`` variant of each corpus size, in a fresh process.
@@ -23,14 +23,16 @@ from bench.profile import _timed
 
 
 def profile_report(storage: Path) -> dict:
-    from trajectory_assets.datasets import plots, report
+    import vl_convert
+
+    from trajectory_assets.datasets import report
     from trajectory_assets.defs import reports
     from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
     from trajectory_assets.io.export_files import StoredExport
 
     spent: Counter = Counter()
-    patched = [(report, "_scan"), (report, "view_sample"), (report, "render_page"), (plots.Plot, "png"),
-               (StoredExport, "rows_at")]
+    patched = [(report, "_scan"), (report, "view_sample"), (report, "render_page"), (StoredExport, "rows_at"),
+               (vl_convert, "vegalite_to_svg"), (vl_convert, "svg_to_png")]
     originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
     report._scan = _timed(spent, "scanning every export", report._scan)
     rows_at = StoredExport.rows_at
@@ -38,9 +40,8 @@ def profile_report(storage: Path) -> dict:
                                   lambda self, wanted: iter(list(rows_at(self, wanted))))
     report.view_sample = _timed(spent, "samples (read, shown as chats)", report.view_sample)
     report.render_page = _timed(spent, "HTML", report.render_page)
-    plots.Plot.png = _timed(spent, "plots", plots.Plot.png)
-    svg = plots.Plot.svg  # a cached property: time the first (only) rendering
-    plots.Plot.svg = property(_timed(spent, "plots", svg.func))
+    vl_convert.vegalite_to_svg = _timed(spent, "plots", vl_convert.vegalite_to_svg)
+    vl_convert.svg_to_png = _timed(spent, "plots", vl_convert.svg_to_png)
 
     batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
 
@@ -57,7 +58,6 @@ def profile_report(storage: Path) -> dict:
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
-        plots.Plot.svg = svg
     step = time.perf_counter() - start
     page = sum(spent.values())
     reports_dir = storage / "reports"

@@ -73,7 +73,10 @@ def pass_rate_plot(data: pd.DataFrame, threshold: float) -> Plot | None:
 
 def _box(data: pd.DataFrame, title: str) -> alt.LayerChart:
     base = alt.Chart(data).encode(y=alt.Y("export:N", title=None, sort=None))
-    whisker = base.mark_rule(color=GREY).encode(x=alt.X("min:Q", title=title), x2="max:Q")
+    # the domain is set: Vega-Lite would size it by the layers' x fields only, cutting whiskers short
+    domain = [min(0.0, float(data["min"].min())), float(data["max"].max())]
+    whisker = base.mark_rule(color=GREY).encode(x=alt.X("min:Q", title=title, scale=alt.Scale(domain=domain)),
+                                                x2="max:Q")
     box = base.mark_bar(color=BLUE, size=14).encode(x="p25:Q", x2="p75:Q")
     median = base.mark_tick(color="#1d2330", thickness=2, size=18).encode(x="p50:Q")
     return alt.layer(whisker, box, median).properties(width=NARROW + 40, height=alt.Step(22))

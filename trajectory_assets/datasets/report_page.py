@@ -106,7 +106,7 @@ figcaption small { display:block; font-weight:normal; color:var(--muted); }
 .turn.tool { background:var(--tool); }
 .role { font-size:11px; font-weight:700; text-transform:uppercase; letter-spacing:.04em; color:var(--muted); }
 pre { margin:.25rem 0; white-space:pre-wrap; overflow-wrap:anywhere; font:12.5px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; max-height:28em; overflow:auto; }
-.text { white-space:pre-wrap; overflow-wrap:anywhere; margin:.2rem 0; }
+.text { white-space:pre-wrap; overflow-wrap:anywhere; margin:.2rem 0; max-height:24em; overflow:auto; }
 details > summary { cursor:pointer; color:var(--muted); font-size:12px; }
 details.reasoning { border-left:3px solid #b9c2d3; padding-left:.5rem; margin:.25rem 0; }
 .call { border:1px dashed #b9c2d3; border-radius:5px; padding:.3rem .5rem; margin:.3rem 0; background:#fafbfd; }
