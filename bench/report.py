@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.profile import _timed
+from bench.profile import _timed, stored_batches_context
 
 
 def profile_report(storage: Path) -> dict:
@@ -43,18 +43,10 @@ def profile_report(storage: Path) -> dict:
     vl_convert.vegalite_to_svg = _timed(spent, "plots", vl_convert.vegalite_to_svg)
     vl_convert.svg_to_png = _timed(spent, "plots", vl_convert.svg_to_png)
 
-    batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
-
-    class Instance:
-        def get_dynamic_partitions(self, _name):
-            return batches
-
-    class Context:
-        instance = Instance()
-
     start = time.perf_counter()
     try:
-        result = reports._write_report(Context(), TrajectoryStorage(root=str(storage)), PipelineSettings())
+        result = reports._write_report(stored_batches_context(storage), TrajectoryStorage(root=str(storage)),
+                                       PipelineSettings())
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)

@@ -88,7 +88,8 @@ def test_pass_rate_buckets_and_tasks_that_never_pass():
              {"task_key": "c", "rollouts": 4, "passes": 1}, {"task_key": "d", "rollouts": 3, "passes": 3},
              {"task_key": "e", "rollouts": 4, "passes": 3}]
     buckets = dict(zip(*pass_rate_buckets(tasks).to_dict("list").values()))
-    assert buckets == {"never passes": 2, "0–25%": 0, "25–50%": 1, "50–75%": 0, "75–<100%": 1, "always passes": 1}
+    assert buckets == {"never passes": 2, "0–25%": 0, "25–50%": 1, "50–75%": 0, "75–<100%": 1,
+                       "always passes": 1}
     assert [task["task_key"] for task in failing_tasks(tasks)] == ["a", "b"]  # most tried first
 
 

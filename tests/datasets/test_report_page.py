@@ -6,7 +6,6 @@ import base64
 import json
 import xml.etree.ElementTree as ElementTree
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 

@@ -219,7 +219,8 @@ def grpo_spread(scans: list[ExportScan], trajectories: pd.DataFrame, seed: str) 
     points = sampled.groupby(["task", "reward"]).size().rename("rollouts").reset_index()
     points = points.merge(sampled.groupby("task")["reward"].mean().rename("mean").reset_index(), on="task")
     points["task"] = points["task"].str[:12]
-    return GrpoSpread(histogram(by_task.std(ddof=0).to_numpy(dtype=float)), points[["task", "reward", "rollouts", "mean"]],
+    return GrpoSpread(histogram(by_task.std(ddof=0).to_numpy(dtype=float)),
+                      points[["task", "reward", "rollouts", "mean"]],
                       len(tasks))
 
 
