@@ -144,6 +144,19 @@ def test_the_page_is_the_same_on_a_rerun(hostile_run, tmp_path):
     assert (tmp_path / "reports" / "index.html").read_bytes() == (hostile_run / "reports" / "index.html").read_bytes()
 
 
+def test_a_run_where_every_record_was_rejected_still_gets_its_page(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.jsonl").write_text('not json\n{"a": 1}\n')
+    stale = tmp_path / "out" / "reports" / "plots" / "rewards.png"  # from an earlier run with data
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 0
+    html = (tmp_path / "out" / "reports" / "index.html").read_text()
+    assert "No data to plot." in html and html.count("No rows.") == 9
+    assert 'id="reason-invalid_json"' in html and 'id="reason-not_a_rollout"' in html
+    assert not stale.exists()
+
+
 @needs_chromium
 def test_nothing_runs_in_a_real_browser(hostile_run):
     page_file = hostile_run / "reports" / "index.html"

@@ -69,8 +69,10 @@ class ExportScan:
             self.pairs[(chosen, rejected)] = margin_of(row)
         rollouts = tuple(i for role, i in refs if role == "rollout")
         if rollouts:
-            task = row.get("task_key") or (row.get("extra_info") or {}).get("task_key") or "|".join(rollouts)
-            self.tasks[str(task)] = rollouts
+            extra = row.get("extra_info")
+            task = row.get("task_key") or (extra.get("task_key") if isinstance(extra, Mapping) else None)
+            task = str(task or "|".join(rollouts))
+            self.tasks[task] = rollouts
         if self.samples:
             key = "|".join(ids) if ids else f"{self.name}:{split}:{position}"
             entry = (-int(rank(self.seed, key)[:16], 16), split, position, row)  # the heap drops the highest rank

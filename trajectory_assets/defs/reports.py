@@ -7,7 +7,7 @@ import dagster as dg
 import orjson
 
 from trajectory_assets import code_version, layout
-from trajectory_assets.datasets.report import build_report
+from trajectory_assets.datasets.report import MAIN_PLOTS, build_report
 from trajectory_assets.datasets.report_data import QuarantineExamples
 from trajectory_assets.defs.batches import (
     STORAGE_RETRY,
@@ -67,6 +67,9 @@ def _write_report(
 
     store.write_bytes(layout.STATS_JSON, orjson.dumps(report.stats, option=orjson.OPT_INDENT_2))
     store.write_bytes(layout.STATS_MARKDOWN, report.markdown.encode())
+    for name in MAIN_PLOTS:  # a plot with nothing to draw this time: no stale picture beside stats.md
+        if f"plots/{name}.png" not in report.pngs:
+            store.remove(layout.report_file(f"plots/{name}.png"))
     for name, png in report.pngs.items():
         store.write_bytes(layout.report_file(name), png)
     store.write_bytes(layout.TASKS, b"".join(orjson.dumps(task) + b"\n" for task in report.tasks))
