@@ -47,7 +47,8 @@ run: setup
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/trajectory-assets run --source samples/rollouts --storage data
 	@echo
 	@echo "Datasets: data/exports/<export>/ (seed formats as .jsonl, TRL and verl as .parquet; manifest.json, README.md)"
-	@echo "Report:   data/reports/stats.md    Quarantine: data/quarantine/rejected.jsonl"
+	@echo "Report:   data/reports/index.html (open in a browser), data/reports/stats.md"
+	@echo "Quarantine: data/quarantine/rejected.jsonl"
 	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
 
 test: setup browser trainers

@@ -59,6 +59,21 @@ def profile_phases(source: Path, storage: Path) -> Counter:
     return spent
 
 
+def stored_batches_context(storage: Path):
+    """What an asset's body asks of its Dagster context, outside Dagster: the registered
+    batches, here every batch stored under ``storage``."""
+    batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
+
+    class Instance:
+        def get_dynamic_partitions(self, _name):
+            return batches
+
+    class Context:
+        instance = Instance()
+
+    return Context()
+
+
 def profile_family(family: str, storage: Path) -> Counter:
     """One family's step, in this process, with its parts timed; what is left is reading the
     payloads, curating and planning, and the manifests."""
@@ -81,19 +96,11 @@ def profile_family(family: str, storage: Path) -> Counter:
     builders._render_all = _timed(spent, "rendering every format", builders._render_all)
     memory.release_memory = _timed(spent, "memory release", memory.release_memory)
 
-    batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
-
-    class Instance:
-        def get_dynamic_partitions(self, _name):
-            return batches
-
-    class Context:
-        instance = Instance()
-
     kinds = [kind for kind in step.EXPORT_KINDS if kind.family == family]
     start = time.perf_counter()
     try:
-        list(step._materialize_family(family, kinds, Context(), TrajectoryStorage(root=str(storage)),
+        list(step._materialize_family(family, kinds, stored_batches_context(storage),
+                                      TrajectoryStorage(root=str(storage)),
                                       PipelineSettings()))
     finally:
         for owner, name, original in originals:

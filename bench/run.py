@@ -13,7 +13,10 @@ counting them in every process) of its processes are summed; the peak of each su
 Reports the median wall time, MB/s, peak RSS (tree), peak PSS (tree) and each run
 variant's ratios to the recipe and the floor, as JSON and as a Markdown table in bench/out/. (The JSON also
 keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single process, not
-the tree.)
+the tree.) Then the stats_report step runs again, alone, on the last ``run``'s output
+(bench/report.py, a fresh process per repeat): its time, the part the report page takes,
+its share of the run, and the size of ``reports/index.html`` and of the Markdown the UI
+stores, as a second table.
 """
 
 from __future__ import annotations
@@ -178,7 +181,46 @@ def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
         wall = result["variants"][name]["wall_s"]
         result["variants"][name]["over_recipe"] = round(wall / result["variants"]["recipe"]["wall_s"], 2)
         result["variants"][name]["over_floor"] = round(wall / result["variants"]["floor"]["wall_s"], 2)
+    result["report"] = bench_report(work / "run", repeats, result["variants"]["run"]["wall_s"])
     return result
+
+
+def bench_report(storage: Path, repeats: int, run_wall_s: float) -> dict:
+    """The stats_report step again on the last ``run``'s storage (bench/report.py), each time
+    in a fresh process: its time, the page's part of it, the page's size."""
+    runs = []
+    for repeat in range(repeats):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            measure([sys.executable, "-m", "bench.report", str(storage), out.name])
+            runs.append(json.loads(Path(out.name).read_text()))
+        print(f"  report step {runs[-1]['step_s']:6.2f} s (page {runs[-1]['page_s']:.2f} s), "
+              f"page {runs[-1]['page_bytes'] / 1e3:.0f} kB", flush=True)
+    step = statistics.median(r["step_s"] for r in runs)
+    return {
+        "step_s": step,
+        "page_s": statistics.median(r["page_s"] for r in runs),
+        "over_run": round(step / run_wall_s, 3),  # the report step's share of a whole run's wall time
+        "parts_s": runs[0]["parts_s"],
+        "page_bytes": runs[-1]["page_bytes"],
+        "plots_png_bytes": runs[-1]["plots_png_bytes"],
+        "markdown_metadata_bytes": runs[-1]["markdown_metadata_bytes"],
+        "steps_s": [r["step_s"] for r in runs],
+    }
+
+
+def report_markdown(results: list[dict]) -> str:
+    lines = [
+        "| corpus | report step (median) | of which the page | / run | index.html | Markdown in the UI (with plots) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        report = result["report"]
+        lines.append(
+            f"| {result['corpus']['bytes'] / 1e6:.0f} MB | {report['step_s']:.2f} s | {report['page_s']:.2f} s | "
+            f"{report['over_run']:.1%} | {report['page_bytes'] / 1e3:.0f} kB | "
+            f"{report['markdown_metadata_bytes'] / 1e3:.0f} kB |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def markdown(results: list[dict]) -> str:
@@ -212,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     (OUT / "results.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2) + "\n")
-    table = markdown(results)
+    table = markdown(results) + "\n" + report_markdown(results)
     (OUT / "results.md").write_text(table)
     print(table)
 

@@ -26,9 +26,10 @@ def test_writes_the_documented_layout(sample_run):
         manifest = json.loads((sample_run / "exports" / export / "manifest.json").read_text())
         assert {"sources", "rows", "config", "code_version", "files"} <= set(manifest)
         assert all({"uri", "sha256", "records"} <= set(s) for s in manifest["sources"])
-    for name in ("stats.json", "stats.md", "reward_histogram.png"):
+    for name in ("stats.json", "stats.md", "tasks.jsonl", "index.html"):
         assert (sample_run / "reports" / name).is_file()
-    assert (sample_run / "reports" / "reward_histogram.png").read_bytes().startswith(b"\x89PNG")
+    for plot in ("rewards", "pass_rate", "lengths", "tools"):  # the Markdown's plots
+        assert (sample_run / "reports" / "plots" / f"{plot}.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_stats_counts_reconcile_with_quarantine(sample_run):

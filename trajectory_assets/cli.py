@@ -103,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{name}: {rows['train']} train, {rows['validation']} validation -> {store.uri(f'exports/{name}')}")
     print(f"quarantine: {store.uri(layout.QUARANTINE)}")
     print(f"report: {store.uri(layout.STATS_MARKDOWN)}")
+    print(f"page:   {store.uri(layout.REPORT_PAGE)} (plots, samples of every export, quarantine)")
     unreadable = unreadable_sources(store, batches)
     if unreadable:
         named = "; ".join(f"{uri} ({error})" for uri, error in unreadable)

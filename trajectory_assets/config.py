@@ -172,6 +172,13 @@ class RedactionConfig(_Section):
         return rules
 
 
+class ReportConfig(_Section):
+    samples_per_export: int = Field(3, ge=0, le=50, description="rows of each export shown in the report page's "
+                                                                "trajectory viewer")
+    quarantine_examples: int = Field(3, ge=0, le=50, description="raw records shown per quarantine reason")
+    seed: str = Field("trajectory-assets", description="salt of the hash that picks the viewer's samples")
+
+
 class PipelineConfig(_Section):
     conversion: ConversionConfig = ConversionConfig()
     redaction: RedactionConfig = RedactionConfig()
@@ -179,6 +186,7 @@ class PipelineConfig(_Section):
     sft: SftConfig = SftConfig()
     dpo: DpoConfig = DpoConfig()
     grpo: GrpoConfig = GrpoConfig()
+    report: ReportConfig = ReportConfig()
 
 
 class ConfigError(Exception):

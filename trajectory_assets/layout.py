@@ -8,9 +8,14 @@ BATCH_PARTITIONS = "rollout_batches"
 REPORTS = "reports"
 STATS_JSON = "reports/stats.json"
 STATS_MARKDOWN = "reports/stats.md"
-REWARD_PLOT = "reports/reward_histogram.png"
+REPORT_PAGE = "reports/index.html"  # plots, a trajectory viewer, quarantine examples
 TASKS = "reports/tasks.jsonl"  # per task: rollouts, passes, mean reward, pass@k
 QUARANTINE = "quarantine/rejected.jsonl"  # every batch's rejected records together
+
+
+def report_file(name: str) -> str:
+    """A file of the report beside stats.md (its plots: ``plots/<name>.png``)."""
+    return f"{REPORTS}/{name}"
 
 
 def batch_source(key: str) -> str:

@@ -1,5 +1,5 @@
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
-from trajectory_assets.datasets.stats import compute_stats, render_markdown, reward_histogram_png
+from trajectory_assets.datasets.stats import compute_stats, hermes_stats, render_markdown
 
 SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "sources_failed": 0,
            "rejected_by_reason": {"invalid_json": 2}, "sources": [{}]}
@@ -28,18 +28,31 @@ def test_counts_distributions_and_breakdowns():
     assert stats["by_model"][0]["name"] == "m"
 
 
-def test_markdown_shows_reconciliation_reasons_exports_and_plot():
-    stats = compute_stats(frame(), SUMMARY, MANIFESTS)
-    markdown = render_markdown(stats, ["reward_histogram.png"])
+def test_markdown_shows_reconciliation_reasons_exports_tools_and_plots():
+    tools = {"f": {"calls": 3, "failures": 1, "failure_rate": 0.3333}}
+    stats = compute_stats(frame(), SUMMARY, MANIFESTS, tools=tools)
+    markdown = render_markdown(stats, ["plots/rewards.png", "plots/tools.png"])
     assert "records read: **5** = valid **3** + rejected **2**" in markdown
     assert "| invalid_json | 2 |" in markdown
     assert "| sft | 1 | 0 |" in markdown
-    assert "![reward_histogram.png](reward_histogram.png)" in markdown
+    assert "| f | 3 | 1 | 0.3333 |" in markdown
+    assert "`index.html`" in markdown  # where the page is
+    # the plots come right after the counts, before the tables
+    assert markdown.index("![plots/rewards.png](plots/rewards.png)") < markdown.index("## Rejected by reason")
+    assert "![plots/tools.png](plots/tools.png)" in markdown
 
 
-def test_plot_is_a_png_even_without_rewards():
-    assert reward_histogram_png(frame()).startswith(b"\x89PNG")
-    assert reward_histogram_png(frame().iloc[0:0]).startswith(b"\x89PNG")
+def test_hermes_section_counts_flags_reasoning_and_takes_its_tools():
+    import pandas as pd
+
+    trajectories = frame()
+    hermes = trajectories.iloc[:2].assign(source_format="hermes", has_reasoning=[True, False],
+                                          quality_flags=["no_reasoning,unanswered_tool_calls", "no_reasoning"])
+    both = pd.concat([hermes, trajectories.iloc[2:]], ignore_index=True)
+    section = hermes_stats(both, {"f": {"calls": 1, "failures": 0, "failure_rate": 0.0}})
+    assert section["trajectories"] == 2 and section["reasoning_coverage"] == 0.5
+    assert section["quality_flags"] == {"no_reasoning": 2, "unanswered_tool_calls": 1}
+    assert section["tools"] == {"f": {"calls": 1, "failures": 0, "failure_rate": 0.0}}
 
 
 def test_pass_at_k_is_the_unbiased_estimator():

@@ -1,8 +1,9 @@
 """The real UI path: `dagster dev` on loopback, the sensor and automation do all the work.
 
 Dropping rollout files into the source folder must be all it takes: the test only starts
-the server, copies files, and reads the result through the GraphQL API the UI uses. A
-browser test then opens the asset graph and an export's page in Debian's Chromium.
+the server, copies files, and reads the result through the GraphQL API the UI uses. Browser
+tests then open, in Debian's Chromium, the asset graph, an export's page, the report's
+Markdown with its plots, and the report page (reports/index.html) the run wrote.
 """
 
 import os
@@ -17,10 +18,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, write_jsonl
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
 BATCH_ASSETS = {"raw_rollouts", "validated_trajectories", "quarantined_records"}
 DATASET_ASSETS = {"sft_dataset", "dpo_dataset", "grpo_dataset", "sft_hermes_dataset", "stats_report"}
 STATE_QUERY = """
@@ -139,23 +139,11 @@ def test_dropping_files_into_the_source_is_all_it_takes(dagster_dev):
     assert "late_agent" in grpo
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make test installs it)")
+@needs_chromium
 def test_browser_shows_the_asset_graph_and_an_export(dagster_dev):
-    from playwright.sync_api import sync_playwright
-
     url = dagster_dev["url"]
-    from trajectory_assets.io.sources import discover
-
-    batches = len(discover([str(dagster_dev["source"])]))  # a materialized inputs file is no batch
-    wait_for(lambda: everything_green(url, batches), 420, "a green graph")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
+    wait_for(lambda: everything_green(url, batches(dagster_dev)), 420, "a green graph")
+    with chromium_page() as (page, _):
         # the whole graph: everything upstream of the report, asset by asset
         page.goto(f"{url}/assets/stats_report?view=lineage&lineageScope=upstream&lineageDepth=5", wait_until="networkidle")
         for name in ("raw_rollouts", "sft_dataset", "dpo_dataset", "grpo_dataset", "stats_report"):
@@ -165,6 +153,62 @@ def test_browser_shows_the_asset_graph_and_an_export(dagster_dev):
         page.goto(f"{url}/assets/sft_dataset", wait_until="networkidle")
         page.get_by_text("trajectory_id").first.wait_for(timeout=60_000)  # the contract's columns
         page.screenshot(path=str(ARTIFACTS / "sft_dataset.png"), full_page=True)
-        browser.close()
     assert (ARTIFACTS / "asset_graph.png").stat().st_size > 10_000
     assert (ARTIFACTS / "sft_dataset.png").stat().st_size > 10_000
+
+
+def batches(dagster_dev) -> int:
+    from trajectory_assets.io.sources import discover
+
+    return len(discover([str(dagster_dev["source"])]))  # a materialized inputs file is no batch
+
+
+@needs_chromium
+def test_the_report_materialization_links_the_page_and_shows_its_plots(dagster_dev):
+    url = dagster_dev["url"]
+    wait_for(lambda: everything_green(url, batches(dagster_dev)), 420, "a green graph")
+    page_file = dagster_dev["storage"] / "reports" / "index.html"
+    with chromium_page() as (page, _):
+        page.goto(f"{url}/assets/stats_report", wait_until="networkidle")
+        page.get_by_text(str(page_file)).first.wait_for(timeout=60_000)  # the page's path, in the metadata
+        page.get_by_text("[Show Markdown]").first.click()
+        page.get_by_text("Trajectory statistics").first.wait_for(timeout=30_000)
+        page.wait_for_function("document.querySelectorAll('img[src^=\"data:image/png\"]').length >= 4")
+        drawn = page.evaluate("[...document.querySelectorAll('img[src^=\"data:image/png\"]')]"
+                              ".map(image => image.complete ? image.naturalWidth : 0)")
+        page.locator("img[src^='data:image/png']").first.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)  # the dialog fades in
+        page.screenshot(path=str(ARTIFACTS / "stats_report_markdown.png"))
+    assert len(drawn) == 4 and min(drawn) > 100  # the Markdown's plots, drawn inside Dagster's UI
+
+
+@needs_chromium
+def test_the_report_page_of_a_real_run_renders_plots_and_every_export(dagster_dev):
+    url = dagster_dev["url"]
+    wait_for(lambda: everything_green(url, batches(dagster_dev)), 420, "a green graph")
+    storage = dagster_dev["storage"]
+    exports = sorted(path.parent.name for path in (storage / "exports").glob("*/manifest.json"))
+    page_file = storage / "reports" / "index.html"
+    with chromium_page(width=1300, height=1000) as (page, watched):
+        page.goto(page_file.as_uri(), wait_until="load")
+        figures = page.evaluate("[...document.querySelectorAll('figure img')].map(image => [image.alt, "
+                                "image.complete ? image.naturalWidth : 0])")
+        page.screenshot(path=str(ARTIFACTS / "report_page.png"))
+        rendered = {}
+        for export in exports:
+            samples = page.locator(f".sample[data-export='{export}']")
+            # a sample shows as turns (chat, pair, task): never an empty card
+            rendered[export] = samples.count() and samples.first.locator(".turn").count()
+            if export in ("sft", "dpo", "grpo"):
+                samples.first.scroll_into_view_if_needed()
+                page.screenshot(path=str(ARTIFACTS / f"report_{export}.png"))
+        page.locator("#quarantine").scroll_into_view_if_needed()
+        quarantine = page.locator("#quarantine ~ .sample pre").count()
+        page.screenshot(path=str(ARTIFACTS / "report_quarantine.png"))
+    assert len(figures) == 6 and all(width > 100 for _, width in figures), figures
+    from trajectory_assets.defs.exports import EXPORT_KINDS
+
+    assert len(exports) == len(EXPORT_KINDS) and all(rendered.values()), rendered
+    assert quarantine == 2  # the sample's two rejected records, raw
+    assert watched.console_errors == [] and watched.page_errors == [] and watched.dialogs == []
+    assert [request for request in watched.requests if not request.startswith("data:")] == [page_file.as_uri()]

@@ -69,9 +69,14 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
     assert sum(m.metadata["dagster/row_count"].value for m in trajectories) == 12
     weather = next(m for m in trajectories if m.partition.startswith("rollouts_weather"))
     assert weather.metadata["dagster/uri"].value == str(tmp_path / "trajectories" / "batches" / f"{weather.partition}.parquet")
-    # a batch's data version is the SHA-256 of its file
+    # a batch's data version is the SHA-256 of its file, combined with its materialized inputs'
+    from trajectory_assets.io.sources import data_version
+
     raw = next(m for m in by_key["raw_rollouts"] if m.partition == weather.partition)
-    assert raw.tags["dagster/data_version"] == raw.metadata["sha256"].value
+    assert raw.tags["dagster/data_version"] == data_version(raw.metadata["sha256"].value,
+                                                            raw.metadata["inputs_sha256"].value)
+    legacy = next(m for m in by_key["raw_rollouts"] if m.partition.startswith("rollouts_legacy"))
+    assert legacy.tags["dagster/data_version"] == legacy.metadata["sha256"].value  # no side file
     lineage = by_key["dpo_dataset"][0].metadata["dagster/column_lineage"].value
     assert [dep.column_name for dep in lineage.deps_by_column["chosen_id"]] == ["trajectory_id"]
     report = by_key["stats_report"][0]

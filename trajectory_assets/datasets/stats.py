@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import io
 import math
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
-import orjson
 import pandas as pd
 
 from trajectory_assets.datasets.markdown import table
-from trajectory_assets.formats.chat import tool_result_failed
 
 STATS_COLUMNS = [
-    "trajectory_id", "task_key", "source_format", "agent_name", "task_type", "model", "reward", "completed", "mask_sample",
-    "num_messages", "num_assistant_turns", "num_tool_calls", "messages_chars", "total_tokens",
-    "has_reasoning", "unknown_items",
+    "trajectory_id", "task_key", "source_format", "source_uri", "source_line", "agent_name", "task_type", "model",
+    "reward", "completed", "mask_sample", "num_messages", "num_assistant_turns", "num_tool_calls", "messages_chars",
+    "total_tokens", "has_reasoning", "unknown_items", "quality_flags",
 ]
 
 
@@ -59,42 +55,19 @@ def _breakdown(trajectories: pd.DataFrame, column: str) -> list[dict[str, Any]]:
     ]
 
 
-HERMES_COLUMNS = ["source_format", "completed", "has_reasoning", "quality_flags", "messages"]
-
-
-def hermes_stats(chunks: Iterable[pd.DataFrame]) -> dict[str, Any]:
-    """Hermes section: tool usage and failure rates per tool (the batch runner's failure
-    rule), reasoning coverage, quality flags. Only Hermes rows' messages are decoded."""
-    trajectories = completed = with_reasoning = 0
+def hermes_stats(trajectories: pd.DataFrame, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Hermes section: reasoning coverage, quality flags, and ``tools`` (tool use per tool
+    of the Hermes rows, by the batch runner's failure rule: ``report_data.message_facts``)."""
+    hermes = trajectories.loc[trajectories["source_format"] == "hermes"]
     flags: Counter = Counter()
-    calls: Counter = Counter()
-    failures: Counter = Counter()
-    for chunk in chunks:
-        hermes = chunk.loc[chunk["source_format"] == "hermes"]
-        trajectories += len(hermes)
-        completed += int(hermes["completed"].sum())
-        with_reasoning += int(hermes["has_reasoning"].sum())
-        for row_flags in hermes["quality_flags"]:
-            flags.update(flag for flag in row_flags.split(",") if flag)
-        for messages_json in hermes["messages"]:
-            names = {}
-            for message in orjson.loads(messages_json):
-                for call in message.get("tool_calls") or []:
-                    names[call["id"]] = call["function"]["name"]
-                    calls[call["function"]["name"]] += 1
-                if message["role"] == "tool" and isinstance(message["content"], str):
-                    if tool_result_failed(message["content"]):
-                        failures[names.get(message["tool_call_id"], "?")] += 1
+    for row_flags in hermes["quality_flags"]:
+        flags.update(flag for flag in row_flags.split(",") if flag)
     return {
-        "trajectories": trajectories,
-        "completed": completed,
-        "reasoning_coverage": round(with_reasoning / trajectories, 4) if trajectories else None,
+        "trajectories": len(hermes),
+        "completed": int(hermes["completed"].sum()),
+        "reasoning_coverage": round(int(hermes["has_reasoning"].sum()) / len(hermes), 4) if len(hermes) else None,
         "quality_flags": dict(sorted(flags.items())),
-        "tools": {
-            name: {"calls": calls[name], "failures": failures[name],
-                   "failure_rate": round(failures[name] / calls[name], 4) if calls[name] else None}
-            for name in sorted(calls)
-        },
+        "tools": tools,
     }
 
 
@@ -117,10 +90,10 @@ def task_stats(trajectories: pd.DataFrame, pass_threshold: float) -> tuple[dict[
     max_rollouts = int(table["rollouts"].max()) if len(table) else 0
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= max_rollouts]
     tasks = []
-    for key, row in table.iterrows():
+    for row in table.itertuples():
         n, c = int(row.rollouts), int(row.passes)
         tasks.append({
-            "task_key": key, "task_type": row.task_type, "rollouts": n, "passes": c,
+            "task_key": row.Index, "task_type": row.task_type, "rollouts": n, "passes": c,
             "mean_reward": round(float(row.mean_reward), 6),
             "zero_variance": n >= 2 and row.min_reward == row.max_reward,
             "pass_at_k": {str(k): round(pass_at_k(n, c, k), 6) for k in ks if k <= n},
@@ -147,8 +120,10 @@ def compute_stats(
     hermes: dict[str, Any] | None = None,
     duplicates_across_batches: int = 0,
     tasks: dict[str, Any] | None = None,
+    tools: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """``manifests``: each export's manifest (rows, exclusions and distributions come from it)."""
+    """``manifests``: each export's manifest (rows, exclusions and distributions come from it);
+    ``tools``: calls, failed results and error rate per tool, every source format."""
     dpo = manifests.get("dpo")
     return {
         "records_read": int(ingest_summary["records_read"]),
@@ -189,6 +164,7 @@ def compute_stats(
         "by_agent": _breakdown(trajectories, "agent_name"),
         "by_task_type": _breakdown(trajectories, "task_type"),
         "by_model": _breakdown(trajectories, "model"),
+        "tools": tools or {},
         "hermes": hermes or {"trajectories": 0},
     }
 
@@ -205,6 +181,8 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
     lines = [
         "# Trajectory statistics",
         "",
+        "Plots, a sample of every export shown as chats, and quarantined examples: `index.html` beside this file.",
+        "",
         f"- records read: **{stats['records_read']}** = valid **{stats['records_valid']}**"
         f" + rejected **{stats['records_rejected']}**",
         f"- sources: {stats['sources']} ({stats['sources_failed']} failed to read); "
@@ -213,6 +191,7 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         f" with reasoning: {stats['with_reasoning']}, unknown output items: {stats['unknown_items']}",
         f"- NaN / Infinity values outside rewards (stored as null, rows flagged non_finite_number): "
         f"{stats['non_finite_values']}",
+        *(["", "## Plots", "", *(f"![{name}]({name})" for name in plot_files)] if plot_files else []),
         "",
         "## Rejected by reason",
         "",
@@ -272,6 +251,11 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             [title, "trajectories", "mean reward", "mean turns", "tool calls"],
             [[r["name"], r["trajectories"], r["mean_reward"], r["mean_turns"], r["tool_calls"]] for r in stats[key]],
         )
+    if stats["tools"]:
+        busiest = sorted(stats["tools"].items(), key=lambda item: (-item[1]["calls"], item[0]))
+        lines += ["", "## Tools (most called)", ""]
+        lines += table(["tool", "calls", "failed results", "error rate"],
+                       [[name, t["calls"], t["failures"], t["failure_rate"]] for name, t in busiest[:20]])
     hermes = stats.get("hermes") or {}
     if hermes.get("trajectories"):
         lines += [
@@ -284,29 +268,5 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             *table(["tool", "calls", "failures", "failure rate"],
                     [[name, t["calls"], t["failures"], t["failure_rate"]] for name, t in hermes["tools"].items()]),
         ]
-    if plot_files:
-        lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_files]
     return "\n".join(lines) + "\n"
 
-
-
-def reward_histogram_png(trajectories: pd.DataFrame) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: never needs a display
-    from matplotlib import pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6, 3.2), dpi=100)
-    rewards = trajectories["reward"].dropna()
-    if rewards.empty:
-        axis.text(0.5, 0.5, "no rewards", ha="center", va="center")
-    else:
-        axis.hist(rewards, bins=min(30, max(5, rewards.nunique())), color="#4f6db8")
-    axis.set_xlabel("reward")
-    axis.set_ylabel("trajectories")
-    axis.set_title("Reward distribution of validated trajectories")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(figure)
-    return buffer.getvalue()

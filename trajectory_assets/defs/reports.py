@@ -1,22 +1,14 @@
-"""Statistics report over trajectories, quarantine and exports."""
+"""Statistics report over trajectories, quarantine and exports: JSON, Markdown and a page."""
 
 
 import base64
 
 import dagster as dg
 import orjson
-import pandas as pd
 
 from trajectory_assets import code_version, layout
-from trajectory_assets.datasets.stats import (
-    HERMES_COLUMNS,
-    STATS_COLUMNS,
-    compute_stats,
-    hermes_stats,
-    render_markdown,
-    reward_histogram_png,
-    task_stats,
-)
+from trajectory_assets.datasets.report import MAIN_PLOTS, build_report
+from trajectory_assets.datasets.report_data import QuarantineExamples
 from trajectory_assets.defs.batches import (
     STORAGE_RETRY,
     read_summary,
@@ -26,12 +18,13 @@ from trajectory_assets.defs.batches import (
 )
 from trajectory_assets.defs.exports import EXPORT_KINDS
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+from trajectory_assets.io.export_files import StoredExport
 
 
 @dg.asset(
     group_name="reports",
     code_version=code_version(),
-    kinds={"markdown"},
+    kinds={"html", "markdown"},
     deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORT_KINDS)],
     automation_condition=dg.AutomationCondition.eager(),
     retry_policy=STORAGE_RETRY,
@@ -41,8 +34,10 @@ def stats_report(
 ) -> dg.MaterializeResult:
     """Counts (read / valid / rejected by reason), reward and length distributions, breakdowns
     per agent / task_type / model, rows and exclusions per export, DPO pairs and margins,
-    pass@k per task; written as JSON, Markdown and a plot (every task in ``tasks.jsonl``).
-    Also gathers every batch's quarantine into one ``quarantine/rejected.jsonl``."""
+    pass@k per task, tool use per tool; written as JSON and Markdown with its main plots
+    (every task in ``tasks.jsonl``), and as ``index.html``: plots, a seeded sample of every
+    export shown as chats, quarantine examples. Also gathers every batch's quarantine into
+    one ``quarantine/rejected.jsonl``."""
     with storage_faults_only():
         return _write_report(context, storage, settings)
 
@@ -54,40 +49,44 @@ def _write_report(
     store = storage.open()
     batches = registered_batches(context)
     table = stored_trajectories(store, batches)
-    trajectories = pd.concat(list(table.scan(STATS_COLUMNS)), ignore_index=True)
     ingest_summary = read_summary(store, batches)
+    examples = QuarantineExamples(config.report.quarantine_examples, ingest_summary["rejected_by_reason"])
     with store.open_write(layout.QUARANTINE) as quarantine:
         for key in batches:
-            quarantine.write(store.read_bytes(layout.batch_quarantine(key)))
+            rejected = store.read_bytes(layout.batch_quarantine(key))
+            quarantine.write(rejected)
+            examples.add_lines(rejected)
     # every export in the storage (a run may have built only some of them)
     manifests = {
         kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))
         for kind in EXPORT_KINDS
         if store.exists(layout.export_manifest(kind.name))
     }
-    tasks, per_task = task_stats(trajectories, config.grpo.pass_threshold)
-    # only Hermes rows' messages are read for the Hermes section (none at all without them)
-    hermes_ids = set(trajectories.loc[trajectories["source_format"] == "hermes", "trajectory_id"])
-    hermes = hermes_stats(table.scan(HERMES_COLUMNS, ids=hermes_ids) if hermes_ids else [])
-    # the table keeps the first copy of a record found in several batches
-    copies = ingest_summary["records_valid"] - len(trajectories)
-    stats = compute_stats(trajectories, ingest_summary, manifests, hermes, duplicates_across_batches=copies,
-                          tasks=tasks)
-    plot = reward_histogram_png(trajectories)
-    plot_name = layout.REWARD_PLOT.rsplit("/", 1)[1]
-    markdown = render_markdown(stats, [plot_name])
-    store.write_bytes(layout.STATS_JSON, orjson.dumps(stats, option=orjson.OPT_INDENT_2))
-    store.write_bytes(layout.STATS_MARKDOWN, markdown.encode())
-    store.write_bytes(layout.REWARD_PLOT, plot)
-    store.write_bytes(layout.TASKS, b"".join(orjson.dumps(task) + b"\n" for task in per_task))
-    # the UI renders the report inline, with the plot embedded so it needs no file server
-    inline = markdown.replace(f"]({plot_name})", f"](data:image/png;base64,{base64.b64encode(plot).decode()})")
+    exports = {name: StoredExport(store, name, manifest) for name, manifest in manifests.items()}
+    report = build_report(table, ingest_summary, manifests, exports, examples, config)
+
+    store.write_bytes(layout.STATS_JSON, orjson.dumps(report.stats, option=orjson.OPT_INDENT_2))
+    store.write_bytes(layout.STATS_MARKDOWN, report.markdown.encode())
+    for name in MAIN_PLOTS:  # a plot with nothing to draw this time: no stale picture beside stats.md
+        if f"plots/{name}.png" not in report.pngs:
+            store.remove(layout.report_file(f"plots/{name}.png"))
+    for name, png in report.pngs.items():
+        store.write_bytes(layout.report_file(name), png)
+    store.write_bytes(layout.TASKS, b"".join(orjson.dumps(task) + b"\n" for task in report.tasks))
+    store.write_bytes(layout.REPORT_PAGE, report.html.encode())
+    # the UI renders the Markdown inline, with the plots embedded so it needs no file server
+    inline = report.markdown
+    for name, png in report.pngs.items():
+        inline = inline.replace(f"]({name})", f"](data:image/png;base64,{base64.b64encode(png).decode()})")
+    page = store.uri(layout.REPORT_PAGE)
     return dg.MaterializeResult(
         metadata={
             "report": dg.MetadataValue.md(inline),
-            "records_read": stats["records_read"],
-            "records_valid": stats["records_valid"],
-            "records_rejected": stats["records_rejected"],
-            "dagster/uri": store.uri(layout.REPORTS),
+            "page": dg.MetadataValue.path(page),
+            "page_bytes": len(report.html.encode()),
+            "records_read": report.stats["records_read"],
+            "records_valid": report.stats["records_valid"],
+            "records_rejected": report.stats["records_rejected"],
+            "dagster/uri": page,
         }
     )

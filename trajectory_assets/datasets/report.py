@@ -1,0 +1,148 @@
+"""The whole report from what the pipeline stored: ``stats.json``, ``tasks.jsonl``,
+``stats.md`` with its main plots as PNG, and the ``index.html`` page (no Dagster import).
+
+Reads, in bounded memory: the flat columns of every trajectory; the messages of the
+trajectories that called tools (tool use per tool) or whose prompt is shown; each
+export's rows once, only the fields naming its trajectories; then the few rows the viewer
+shows. The Dagster asset (``defs/reports.py``) hands in the readers and writes the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pandas as pd
+
+from trajectory_assets.config import PipelineConfig
+from trajectory_assets.datasets import plots
+from trajectory_assets.datasets.exports import TrajectoryTable
+from trajectory_assets.datasets.report_data import (
+    MESSAGE_COLUMNS,
+    ExportScan,
+    QuarantineExamples,
+    dpo_margins,
+    export_lengths,
+    failing_tasks,
+    grpo_spread,
+    message_facts,
+    pass_rate_buckets,
+    reward_by_group,
+    top_tools,
+    trajectory_infos,
+)
+from trajectory_assets.datasets.report_page import ExportSection, Figure, Page, render_page
+from trajectory_assets.datasets.stats import STATS_COLUMNS, compute_stats, hermes_stats, render_markdown, task_stats
+from trajectory_assets.datasets.viewer import SCAN_FIELDS, TEXT_LIMIT, clip, trajectory_refs, view_sample
+
+# shown in the Markdown (and so inside Dagster's UI) as well as on the page
+MAIN_PLOTS = ("rewards", "pass_rate", "lengths", "tools")
+
+
+class ExportRows(Protocol):
+    """One export's rows: (split, position in the split's file, row)."""
+
+    whole_rows: bool  # scan() gives every field of a row (JSON lines are parsed whole anyway)
+
+    def scan(self, fields: tuple[str, ...]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Every row, with at least ``fields`` (those it has)."""
+        ...
+
+    def rows_at(self, wanted: dict[str, set[int]]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Whole rows at these positions of each split."""
+        ...
+
+
+@dataclass
+class Report:
+    stats: dict[str, Any]
+    tasks: list[dict[str, Any]]
+    markdown: str  # links its plots as plots/<name>.png
+    pngs: dict[str, bytes]  # plots/<name>.png -> image
+    html: str
+
+
+def build_report(
+    table: TrajectoryTable,
+    ingest_summary: dict[str, Any],
+    manifests: Mapping[str, dict[str, Any]],
+    exports: Mapping[str, ExportRows],
+    quarantine: QuarantineExamples,
+    config: PipelineConfig,
+) -> Report:
+    """``manifests`` / ``exports``: every export present in the storage, by name."""
+    trajectories = pd.concat(list(table.scan(STATS_COLUMNS)), ignore_index=True)
+    tasks, per_task = task_stats(trajectories, config.grpo.pass_threshold)
+    failing = failing_tasks(per_task)
+    first_of_task = trajectories.drop_duplicates("task_key").set_index("task_key")["trajectory_id"]
+    prompt_ids = {first_of_task[task["task_key"]] for task in failing}
+    with_tools = set(trajectories.loc[trajectories["num_tool_calls"] > 0, "trajectory_id"])
+    wanted = with_tools | prompt_ids
+    facts = message_facts(table.scan(MESSAGE_COLUMNS, ids=wanted) if wanted else [], prompt_ids)
+    # the table keeps the first copy of a record found in several batches
+    copies = ingest_summary["records_valid"] - len(trajectories)
+    stats = compute_stats(trajectories, ingest_summary, manifests, hermes_stats(trajectories, facts.tools("hermes")),
+                          duplicates_across_batches=copies, tasks=tasks, tools=facts.tools())
+
+    scans = [_scan(name, manifests[name], rows, config) for name, rows in exports.items()]
+    tools = top_tools(facts.tools())
+    figures = [plot for plot in (
+        plots.reward_plot(reward_by_group(trajectories)),
+        plots.pass_rate_plot(pass_rate_buckets(per_task), config.grpo.pass_threshold),
+        plots.lengths_plot(export_lengths(scans, trajectories)),
+        plots.tools_plot(tools),
+        plots.margin_plot(dpo_margins(scans, trajectories)),
+        plots.spread_plot(grpo_spread(scans, trajectories, config.report.seed)),
+    ) if plot is not None]
+    pngs = {f"plots/{plot.name}.png": plot.png() for plot in figures if plot.name in MAIN_PLOTS}
+    markdown = render_markdown(stats, list(pngs))
+
+    sections = []
+    for scan in scans:
+        picked = scan.picked()
+        if not exports[scan.name].whole_rows:  # only the scanned fields: read the picked rows whole
+            wanted: dict[str, set[int]] = {}
+            for split, position, _ in picked:
+                wanted.setdefault(split, set()).add(position)
+            whole = {(split, position): row for split, position, row in exports[scan.name].rows_at(wanted)}
+            picked = [(split, position, whole[split, position]) for split, position, _ in picked
+                      if (split, position) in whole]
+        ids = {trajectory_id for _, _, row in picked for _, trajectory_id in trajectory_refs(row)}
+        infos = trajectory_infos(trajectories, ids)
+        samples = [view_sample(scan.name, split, position, row, infos) for split, position, row in picked]
+        manifest = manifests[scan.name]
+        sections.append(ExportSection(scan.name, scan.family, manifest.get("format", "jsonl"), dict(scan.rows),
+                                      samples))
+    page = Page(
+        summary=stats,
+        figures=[Figure(plot.name, plot.title, plot.svg, CAPTIONS.get(plot.name, "")) for plot in figures],
+        exports=sections,
+        failing_tasks=[{**task, "prompt": clip(facts.prompts.get(first_of_task[task["task_key"]], ""), TEXT_LIMIT)}
+                       for task in failing],
+        tools=tools.to_dict("records"),
+        quarantine=quarantine.examples,
+        settings={"samples_per_export": config.report.samples_per_export, "seed": config.report.seed,
+                  "with_tool_calls": len(with_tools)},
+    )
+    return Report(stats, per_task, markdown, pngs, render_page(page))
+
+
+def _scan(name: str, manifest: dict[str, Any], rows: ExportRows, config: PipelineConfig) -> ExportScan:
+    scan = ExportScan(name, manifest.get("config_section", "sft"), config.report.samples_per_export,
+                      config.report.seed)
+    for split, position, row in rows.scan(SCAN_FIELDS):
+        scan.add(split, position, row)
+    return scan
+
+
+CAPTIONS = {
+    "rewards": "Validated trajectories; one panel per agent and source format (the largest groups).",
+    "pass_rate": "Tasks (rollouts of one prompt) by the share of their rollouts that passed.",
+    "lengths": "The trajectories each export was made from (a DPO pair: both; a GRPO task: every rollout). "
+               "Tokens as the rollout's usage recorded them. Whiskers min–max, box quartiles, tick median.",
+    "tools": "Every trajectory's calls; a result is an error by the Hermes batch runner's rule.",
+    "dpo_margins": "Every distinct pair of the DPO family's exports.",
+    "grpo_spread": "Rewards of each GRPO task's rollouts: a seeded sample of tasks one by one (a larger dot: "
+                   "more rollouts got that reward), and the spread of every task.",
+}

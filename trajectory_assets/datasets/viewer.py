@@ -1,0 +1,533 @@
+"""Export rows -> what the report page's trajectory viewer shows (no Dagster, no HTML).
+
+Any export's row is read by its shape, not by the export's name, so a flavor added later
+is shown without a change here:
+
+- ``messages`` (+ ``tools``): a chat (SFT, TRL SFT, ...);
+- ``conversations`` (+ ``system``, ``tools``): ShareGPT, Hermes markup (``<think>``,
+  ``<tool_call>``, ``<tool_response>``) or LLaMA-Factory turns (``function_call``,
+  ``observation``);
+- ``chosen`` + ``rejected`` (+ ``prompt``), or NeMo RL's ``context`` + ``completions``
+  ``[{rank, completion}]``: a preference pair, shown side by side;
+- ``prompt`` or ``responses_create_params``: a task (GRPO family), shown with its
+  rollouts' rewards;
+- ``calls`` of token data (``prompt_token_ids``, ``generation_token_ids``, ...): a token
+  row (``on_policy_tokens``), one turn per model call with its token counts;
+- anything else: the row itself, as JSON.
+
+Messages may be Chat Completions messages or Responses API items, contents strings or
+parts, tool-call arguments JSON strings or objects. The conversion is tolerant on purpose:
+the converters in ``formats/`` reject what breaks their rules, the viewer has to show
+every row as it is. Every text is cut to a bound (a 20 MB answer shows its first
+characters and how many more there are), and each sample has a budget of characters, so
+the page stays small whatever the rows hold. The page escapes every text it shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from trajectory_assets.formats.chat import tool_result_failed
+from trajectory_assets.formats.hermes import CALL_NAME, THINK_BLOCK, TOOL_CALL_BLOCK, TOOL_RESPONSE_BLOCK
+from trajectory_assets.formats.llama_factory import TOOL_RESULT_JOINER
+
+TEXT_LIMIT = 2_000  # characters of one text (a message, reasoning, arguments, a result) shown
+SAMPLE_BUDGET = 16_000  # characters of one sample's conversations shown; the rest is counted
+RAW_LIMIT = 3_000  # characters of the row as stored (pretty JSON) shown
+FACT_LIMIT = 160  # characters of one scalar field shown among a sample's facts
+# fields the conversation view shows (not repeated among the facts)
+SHOWN_FIELDS = frozenset({"messages", "conversations", "system", "tools", "prompt", "chosen", "rejected", "context",
+                          "completions", "responses_create_params", "calls"})
+
+ROLE_OF = {
+    "system": "system", "developer": "system",
+    "user": "user", "human": "user",
+    "assistant": "assistant", "gpt": "assistant", "model": "assistant", "function_call": "assistant",
+    "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool",
+}
+# fields shown as the trajectory a row is made of: (field, what the row calls it)
+REFERENCE_FIELDS = (("trajectory_id", "trajectory"), ("chosen_id", "chosen"), ("rejected_id", "rejected"),
+                    ("trajectory_ids", "rollout"))
+# the fields a scan of every row reads: its references, a DPO margin, its task
+SCAN_FIELDS = ("trajectory_id", "chosen_id", "rejected_id", "trajectory_ids", "extra_info", "task_key",
+               "quality_difference")
+
+
+# ------------------------------------------------------------------ what the rows refer to
+
+
+def trajectory_refs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(role, trajectory_id) of every validated trajectory a row was made from, in order:
+    top-level fields first, then the same fields inside ``extra_info`` (verl)."""
+    refs: list[tuple[str, str]] = []
+    for holder in (row, row.get("extra_info")):
+        if not isinstance(holder, Mapping):
+            continue
+        for name, role in REFERENCE_FIELDS:
+            value = holder.get(name)
+            if isinstance(value, str):
+                if value:
+                    refs.append((role, value))
+            elif isinstance(value, (list, tuple)):
+                refs += [(role, v) for v in value if isinstance(v, str) and v]
+    return list(dict.fromkeys(refs)) if len(refs) > 1 else refs
+
+
+def margin_of(row: Mapping[str, Any]) -> float | None:
+    value = row.get("quality_difference")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def row_shape(row: Mapping[str, Any]) -> str:
+    if ("chosen" in row and "rejected" in row) or ("context" in row and "completions" in row):
+        return "preference"
+    calls = row.get("calls")
+    if isinstance(calls, list) and calls and all(isinstance(c, Mapping) and "generation_token_ids" in c
+                                                 for c in calls):
+        return "tokens"
+    if "messages" in row:
+        return "chat"
+    if "conversations" in row:
+        return "sharegpt"
+    if "prompt" in row or "responses_create_params" in row:
+        return "task"
+    return "raw"
+
+
+# ------------------------------------------------------------------ the view model
+
+
+@dataclass
+class Text:
+    """Record text cut to a bound: ``shown`` and how many characters were left out."""
+
+    shown: str
+    hidden: int = 0
+
+
+@dataclass
+class Call:
+    name: Text
+    arguments: Text
+    arguments_parse: bool  # False: the arguments are not JSON (shown as they are)
+    call_id: str | None = None
+    result: Text | None = None
+    result_failed: bool = False  # the result is an error, by formats/chat.py tool_result_failed
+
+
+@dataclass
+class Turn:
+    role: str  # system / user / assistant / tool (how it is drawn)
+    label: str  # what the row calls it (human, gpt, observation, developer, ...)
+    text: Text | None = None
+    reasoning: Text | None = None
+    calls: list[Call] = field(default_factory=list)
+    result_of: str | None = None  # a tool turn that answers no call shown: the id it names
+    note: str | None = None  # parts that are not text (images, unknown items)
+
+
+@dataclass
+class Conversation:
+    turns: list[Turn] = field(default_factory=list)
+    hidden_turns: int = 0  # turns past the sample's budget
+    tools: list[str] = field(default_factory=list)  # names of the tools offered
+
+
+@dataclass
+class Rollout:
+    trajectory_id: str
+    reward: float | None
+    turns: int | None
+    source: Source
+
+
+@dataclass
+class Source:
+    """Where a trajectory came from: its source file and line (a link for local files)."""
+
+    role: str
+    trajectory_id: str
+    uri: str | None
+    line: int | None
+    reward: float | None
+    href: str | None = None
+
+
+@dataclass
+class Sample:
+    export: str
+    split: str
+    position: int  # 0-based row number within the split's file
+    shape: str
+    facts: list[tuple[str, str]]  # the row's scalar fields
+    sources: list[Source]
+    raw: Text  # the row as stored, pretty JSON
+    conversation: Conversation | None = None  # chat / sharegpt; a task's prompt; a pair's prompt
+    chosen: Conversation | None = None
+    rejected: Conversation | None = None
+    reward_chosen: float | None = None
+    reward_rejected: float | None = None
+    margin: float | None = None
+    rollouts: list[Rollout] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TrajectoryInfo:
+    """What the viewer shows of a validated trajectory a row refers to."""
+
+    uri: str | None
+    line: int | None
+    reward: float | None
+    turns: int | None
+
+
+# ------------------------------------------------------------------ building a sample
+
+
+def view_sample(export: str, split: str, position: int, row: Mapping[str, Any],
+                trajectories: Mapping[str, TrajectoryInfo]) -> Sample:
+    """One export row as the viewer shows it; ``trajectories`` holds (at least) the
+    trajectories the row refers to."""
+    budget = _Budget(SAMPLE_BUDGET)
+    shape = row_shape(row)
+    refs = trajectory_refs(row)
+    sample = Sample(
+        export=export, split=split, position=position, shape=shape, facts=_facts(row),
+        sources=[_source(role, trajectory_id, trajectories.get(trajectory_id)) for role, trajectory_id in refs],
+        raw=clip(_pretty(row), RAW_LIMIT),
+    )
+    tools = _tool_names(row)
+    if shape == "chat":
+        sample.conversation = _conversation(row.get("messages"), tools, budget)
+    elif shape == "sharegpt":
+        sample.conversation = _sharegpt(row.get("conversations"), row.get("system"), tools, budget)
+    elif shape == "preference":
+        _preference(sample, row, tools, budget, trajectories)
+    elif shape == "task":
+        request = row.get("responses_create_params")
+        if isinstance(request, Mapping):
+            items = request.get("input")
+            items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+            if isinstance(request.get("instructions"), str):
+                items = [{"role": "system", "content": request["instructions"]}, *(items or [])]
+        else:
+            items = row.get("prompt")
+        sample.conversation = _conversation(items, tools, budget)
+        rollouts = [_rollout(trajectory_id, trajectories.get(trajectory_id))
+                    for role, trajectory_id in refs if role == "rollout"]
+        sample.rollouts = sorted(rollouts, key=lambda r: (r.reward is None, -(r.reward or 0.0)))
+    elif shape == "tokens":
+        sample.conversation = Conversation(turns=[_token_call(number, call) for number, call in
+                                                  enumerate(row["calls"], start=1)])
+    return sample
+
+
+def _token_call(number: int, call: Mapping[str, Any]) -> Turn:
+    """A model call of a token row: how many tokens it was given and generated, and the
+    mean log probability of what it generated (the token ids themselves are in the row)."""
+    prompt, generated, log_probs = (call.get(key) or [] for key in
+                                    ("prompt_token_ids", "generation_token_ids", "generation_log_probs"))
+    numbers = [p for p in log_probs if isinstance(p, (int, float)) and not isinstance(p, bool)]
+    mean = f", mean log prob {sum(numbers) / len(numbers):.3f}" if numbers else ""
+    text = (f"model call {number} (message {call.get('message_index', '?')}): {len(prompt)} prompt tokens, "
+            f"{len(generated)} generated{mean}")
+    return Turn(role="assistant", label="model call", text=Text(text))
+
+
+def _preference(sample: Sample, row: Mapping[str, Any], tools: list[str], budget: _Budget,
+                trajectories: Mapping[str, TrajectoryInfo]) -> None:
+    if "completions" in row:  # NeMo RL: rank 0 is preferred
+        prompt = row.get("context")
+        ranked = sorted((c for c in row.get("completions") or [] if isinstance(c, Mapping)),
+                        key=lambda c: c.get("rank") if isinstance(c.get("rank"), (int, float)) else 1e9)
+        chosen = ranked[0].get("completion") if ranked else None
+        rejected = ranked[-1].get("completion") if len(ranked) > 1 else None
+    else:
+        prompt, chosen, rejected = row.get("prompt"), row.get("chosen"), row.get("rejected")
+    sample.conversation = _conversation(prompt, tools, budget) if prompt else None
+    # each side gets half of what is left, so a long chosen answer never hides the rejected one
+    half = _Budget(budget.left // 2)
+    sample.chosen = _conversation(chosen, [], half, default_role="assistant")
+    sample.rejected = _conversation(rejected, [], _Budget(budget.left // 2), default_role="assistant")
+    rewards = {source.role: source.reward for source in sample.sources}
+    sample.reward_chosen = _number(row.get("reward_chosen"), rewards.get("chosen"))
+    sample.reward_rejected = _number(row.get("reward_rejected"), rewards.get("rejected"))
+    sample.margin = margin_of(row)
+    if sample.margin is None and None not in (sample.reward_chosen, sample.reward_rejected):
+        sample.margin = sample.reward_chosen - sample.reward_rejected
+
+
+def _number(*values: Any) -> float | None:
+    return next((float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)), None)
+
+
+def _rollout(trajectory_id: str, info: TrajectoryInfo | None) -> Rollout:
+    return Rollout(trajectory_id, info.reward if info else None, info.turns if info else None,
+                   _source("rollout", trajectory_id, info))
+
+
+def _source(role: str, trajectory_id: str, info: TrajectoryInfo | None) -> Source:
+    if info is None:
+        return Source(role, trajectory_id, None, None, None)
+    return Source(role, trajectory_id, info.uri, info.line, info.reward, local_file_href(info.uri))
+
+
+def local_file_href(uri: str | None) -> str | None:
+    """A ``file://`` link for a local absolute path; nothing for object-store URIs (a
+    browser cannot open them) and never any other scheme."""
+    if not uri or not uri.startswith("/"):
+        return None
+    from urllib.parse import quote
+
+    return "file://" + quote(uri)
+
+
+def _facts(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    facts = []
+    for key, value in row.items():
+        if key in SHOWN_FIELDS or key.endswith("_id"):
+            continue
+        if isinstance(value, (str, int, float, bool)):
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            facts.append((key, text if len(text) <= FACT_LIMIT else text[:FACT_LIMIT] + "…"))
+        elif isinstance(value, Mapping) and key in ("agent_ref", "reward_model"):
+            facts.append((key, clip(orjson.dumps(value).decode(), FACT_LIMIT).shown))
+    return facts
+
+
+def _tool_names(row: Mapping[str, Any]) -> list[str]:
+    request = row.get("responses_create_params")
+    extra = row.get("extra_info")
+    for tools in (row.get("tools"), request.get("tools") if isinstance(request, Mapping) else None,
+                  extra.get("tools") if isinstance(extra, Mapping) else None):
+        if isinstance(tools, str) and tools.strip():
+            try:
+                tools = orjson.loads(tools)
+            except orjson.JSONDecodeError:
+                return []
+        if isinstance(tools, list) and tools:
+            names = []
+            for tool in tools:
+                if isinstance(tool, Mapping):
+                    function = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+                    names.append(str(function.get("name", "?")))
+            return names
+    return []
+
+
+# ------------------------------------------------------------------ conversations
+
+
+class _Budget:
+    def __init__(self, chars: int) -> None:
+        self.left = chars
+
+    def take(self, value: str, limit: int = TEXT_LIMIT) -> Text:
+        shown = clip(value, min(limit, max(self.left, 0)))
+        self.left -= len(shown.shown)
+        return shown
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
+
+
+def clip(value: str, limit: int) -> Text:
+    return Text(value, 0) if len(value) <= limit else Text(value[:limit], len(value) - limit)
+
+
+def _pretty(value: Any) -> str:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    except TypeError:
+        return repr(value)
+
+
+def _arguments(value: Any) -> tuple[str, bool]:
+    """Pretty-printed arguments (an object, or a string holding JSON); else the text as is."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value, False
+    return _pretty(value), True
+
+
+def _text_of(content: Any) -> tuple[str, str | None]:
+    """(text, note about what is not text) of a message content: a string, or parts."""
+    if content is None:
+        return "", None
+    if isinstance(content, str):
+        return content, None
+    if isinstance(content, list):
+        texts, other = [], []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, Mapping):
+                other.append(str(part.get("type", "part")))
+        note = f"not shown: {', '.join(other)}" if other else None
+        return "\n".join(texts), note
+    return _pretty(content), None
+
+
+class _Builder:
+    """Turns in order, tool results paired with the calls they answer: by id, else by
+    name (a Hermes response names its tool), else the earliest open call."""
+
+    def __init__(self, budget: _Budget) -> None:
+        self.budget = budget
+        self.conversation = Conversation()
+        self.open_calls: list[Call] = []
+
+    def add(self, turn: Turn) -> None:
+        if self.budget.spent:
+            self.conversation.hidden_turns += 1
+        else:
+            self.conversation.turns.append(turn)
+
+    def text(self, value: str) -> Text | None:
+        return self.budget.take(value) if value else None
+
+    def assistant(self, label: str, text: str = "", reasoning: str = "", note: str | None = None) -> Turn:
+        turn = Turn("assistant", label, self.text(text.strip()), self.text(reasoning.strip()), note=note)
+        self.add(turn)
+        return turn
+
+    def call(self, turn: Turn, name: Any, arguments: Any, call_id: Any = None) -> None:
+        shown, parsed = _arguments(arguments)
+        call = Call(self.budget.take(str(name or "?"), 200), self.budget.take(shown), parsed,
+                    call_id if isinstance(call_id, str) else None)
+        turn.calls.append(call)
+        self.open_calls.append(call)
+
+    def result(self, label: str, content: Any, call_id: Any = None, name: Any = None) -> None:
+        text, note = _text_of(content)
+        call = next((c for c in self.open_calls if call_id is not None and c.call_id == call_id), None)
+        if call is None and (call_id is None or all(c.call_id is None for c in self.open_calls)):
+            call = next((c for c in self.open_calls if name and c.name.shown == name), None)
+            call = call or (self.open_calls[0] if self.open_calls else None)
+        if call is not None:
+            self.open_calls.remove(call)
+            call.result = self.budget.take(text)
+            call.result_failed = tool_result_failed(text)
+            return
+        self.add(Turn("tool", label, self.text(text), note=note,
+                      result_of=call_id if isinstance(call_id, str) else None))
+
+
+def _conversation(items: Any, tools: list[str], budget: _Budget, default_role: str = "user") -> Conversation:
+    """Chat Completions messages or Responses API items (or a bare string)."""
+    builder = _Builder(budget)
+    builder.conversation.tools = tools
+    if isinstance(items, str):
+        items = [{"role": default_role, "content": items}]
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, Mapping):
+            builder.add(Turn("system", "item", builder.text(_pretty(item)), note="not a message"))
+            continue
+        kind = item.get("type")
+        if kind == "function_call":
+            turn = _last_assistant(builder)
+            builder.call(turn, item.get("name"), item.get("arguments"), item.get("call_id") or item.get("id"))
+        elif kind == "function_call_output":
+            builder.result("function_call_output", item.get("output"), item.get("call_id"))
+        elif kind == "reasoning":
+            parts = item.get("summary") or item.get("content") or []
+            text = "\n".join(p.get("text", "") for p in parts if isinstance(p, Mapping))
+            builder.assistant("reasoning", reasoning=text)
+        elif "role" in item:
+            _message(builder, item)
+        else:
+            builder.add(Turn("system", str(kind or "item"), builder.text(_pretty(item)), note="not a message"))
+    return builder.conversation
+
+
+def _last_assistant(builder: _Builder) -> Turn:
+    turns = builder.conversation.turns
+    if turns and turns[-1].role == "assistant":
+        return turns[-1]
+    return builder.assistant("assistant")
+
+
+def _message(builder: _Builder, message: Mapping[str, Any]) -> None:
+    label = str(message.get("role"))
+    role = ROLE_OF.get(label, "system")
+    text, note = _text_of(message.get("content"))
+    if role == "tool":
+        builder.result(label, message.get("content"), message.get("tool_call_id"))
+        return
+    if role == "assistant":
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        turn = builder.assistant(label, text, reasoning if isinstance(reasoning, str) else "", note)
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, Mapping):
+                function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                builder.call(turn, function.get("name"), function.get("arguments"), call.get("id"))
+        return
+    builder.add(Turn(role, label, builder.text(text), note=note))
+
+
+def _sharegpt(turns: Any, system: Any, tools: list[str], budget: _Budget) -> Conversation:
+    """ShareGPT turns: Hermes markup in values, or LLaMA-Factory function_call / observation turns."""
+    builder = _Builder(budget)
+    builder.conversation.tools = tools
+    if isinstance(system, str) and system.strip():
+        builder.add(Turn("system", "system (column)", builder.text(system)))
+    for turn in turns if isinstance(turns, list) else []:
+        if not isinstance(turn, Mapping):
+            continue
+        label = str(turn.get("from"))
+        value = turn.get("value") if isinstance(turn.get("value"), str) else _pretty(turn.get("value"))
+        role = ROLE_OF.get(label, "system")
+        if role == "assistant":
+            _sharegpt_assistant(builder, label, value)
+        elif role == "tool":
+            blocks = TOOL_RESPONSE_BLOCK.findall(value) or value.split(TOOL_RESULT_JOINER)
+            for block in blocks:
+                response = _json_or_none(block)
+                if isinstance(response, Mapping) and "content" in response:  # Hermes: {tool_call_id, name, content}
+                    content = response["content"]
+                    builder.result(label, content if isinstance(content, str) else _pretty(content),
+                                   response.get("tool_call_id"), response.get("name"))
+                else:
+                    builder.result(label, block)
+        else:
+            builder.add(Turn(role, label, builder.text(value)))
+    return builder.conversation
+
+
+def _sharegpt_assistant(builder: _Builder, label: str, value: str) -> None:
+    reasoning = "\n\n".join(part.strip() for part in THINK_BLOCK.findall(value))
+    visible = THINK_BLOCK.sub("", value)
+    calls = TOOL_CALL_BLOCK.findall(visible)
+    visible = TOOL_CALL_BLOCK.sub("", visible)
+    if label == "function_call":  # LLaMA-Factory: the value is a JSON list (or object) of {name, arguments}
+        parsed = _json_or_none(visible.strip())
+        if parsed is not None:
+            calls, visible = (parsed if isinstance(parsed, list) else [parsed]), ""
+    turn = builder.assistant(label, visible, reasoning)
+    for raw in calls:
+        call = _json_or_none(raw) if isinstance(raw, str) else raw
+        if isinstance(call, Mapping):
+            builder.call(turn, call.get("name"), call.get("arguments", {}), call.get("id"))
+        else:
+            builder.call(turn, _call_name(raw), raw)
+
+
+def _call_name(raw: Any) -> str:
+    found = CALL_NAME.search(raw) if isinstance(raw, str) else None
+    return found.group(1) if found else "?"
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return orjson.loads(text.strip())
+    except orjson.JSONDecodeError:
+        return None
