@@ -62,7 +62,7 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path)]) == 0
     first, again = written_files(sample_run), written_files(tmp_path)
-    assert len([name for name in first if name.startswith("exports/")]) == 9 * 4 + 1  # 9 exports + dataset_info
+    assert len([name for name in first if name.startswith("exports/")]) == 11 * 4 + 1  # 11 exports + dataset_info
     assert first.keys() == again.keys()
     assert [name for name in first if first[name] != again[name]] == []
 
@@ -177,3 +177,12 @@ def test_unknown_export_names_fail_in_one_line(tmp_path, capsys):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--exports", "sft,parquet"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("trajectory-assets: unknown export(s) ['parquet']") and "\n" not in error
+
+
+def test_a_tokenizer_that_cannot_be_loaded_fails_in_one_line_before_any_work(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"tokenizer: {tmp_path / 'no-such-tokenizer'}\n")
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--config", str(config)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("trajectory-assets: tokenizer ") and "cannot be loaded" in error and "\n" not in error
+    assert not (tmp_path / "out").exists()

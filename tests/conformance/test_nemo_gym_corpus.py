@@ -91,10 +91,10 @@ def test_streaming_in_tiny_chunks_changes_no_output(corpus_run, tmp_path, monkey
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 3)
     assert main(["run", "--source", str(folder), "--storage", str(tmp_path)]) == 0
     default, tiny = written_files(storage), written_files(tmp_path)
-    assert sum(name.startswith("exports/") for name in default) == 9 * 4 + 1
+    assert sum(name.startswith("exports/") for name in default) == 11 * 4 + 1
     assert default.keys() == tiny.keys()
     parquet_exports = {name.split("/")[1] for name in default if name.endswith(".parquet")}
-    assert parquet_exports == {"trl_sft", "trl_dpo", "trl_grpo", "verl"}
+    assert parquet_exports == {"trl_sft", "trl_dpo", "trl_grpo", "verl", "nemo_rl_dpo"}
     for name in default:
         export = name.split("/")[1] if name.startswith("exports/") else None
         if name.endswith(".parquet"):

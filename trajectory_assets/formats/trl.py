@@ -1,20 +1,24 @@
 """The Arrow schemas of the TRL exports (written as Parquet, so train and validation share them).
 
 TRL applies the tokenizer's chat template to ``messages`` (SFT), ``prompt`` + ``chosen`` /
-``rejected`` (DPO) or ``prompt`` (GRPO), and parses a ``tools`` column itself when it is a
-JSON string (trl/trainer/sft_trainer.py and dpo_trainer.py, TRL 1.16). For GRPO every
-column besides ``prompt`` is passed to the reward functions as a keyword argument.
+``rejected`` (DPO) or ``prompt`` (GRPO), with the row's ``tools``. Messages carry tool-call
+arguments as JSON objects and ``tools`` is a list of JSON objects, both of Arrow type JSON:
+``datasets`` loads them as its ``Json`` feature, as TRL's dataset docs declare them
+(``docs/source/dataset_formats.md``, "Tool Calling"), and TRL passes them to the template as
+they are (``sft_trainer.py`` / ``dpo_trainer.py`` also accept a JSON string ``tools``, TRL
+1.16). For GRPO every column besides ``prompt`` is passed to the reward functions as a
+keyword argument.
 """
 
 import pyarrow as pa
 
-from trajectory_assets.formats.text_chat import MESSAGES_TYPE
+from trajectory_assets.formats.text_chat import MESSAGES_TYPE, TOOLS_TYPE
 
 LINEAGE = [("trajectory_id", pa.string()), ("task_key", pa.string())]
 
 TRL_SFT_SCHEMA = pa.schema([
     ("messages", MESSAGES_TYPE),
-    ("tools", pa.string()),
+    ("tools", TOOLS_TYPE),
     ("reward", pa.float64()),
     ("task_type", pa.string()),
     *LINEAGE,
@@ -26,7 +30,7 @@ TRL_DPO_SCHEMA = pa.schema([
     ("quality_difference", pa.float64()),
     ("reward_chosen", pa.float64()),
     ("reward_rejected", pa.float64()),
-    ("tools", pa.string()),
+    ("tools", TOOLS_TYPE),
     ("chosen_id", pa.string()),
     ("rejected_id", pa.string()),
     ("task_key", pa.string()),
@@ -34,7 +38,7 @@ TRL_DPO_SCHEMA = pa.schema([
 ])
 TRL_GRPO_SCHEMA = pa.schema([
     ("prompt", MESSAGES_TYPE),
-    ("tools", pa.string()),
+    ("tools", TOOLS_TYPE),
     ("ground_truth", pa.string()),
     ("agent_name", pa.string()),
     ("task_type", pa.string()),
