@@ -99,7 +99,12 @@ def render_card(manifest: dict[str, Any]) -> str:
 
 
 def front_matter(manifest: dict[str, Any]) -> str:
-    """The card's YAML header: what the Hub and ``load_dataset`` read."""
+    """The card's YAML header: what the Hub and ``load_dataset`` read.
+
+    ``dataset_info.splits`` (rows and file size per split) is also what makes a re-run visible
+    to ``datasets``: it caches a folder whose card has ``configs`` under a hash of the card,
+    not of the files, so without it a reload after a re-run would hand back the old rows.
+    """
     files = manifest["files"]
     with_rows = [name for name, described in files.items() if described["rows"]] or list(files)[:1]
     card = manifest["config"]["card"]
@@ -108,10 +113,19 @@ def front_matter(manifest: dict[str, Any]) -> str:
         "license": card["license"],
         "tags": list(dict.fromkeys([*tags, *card["tags"]])),
         "configs": [{"config_name": "default",
-                     "data_files": [{"split": name.rsplit(".", 1)[0], "path": name} for name in with_rows]}],
-        "dataset_info": {"features": manifest["features"]},
+                     "data_files": [{"split": _split(name), "path": name} for name in with_rows]}],
+        "dataset_info": {
+            "features": manifest["features"],
+            "splits": [{"name": _split(name), "num_bytes": files[name]["bytes"], "num_examples": files[name]["rows"]}
+                       for name in with_rows],
+            "download_size": sum(files[name]["bytes"] for name in with_rows),
+        },
     }
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _split(file_name: str) -> str:
+    return file_name.rsplit(".", 1)[0]
 
 
 def _token_lines(manifest: dict[str, Any]) -> list[str]:
