@@ -23,7 +23,6 @@ class DpoSchema(pa.DataFrameModel):
     reward_chosen: Series[float]
     reward_rejected: Series[float]
     quality_difference: Series[float] = pa.Field(gt=0)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"prompt":[')
 
     @pa.dataframe_check(name="chosen_is_not_rejected")

@@ -15,7 +15,6 @@ class GrpoSchema(pa.DataFrameModel):
     agent_name: Series[str] = pa.Field(str_length={"min_value": 1})
     input_items: Series[int] = pa.Field(ge=1)
     mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"responses_create_params":{')
 
     class Config:

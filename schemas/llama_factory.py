@@ -20,7 +20,6 @@ class LlamaFactorySchema(pa.DataFrameModel):
     prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     split: Series[str] = pa.Field(isin=SPLITS)
     turn_shape: Series[str] = pa.Field(str_matches=TURN_SHAPE_PATTERN)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"conversations":[')
 
     class Config:

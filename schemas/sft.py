@@ -20,7 +20,6 @@ class SftSchema(pa.DataFrameModel):
     split: Series[str] = pa.Field(isin=SPLITS)
     role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN)
     reward: Series[float] = pa.Field(nullable=True)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"messages":[')
 
     @pa.check("role_shape", name="has_assistant_turn")

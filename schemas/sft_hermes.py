@@ -20,7 +20,6 @@ class SftHermesSchema(pa.DataFrameModel):
     prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
     split: Series[str] = pa.Field(isin=SPLITS)
     from_shape: Series[str] = pa.Field(str_matches=FROM_SHAPE_PATTERN)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"conversations":[{"from":"system"')
 
     @pa.check("from_shape", name="has_gpt_turn")

@@ -29,7 +29,6 @@ class TrlSftSchema(pa.DataFrameModel):
     reward: Series[float] = pa.Field(nullable=True)
     value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"messages":[')
 
     class Config:
@@ -53,7 +52,6 @@ class TrlGrpoSchema(pa.DataFrameModel):
     mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
     value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"prompt":[')
 
     class Config:

@@ -26,7 +26,6 @@ class VerlSchema(pa.DataFrameModel):
     index: Series[int] = pa.Field(ge=0)
     mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
     value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
-    tokens: Series[float] = pa.Field(nullable=True, ge=0)  # length under the chat template; NaN if not measured
     line: Series[str] = pa.Field(str_startswith='{"data_source":')
 
     class Config:

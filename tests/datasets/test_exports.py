@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
@@ -455,21 +456,21 @@ def test_every_sft_row_carries_its_token_count(words):
     frames = [build(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, None))
               for build in (build_sft, build_trl_sft, build_nemo_rl_sft, build_llama_factory, build_sft_hermes)]
     for frame in frames:
-        assert frame.rows["tokens"].tolist() == [10.0, 21.0]
-    assert build_sft(long_and_short(), SftConfig(), ALL_TRAIN).rows["tokens"].isna().all()  # no tokenizer
+        assert frame.tokens.tolist() == [10.0, 21.0]
+    assert np.isnan(build_sft(long_and_short(), SftConfig(), ALL_TRAIN).tokens).all()  # no tokenizer
 
 
 def test_over_budget_rows_leave_every_sft_format_alike(words):
     for build in (build_sft, build_trl_sft, build_nemo_rl_sft, build_llama_factory, build_sft_hermes):
         result = build(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 20))
-        assert result.rows["tokens"].tolist() == [10.0] and result.excluded == {"over_token_budget": 1}, build
+        assert result.tokens.tolist() == [10.0] and result.excluded == {"over_token_budget": 1}, build
 
 
 def test_truncation_cuts_a_conversation_after_its_last_assistant_turn_that_fits(words):
     result = build_trl_sft(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
     short, cut = rows_of(result)
     assert [m["role"] for m in cut["messages"]] == ["user", "assistant"]  # the call that fits, not its result
-    assert result.rows["tokens"].tolist() == [10.0, 10.0] and result.truncated == 1 and not result.excluded
+    assert result.tokens.tolist() == [10.0, 10.0] and result.truncated == 1 and not result.excluded
     assert result.rows["role_shape"].tolist() == ["ua", "uc"]
     seed = build_sft(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
     assert [m["role"] for m in rows_of(seed)[1]["messages"]] == ["user", "assistant"]
@@ -487,7 +488,7 @@ def test_a_pair_is_measured_by_its_longer_side_and_each_side_is_cut_alone(words)
     long_side = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
                               message_item("It is sunny.")], request_input="task 0", reward=1.0, _ng_task_index=0)
     frame = trajectory_frame([long_side, task(0, 0.0, "no idea")])
-    (tokens,) = build_trl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, None)).rows["tokens"]
+    (tokens,) = build_trl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, None)).tokens
     assert tokens == 17.0  # prompt 4 + call 5 + result 3 + answer 5; the other side is 4 + 4
     assert build_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, 16)).excluded == {"over_token_budget": 1}
     cut = build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, 16, truncate=True))
@@ -498,7 +499,23 @@ def test_a_pair_is_measured_by_its_longer_side_and_each_side_is_cut_alone(words)
 
 def test_a_task_is_measured_by_its_prompt_with_the_generation_prompt(words):
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b"), task(1, 1.0, "a"), task(1, 0.5, "b")])
-    rows = build_verl(frame, GrpoConfig(), ALL_TRAIN, budget(words, None)).rows
-    assert rows["tokens"].tolist() == [5.0, 5.0]  # "<|im_start|>user task N <|im_end|>" + "<|im_start|>assistant"
+    tokens = build_verl(frame, GrpoConfig(), ALL_TRAIN, budget(words, None)).tokens
+    assert tokens.tolist() == [5.0, 5.0]  # "<|im_start|>user task N <|im_end|>" + "<|im_start|>assistant"
     for build in (build_grpo, build_trl_grpo, build_verl):
         assert build(frame, GrpoConfig(), ALL_TRAIN, budget(words, 4)).excluded == {"over_token_budget": 2}
+
+
+def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
+    """A format that writes more of a trajectory than its messages (token data, say) must not
+    write a cut row whole: the item says it was cut."""
+    from trajectory_assets.datasets.exports import SFT_FRAME, Format, iter_sft_family
+
+    def probe(item):
+        return {"trajectory_id": item.row.trajectory_id, "task_key": item.row.task_key,
+                "prompt_key": item.row.prompt_key, "role_shape": item.row.role_shape, "reward": 1.0,
+                "line": json.dumps({"cut_short": item.cut_short, "messages": len(item.messages)})}
+
+    frames = iter_sft_family(FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, {"probe": Format(probe, SFT_FRAME)},
+                             budget(words, 12, truncate=True))
+    probed = collect(frames["probe"] for frames in frames)
+    assert rows_of(probed) == [{"cut_short": False, "messages": 2}, {"cut_short": True, "messages": 2}]

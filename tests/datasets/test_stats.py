@@ -75,7 +75,8 @@ def test_markdown_lists_exclusions_per_export():
 
 
 def test_markdown_says_tokens_were_not_measured_without_a_tokenizer():
-    assert "Not measured: no `tokenizer` is configured." in render_markdown(compute_stats(frame(), SUMMARY, MANIFESTS), [])
+    markdown = render_markdown(compute_stats(frame(), SUMMARY, MANIFESTS), [])
+    assert "Not measured: no `tokenizer` is configured." in markdown
 
 
 def test_markdown_shows_token_lengths_and_budget_per_export():

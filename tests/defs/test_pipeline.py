@@ -172,6 +172,7 @@ def test_a_tokenizer_measures_every_export_and_enforces_each_family_budget(tmp_p
 
 
 def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path):
+    import numpy as np
     import pandas as pd
 
     from tests.fixtures.tokenizer import save_word_tokenizer
@@ -185,9 +186,9 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
                                             "grpo": {"max_tokens": 10}})
     writer = _ExportWriter(Storage(str(tmp_path / "out")), kind, config)
     row = {"task_key": "a" * 24, "prompt_key": "a" * 24, "split": "train", "prompt_shape": "u", "mean_reward": 1.0,
-           "value_types": "content:str", "tools_type": "NoneType", "tokens": 11.0,
+           "value_types": "content:str", "tools_type": "NoneType",
            "line": '{"prompt":[{"role":"user","content":"q"}],"tools":null}'}
-    writer.add(ExportFrame(pd.DataFrame([row])))
+    writer.add(ExportFrame(pd.DataFrame([row]), tokens=np.array([11.0])))  # what a renderer bug could pass
     with pytest.raises(_BrokenExport) as broken:
         writer.finish()
     (failed,) = [check for check in broken.value.checks if not check.passed]

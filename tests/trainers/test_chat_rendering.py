@@ -36,12 +36,6 @@ if not MISSING:
     datasets.disable_progress_bars()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def trainer_libs():
-    if MISSING:  # only reached with CI set: fail every test rather than skip
-        pytest.fail(f"CI is set but the trainers test group cannot run: {MISSING}")
-
-
 _TEMPLATE = r"""
 {%- if tools %}{{ '<|im_start|>system\n<tools>' }}
 {%- for tool in tools %}{{ '\n' }}{{ tool | tojson }}{% endfor %}
@@ -163,7 +157,8 @@ def test_the_check_catches_double_encoded_arguments_in_openai_strings(sample_exp
 def test_the_check_catches_reasoning_written_twice():
     tokenizer = tokenizer_with(BRANCHING_TEMPLATE)
     messages = [{"role": "user", "content": "q"},
-                {"role": "assistant", "content": "<|think|>look it up<|/think|>\nok", "reasoning_content": "look it up"}]
+                {"role": "assistant", "content": "<|think|>look it up<|/think|>\nok",
+                 "reasoning_content": "look it up"}]
     problems = rendering_problems(tokenizer.apply_chat_template(messages, tokenize=False), messages)
     assert any("think blocks" in problem for problem in problems), problems
 

@@ -19,9 +19,9 @@ A family plans and reads its payloads once for all its formats, and decodes each
 payload at most once (the ``*Item`` classes cache what the renderers ask for): reading the
 payloads is most of an export's cost. ``iter_<family>_family`` yields, per chunk, one
 :class:`ExportFrame` per format: one row per export line, holding the finished JSON line
-(``line``), its ``split``, its length in ``tokens`` (NaN when not measured) and the flat
-columns its Pandera contract checks, plus counts of what was left out and why and of the
-rows cut to the token budget. ``iter_<format>`` / ``build_<format>`` give one format alone. Payloads stay JSON strings, spliced into lines with
+(``line``), its ``split`` and the flat columns its Pandera contract checks, plus counts of
+what was left out and why; beside the rows, each row's length in ``tokens`` (NaN when not
+measured) and the number of rows cut to the token budget. ``iter_<format>`` / ``build_<format>`` give one format alone. Payloads stay JSON strings, spliced into lines with
 ``orjson.Fragment`` where they are copied unchanged. The split is by ``prompt_key`` (the
 content of the prompt), so one prompt never lands in both splits, even when two source
 files hold it under different task indices.
@@ -93,6 +93,12 @@ class ExportFrame:
     rows: pd.DataFrame
     excluded: Counter = field(default_factory=Counter)
     truncated: int = 0  # rows written cut to the token budget
+    # each row's length under the chat template (NaN when not measured), in row order
+    tokens: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:
+            self.tokens = np.full(len(self.rows), np.nan)
 
 
 def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
@@ -102,7 +108,7 @@ def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
     for frame in frames:
         excluded.update(frame.excluded)
     return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True), excluded,
-                       sum(f.truncated for f in frames))
+                       sum(f.truncated for f in frames), np.concatenate([f.tokens for f in frames]))
 
 
 def _concat(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
@@ -176,6 +182,7 @@ class SftItem:
 
     def __init__(self, row) -> None:
         self.row = row
+        self.cut_short = False  # cut to the token budget (see cut)
 
     @cached_property
     def messages(self) -> list[dict[str, Any]]:
@@ -185,10 +192,28 @@ class SftItem:
     def tools(self) -> list[dict[str, Any]] | None:
         return _loads_or_none(self.row.tools)
 
+    @cached_property
+    def template_row(self) -> dict[str, Any]:
+        """The row in the form chat templates render (TRL and NeMo RL share it), made once."""
+        row = self.row
+        messages = template_messages(self.messages)
+        record = {"messages": messages, "tools": self.tools, "reward": None if pd.isna(row.reward) else row.reward,
+                  "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
+        return {
+            **_lineage(row),
+            "role_shape": row.role_shape,
+            "reward": row.reward,
+            "value_types": value_types(messages),
+            "tools_type": type(self.tools).__name__,
+            "line": orjson.dumps(record).decode(),
+        }
+
     def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
-        """The same trajectory with only its first ``len(messages)`` messages."""
+        """The same trajectory with only its first ``len(messages)`` messages (a format that
+        writes more of the trajectory than its messages must check ``cut_short``)."""
         item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode(), role_shape=role_shape(messages)))
         item.messages = messages
+        item.cut_short = True
         return item
 
 
@@ -201,6 +226,7 @@ def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig,
     """Every unit in every format; a unit one format cannot express is counted for that format
     only, a unit over the token budget (``fit``) for every format of the family."""
     records: dict[str, list[dict[str, Any]]] = {name: [] for name in formats}
+    lengths: dict[str, list[float]] = {name: [] for name in formats}
     unrepresentable: dict[str, Counter] = {name: Counter() for name in formats}
     truncated: Counter = Counter()
     for unit in units:
@@ -218,9 +244,11 @@ def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig,
             except Unrepresentable as error:
                 unrepresentable[name][error.reason] += 1
                 continue
-            records[name].append({**record, "tokens": tokens})
+            records[name].append(record)
+            lengths[name].append(tokens)
             truncated[name] += cut
-    return {name: ExportFrame(_frame(records[name], fmt.frame, split), unrepresentable[name], truncated[name])
+    return {name: ExportFrame(_frame(records[name], fmt.frame, split), unrepresentable[name], truncated[name],
+                              np.array(lengths[name], dtype=float))
             for name, fmt in formats.items()}
 
 
@@ -280,24 +308,13 @@ def _sft_hermes_record(item: SftItem) -> dict[str, Any]:
 
 
 def _trl_sft_record(item: SftItem) -> dict[str, Any]:
-    row = item.row
-    messages = template_messages(item.messages)
-    record = {"messages": messages, "tools": item.tools, "reward": None if pd.isna(row.reward) else row.reward,
-              "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
-    return {
-        **_lineage(row),
-        "role_shape": row.role_shape,
-        "reward": row.reward,
-        "value_types": value_types(messages),
-        "tools_type": type(item.tools).__name__,
-        "line": orjson.dumps(record).decode(),
-    }
+    return item.template_row
 
 
 def _nemo_rl_sft_record(item: SftItem) -> dict[str, Any]:
     """NeMo RL's openai_format: the TRL row, which must end with the assistant's turn."""
     require_final_assistant(item.messages, "ends_without_assistant_turn")
-    return _trl_sft_record(item)
+    return item.template_row
 
 
 def _llama_factory_record(item: SftItem) -> dict[str, Any]:
@@ -308,13 +325,12 @@ def _llama_factory_record(item: SftItem) -> dict[str, Any]:
 
 
 SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
-             "tokens": float, "line": str}
-SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str, "tokens": float,
+             "line": str}
+SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str,
                     "line": str}
 TRL_SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
-                 "value_types": str, "tools_type": str, "tokens": float, "line": str}
-LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "tokens": float,
-                       "line": str}
+                 "value_types": str, "tools_type": str, "line": str}
+LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "line": str}
 
 SFT_FORMATS = {
     "sft": Format(_sft_record, SFT_FRAME),
@@ -423,6 +439,13 @@ class PairItem:
     def tools(self) -> list[dict[str, Any]] | None:
         return _loads_or_none(self.tools_json)
 
+    @cached_property
+    def template_parts(self) -> tuple[list, list, list, str]:
+        """(prompt, chosen, rejected) as chat templates render them, and their value_types; made once."""
+        prompt, chosen, rejected, _ = self.parts
+        prompt, chosen, rejected = template_messages(prompt), template_messages(chosen), template_messages(rejected)
+        return prompt, chosen, rejected, value_types(prompt + chosen + rejected)
+
     def cut(self, chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> "PairItem":
         """The same pair with shorter completions (each still starts with its first assistant turn)."""
         prompt = self.parts[0]
@@ -508,17 +531,15 @@ def _dpo_record(item: PairItem) -> dict[str, Any]:
 
 
 def _trl_dpo_record(item: PairItem) -> dict[str, Any]:
-    prompt, chosen, rejected, columns = item.parts
-    prompt, chosen, rejected = template_messages(prompt), template_messages(chosen), template_messages(rejected)
+    prompt, chosen, rejected, _ = item.template_parts
     # always present (null without tools), so the column has one type
     record = {**_pair_record(item, prompt, chosen, rejected, item.tools), "tools": item.tools}
-    return _template_pair_columns(item, columns, prompt + chosen + rejected, record)
+    return _template_pair_columns(item, record)
 
 
 def _nemo_rl_dpo_record(item: PairItem) -> dict[str, Any]:
     """NeMo RL's preference format: ``context`` and two ranked ``completions``, chosen first."""
-    prompt, chosen, rejected, columns = item.parts
-    prompt, chosen, rejected = template_messages(prompt), template_messages(chosen), template_messages(rejected)
+    prompt, chosen, rejected, _ = item.template_parts
     pair = item.pair
     record = {
         "context": prompt, "completions": completions(chosen, rejected), "tools": item.tools,
@@ -526,13 +547,13 @@ def _nemo_rl_dpo_record(item: PairItem) -> dict[str, Any]:
         "reward_rejected": pair.reward_rejected, "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id,
         "task_key": pair.task_key, "pairing": item.pairing,
     }
-    return _template_pair_columns(item, columns, prompt + chosen + rejected, record)
+    return _template_pair_columns(item, record)
 
 
-def _template_pair_columns(item: PairItem, columns: dict[str, Any], messages: list, record: dict) -> dict[str, Any]:
+def _template_pair_columns(item: PairItem, record: dict) -> dict[str, Any]:
     return {
-        **columns,
-        "value_types": value_types(messages),
+        **item.parts[3],
+        "value_types": item.template_parts[3],
         "tools_type": type(item.tools).__name__,
         "line": orjson.dumps(record).decode(),
     }
@@ -541,10 +562,10 @@ def _template_pair_columns(item: PairItem, columns: dict[str, Any], messages: li
 DPO_FRAME = {
     "task_key": str, "prompt_key": str, "chosen_id": str, "rejected_id": str, "prompt_shape": str, "chosen_shape": str,
     "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float,
-    "tokens": float, "line": str,
+    "line": str,
 }
-TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k not in ("tokens", "line")}, "value_types": str,
-                 "tools_type": str, "tokens": float, "line": str}
+TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k != "line"}, "value_types": str,
+                 "tools_type": str, "line": str}
 
 DPO_FORMATS = {
     "dpo": Format(_dpo_record, DPO_FRAME),
@@ -715,11 +736,11 @@ def _verl_record(item: TaskItem) -> dict[str, Any]:
 
 
 GRPO_FRAME = {"task_key": str, "prompt_key": str, "agent_name": str, "input_items": "int64", "mean_reward": float,
-              "tokens": float, "line": str}
+              "line": str}
 TRL_GRPO_FRAME = {"task_key": str, "prompt_key": str, "prompt_shape": str, "mean_reward": float, "value_types": str,
-                  "tools_type": str, "tokens": float, "line": str}
+                  "tools_type": str, "line": str}
 VERL_FRAME = {"task_key": str, "prompt_key": str, "data_source": str, "ability": str, "prompt_shape": str,
-              "index": "int64", "mean_reward": float, "value_types": str, "tokens": float, "line": str}
+              "index": "int64", "mean_reward": float, "value_types": str, "line": str}
 
 GRPO_FORMATS = {
     "grpo": Format(_grpo_record, GRPO_FRAME),

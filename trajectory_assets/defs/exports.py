@@ -258,9 +258,10 @@ class _ExportWriter:
         self.contract.check(rows)
         if self.kind.checks_margin and len(rows):
             self.below_margin += int((rows["quality_difference"] < self.config.dpo.min_margin).sum())
-        if self.max_tokens is not None and len(rows):
-            self.over_budget += int((rows["tokens"] > self.max_tokens).sum())
-        for name in (*self.kind.measures, "tokens"):
+        if self.max_tokens is not None:
+            self.over_budget += int((frame.tokens > self.max_tokens).sum())
+        self.measured["tokens"].append(frame.tokens)
+        for name in self.kind.measures:
             self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
         self.measured["line_chars"].append(rows["line"].str.len().to_numpy(dtype=float))
         for split, sink in self.sinks.items():

@@ -23,31 +23,21 @@ from typing import Any
 
 import pyarrow as pa
 
+from trajectory_assets.formats.seed import PAIR_LINEAGE, PAIR_SCORES
 from trajectory_assets.formats.text_chat import MESSAGES_TYPE, TOOLS_TYPE
+from trajectory_assets.formats.trl import TRL_SFT_SCHEMA
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 
 CHOSEN_RANK, REJECTED_RANK = 0, 1
 
-# what datasets loads the SFT JSON lines as (declared in the dataset card)
-NEMO_RL_SFT_SCHEMA = pa.schema([
-    ("messages", MESSAGES_TYPE),
-    ("tools", TOOLS_TYPE),
-    ("reward", pa.float64()),
-    ("task_type", pa.string()),
-    ("trajectory_id", pa.string()),
-    ("task_key", pa.string()),
-])
+# the SFT rows are the TRL rows (what datasets loads the JSON lines as, declared in the card)
+NEMO_RL_SFT_SCHEMA = TRL_SFT_SCHEMA
 NEMO_RL_DPO_SCHEMA = pa.schema([
     ("context", MESSAGES_TYPE),
     ("completions", pa.list_(pa.struct([("rank", pa.int64()), ("completion", MESSAGES_TYPE)]))),
     ("tools", TOOLS_TYPE),
-    ("quality_difference", pa.float64()),
-    ("reward_chosen", pa.float64()),
-    ("reward_rejected", pa.float64()),
-    ("chosen_id", pa.string()),
-    ("rejected_id", pa.string()),
-    ("task_key", pa.string()),
-    ("pairing", pa.string()),
+    *PAIR_SCORES,
+    *PAIR_LINEAGE,
 ])
 
 

@@ -14,30 +14,12 @@ import pyarrow as pa
 from trajectory_assets.formats.text_chat import JSON
 
 LINEAGE = [("trajectory_id", pa.string()), ("task_key", pa.string())]
-
-SFT_SCHEMA = pa.schema([
-    ("messages", JSON),
-    ("tools", JSON),
-    ("reward", pa.float64()),
-    ("task_type", pa.string()),
-    *LINEAGE,
-])
-DPO_SCHEMA = pa.schema([
-    ("prompt", JSON),
-    ("chosen", JSON),
-    ("rejected", JSON),
-    ("quality_difference", pa.float64()),
-    ("reward_chosen", pa.float64()),
-    ("reward_rejected", pa.float64()),
-    ("tools", JSON),
-    ("chosen_id", pa.string()),
-    ("rejected_id", pa.string()),
-    ("task_key", pa.string()),
-    ("pairing", pa.string()),
-])
-GRPO_SCHEMA = pa.schema([
-    ("responses_create_params", JSON),
-    ("agent_ref", JSON),
+# the columns every form of a family's rows shares beside its messages (trainer flavors too)
+SFT_COLUMNS = [("reward", pa.float64()), ("task_type", pa.string()), *LINEAGE]
+PAIR_SCORES = [("quality_difference", pa.float64()), ("reward_chosen", pa.float64()), ("reward_rejected", pa.float64())]
+PAIR_LINEAGE = [("chosen_id", pa.string()), ("rejected_id", pa.string()), ("task_key", pa.string()),
+                ("pairing", pa.string())]
+TASK_SUMMARY = [
     ("task_key", pa.string()),
     ("trajectory_ids", pa.list_(pa.string())),
     ("num_rollouts", pa.int64()),
@@ -45,6 +27,11 @@ GRPO_SCHEMA = pa.schema([
     ("reward_std", pa.float64()),
     ("pass_rate", pa.float64()),
     ("zero_variance", pa.bool_()),
-])
+]
+
+SFT_SCHEMA = pa.schema([("messages", JSON), ("tools", JSON), *SFT_COLUMNS])
+DPO_SCHEMA = pa.schema([("prompt", JSON), ("chosen", JSON), ("rejected", JSON), *PAIR_SCORES, ("tools", JSON),
+                        *PAIR_LINEAGE])
+GRPO_SCHEMA = pa.schema([("responses_create_params", JSON), ("agent_ref", JSON), *TASK_SUMMARY])
 SHAREGPT_TURNS = pa.list_(pa.struct([("from", pa.string()), ("value", pa.string())]))
 SFT_HERMES_SCHEMA = pa.schema([("conversations", SHAREGPT_TURNS), *LINEAGE])

@@ -12,41 +12,17 @@ keyword argument.
 
 import pyarrow as pa
 
+from trajectory_assets.formats.seed import PAIR_LINEAGE, PAIR_SCORES, SFT_COLUMNS, TASK_SUMMARY
 from trajectory_assets.formats.text_chat import MESSAGES_TYPE, TOOLS_TYPE
 
-LINEAGE = [("trajectory_id", pa.string()), ("task_key", pa.string())]
-
-TRL_SFT_SCHEMA = pa.schema([
-    ("messages", MESSAGES_TYPE),
-    ("tools", TOOLS_TYPE),
-    ("reward", pa.float64()),
-    ("task_type", pa.string()),
-    *LINEAGE,
-])
-TRL_DPO_SCHEMA = pa.schema([
-    ("prompt", MESSAGES_TYPE),
-    ("chosen", MESSAGES_TYPE),
-    ("rejected", MESSAGES_TYPE),
-    ("quality_difference", pa.float64()),
-    ("reward_chosen", pa.float64()),
-    ("reward_rejected", pa.float64()),
-    ("tools", TOOLS_TYPE),
-    ("chosen_id", pa.string()),
-    ("rejected_id", pa.string()),
-    ("task_key", pa.string()),
-    ("pairing", pa.string()),
-])
+TRL_SFT_SCHEMA = pa.schema([("messages", MESSAGES_TYPE), ("tools", TOOLS_TYPE), *SFT_COLUMNS])
+TRL_DPO_SCHEMA = pa.schema([("prompt", MESSAGES_TYPE), ("chosen", MESSAGES_TYPE), ("rejected", MESSAGES_TYPE),
+                            *PAIR_SCORES, ("tools", TOOLS_TYPE), *PAIR_LINEAGE])
 TRL_GRPO_SCHEMA = pa.schema([
     ("prompt", MESSAGES_TYPE),
     ("tools", TOOLS_TYPE),
     ("ground_truth", pa.string()),
     ("agent_name", pa.string()),
     ("task_type", pa.string()),
-    ("task_key", pa.string()),
-    ("trajectory_ids", pa.list_(pa.string())),
-    ("num_rollouts", pa.int64()),
-    ("mean_reward", pa.float64()),
-    ("reward_std", pa.float64()),
-    ("pass_rate", pa.float64()),
-    ("zero_variance", pa.bool_()),
+    *TASK_SUMMARY,
 ])
