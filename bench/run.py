@@ -44,7 +44,7 @@ def variants(source: Path, work: Path) -> dict[str, list[str]]:
     return {
         "floor": [python, "-m", "bench.floor", str(source)],
         "recipe": [python, "-m", "bench.recipe", str(source), str(work / "recipe")],
-        # every export (4 seed formats + 5 trainer flavors), as `trajectory-assets run` does by default
+        # every export (4 seed formats + 7 trainer flavors), as `trajectory-assets run` does by default
         "run": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
                 "--storage", str(work / "run")],
         # what the recipe makes (SFT, DPO, GRPO): the like-for-like comparison

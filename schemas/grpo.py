@@ -14,6 +14,8 @@ class GrpoSchema(pa.DataFrameModel):
     split: Series[str] = pa.Field(isin=SPLITS)
     agent_name: Series[str] = pa.Field(str_length={"min_value": 1})
     input_items: Series[int] = pa.Field(ge=1)
+    # the verifier's inputs written beside the request (NeMo Gym's materialized inputs), comma-joined
+    input_keys: Series[str] = pa.Field(str_matches=r"^(?:[^,]+(?:,[^,]+)*)?$")
     mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
     line: Series[str] = pa.Field(str_startswith='{"responses_create_params":{')
 

@@ -3,8 +3,8 @@ DPO ``{"prompt", "chosen", "rejected", "tools"}`` and prompt-only GRPO ``{"promp
 
 Beyond the role rules they share with the seed formats, each checks ``value_types``: the
 types of every message ``content`` and tool-call ``arguments`` in the written line, which
-must all be strings so HF ``datasets`` infers one Arrow type per column
-(``formats/trl.py``), and ``tools_type``: the ``tools`` column is a JSON string or null.
+must be text and JSON objects, the form chat templates render right
+(``formats/text_chat.py``), and ``tools_type``: ``tools`` is a list of tool objects or null.
 """
 
 import pandera.pandas as pa
@@ -15,8 +15,9 @@ from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
 from schemas.verl import SYSTEM_ONLY_FIRST
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
+from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 
-TOOLS_TYPES = ["str", "NoneType"]
+TOOLS_TYPES = ["list", "NoneType"]
 
 
 class TrlSftSchema(pa.DataFrameModel):
@@ -26,7 +27,7 @@ class TrlSftSchema(pa.DataFrameModel):
     split: Series[str] = pa.Field(isin=SPLITS)
     role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
     reward: Series[float] = pa.Field(nullable=True)
-    value_types: Series[str] = pa.Field(eq="str")
+    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
     line: Series[str] = pa.Field(str_startswith='{"messages":[')
 
@@ -35,7 +36,7 @@ class TrlSftSchema(pa.DataFrameModel):
 
 
 class TrlDpoSchema(DpoSchema):
-    value_types: Series[str] = pa.Field(eq="str")
+    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
 
     class Config:
@@ -49,7 +50,7 @@ class TrlGrpoSchema(pa.DataFrameModel):
     split: Series[str] = pa.Field(isin=SPLITS)
     prompt_shape: Series[str] = pa.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
     mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    value_types: Series[str] = pa.Field(eq="str")
+    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
     line: Series[str] = pa.Field(str_startswith='{"prompt":[')
 

@@ -1,6 +1,7 @@
 """Contract of verl RL rows: ``{"data_source", "prompt", "ability", "reward_model", "extra_info"}``.
 
-One row per task (verl samples its own rollouts from the prompt). ``prompt_shape`` holds the
+One row per task (verl samples its own rollouts from the prompt); its prompt in the form chat
+templates render right (``value_types``: text content, argument objects). ``prompt_shape`` holds the
 prompt's role letters (``chat.role_shape``): system only first, at least one user turn.
 ``line`` is the row as JSON; the writer turns lines into Parquet with ``VERL_ARROW_SCHEMA``.
 """
@@ -10,6 +11,7 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
+from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 
 SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
 
@@ -23,6 +25,7 @@ class VerlSchema(pa.DataFrameModel):
     prompt_shape: Series[str] = pa.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
     index: Series[int] = pa.Field(ge=0)
     mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
+    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
     line: Series[str] = pa.Field(str_startswith='{"data_source":')
 
     class Config:

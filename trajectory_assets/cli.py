@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--exports",
         help="comma-separated exports to build (default: all): sft, dpo, grpo, sft_hermes, trl_sft, trl_dpo, "
-        "trl_grpo, verl, llama_factory, on_policy_tokens",
+        "trl_grpo, verl, llama_factory, nemo_rl_sft, nemo_rl_dpo, on_policy_tokens",
     )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
@@ -57,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
+    from trajectory_assets.datasets.tokens import TokenizerError, load_counter
     from trajectory_assets.defs.exports import EXPORT_KINDS
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
     from trajectory_assets.definitions import RunSettings, build_definitions
@@ -72,9 +73,11 @@ def _run(args: argparse.Namespace) -> int:
               f"{', '.join(kind.name for kind in EXPORT_KINDS)}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     try:
-        load_config(args.config)
+        config = load_config(args.config)
+        if config.tokenizer is not None:
+            load_counter(config.tokenizer)  # loaded once here; forked workers inherit it
         batches = sorted({batch_key(source.source_id) for source in discover(sources)})
-    except (ConfigError, SourceError) as error:
+    except (ConfigError, SourceError, TokenizerError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
 

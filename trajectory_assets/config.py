@@ -42,8 +42,17 @@ class Curation(_Section):
     )
     min_turns: int | None = Field(None, ge=1, description="minimum assistant turns")
     max_turns: int | None = Field(None, ge=1, description="maximum assistant turns")
-    max_tokens: int | None = Field(None, ge=1, description="maximum total_tokens as recorded by the rollout's "
-                                                           "usage; rows without usage pass")
+    max_tokens: int | None = Field(
+        None, ge=1,
+        description="token budget of a row: with `tokenizer` set, its length under that tokenizer's chat template "
+                    "(what the trainer sees); without, the total_tokens the rollout's usage recorded (rows without "
+                    "usage pass)",
+    )
+    over_token_budget: Literal["drop", "truncate"] = Field(
+        "drop",
+        description="a row over max_tokens (measured with `tokenizer`) is left out and counted (drop), or cut after "
+                    "its last assistant turn that still fits (truncate; needs `tokenizer`)",
+    )
     max_chars: int | None = Field(None, ge=1, description="maximum length of the messages as JSON, in characters")
     max_tool_error_rate: float | None = Field(
         None, ge=0.0, le=1.0,
@@ -110,6 +119,12 @@ class GrpoConfig(Curation):
                     "learning signal: drop them, flag them (zero_variance: true), or keep them as they are",
     )
     pass_threshold: float = Field(1.0, description="a rollout passes when reward >= this (pass rate, pass@k)")
+
+    @model_validator(mode="after")
+    def _prompts_are_never_cut(self) -> "GrpoConfig":
+        if self.over_token_budget == "truncate":
+            raise ValueError("over_token_budget: truncate would cut a task's prompt; GRPO can only drop (drop)")
+        return self
 
 
 RULE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -179,14 +194,36 @@ class ReportConfig(_Section):
     seed: str = Field("trajectory-assets", description="salt of the hash that picks the viewer's samples")
 
 
+class CardConfig(_Section):
+    """What each export's dataset card declares in its Hugging Face YAML front matter."""
+
+    license: str = Field("unknown", description="license identifier of the exported data (Hub license ids such as "
+                                                "apache-2.0, cc-by-4.0; unknown when not known)")
+    tags: list[str] = Field(default_factory=list, description="extra Hub tags for every export (each card also "
+                                                              "gets its family, format and trainer tags)")
+
+
 class PipelineConfig(_Section):
     conversion: ConversionConfig = ConversionConfig()
     redaction: RedactionConfig = RedactionConfig()
     split: SplitConfig = SplitConfig()
+    tokenizer: str | None = Field(
+        None,
+        description="a Hugging Face tokenizer (local path or hub name) whose chat template measures every export "
+                    "row in tokens; null = rows are not measured",
+    )
+    card: CardConfig = CardConfig()
     sft: SftConfig = SftConfig()
     dpo: DpoConfig = DpoConfig()
     grpo: GrpoConfig = GrpoConfig()
     report: ReportConfig = ReportConfig()
+
+    @model_validator(mode="after")
+    def _truncation_needs_a_tokenizer(self) -> "PipelineConfig":
+        cutting = [name for name in ("sft", "dpo") if getattr(self, name).over_token_budget == "truncate"]
+        if cutting and self.tokenizer is None:
+            raise ValueError(f"{', '.join(cutting)}: over_token_budget: truncate needs `tokenizer` to measure rows")
+        return self
 
 
 class ConfigError(Exception):

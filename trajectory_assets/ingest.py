@@ -29,7 +29,7 @@ from trajectory_assets.config import ConversionConfig
 from trajectory_assets.formats.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.formats.nemo_gym import task_inputs_of
 from trajectory_assets.formats.records import convert_record
-from trajectory_assets.formats.tokens import TOKEN_DATA_TYPE
+from trajectory_assets.formats.token_data import TOKEN_DATA_TYPE
 from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines

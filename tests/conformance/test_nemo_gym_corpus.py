@@ -96,7 +96,7 @@ def test_streaming_in_tiny_chunks_changes_no_output(corpus_run, tmp_path, monkey
     assert sum(name.startswith("exports/") for name in default) == len(EXPORT_KINDS) * 4 + 1
     assert default.keys() == tiny.keys()
     parquet_exports = {name.split("/")[1] for name in default if name.endswith(".parquet")}
-    assert parquet_exports == {"trl_sft", "trl_dpo", "trl_grpo", "verl", "on_policy_tokens"}
+    assert parquet_exports == {"trl_sft", "trl_dpo", "trl_grpo", "verl", "nemo_rl_dpo", "on_policy_tokens"}
     for name in default:
         export = name.split("/")[1] if name.startswith("exports/") else None
         if name.endswith(".parquet"):

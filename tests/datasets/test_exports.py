@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
@@ -12,6 +13,8 @@ from trajectory_assets.datasets.exports import (
     build_grpo,
     build_llama_factory,
     build_on_policy_tokens,
+    build_nemo_rl_dpo,
+    build_nemo_rl_sft,
     build_sft,
     build_sft_hermes,
     build_trl_dpo,
@@ -298,13 +301,28 @@ def tool_rollout(**extra):
     return row
 
 
-def test_trl_sft_keeps_tool_calls_and_stores_tools_as_one_json_string():
+def test_trl_sft_keeps_tool_calls_with_argument_objects_and_tools_as_objects():
     (row,) = rows_of(build_trl_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
     call = row["messages"][1]["tool_calls"][0]
-    assert call["function"] == {"name": "lookup", "arguments": '{"city": "Paris"}'}
+    assert call["function"] == {"name": "lookup", "arguments": {"city": "Paris"}}
     assert row["messages"][1]["content"] == "" and row["messages"][2]["tool_call_id"] == "c1"
-    assert json.loads(row["tools"])[0]["function"]["name"] == "lookup"
+    assert row["tools"][0]["function"]["name"] == "lookup"
+
+
+def test_the_seed_sft_keeps_openai_argument_strings():
+    (row,) = rows_of(build_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+
+
+def test_a_call_whose_arguments_are_no_json_object_is_counted_by_template_flavors():
+    rows = [make_rollout([call_item("f", arguments, f"c{i}"), output_item(f"c{i}", "r"), message_item("ok")],
+                         request_input=f"q{i}") for i, arguments in enumerate(["{oops", "[1, 2]", '"text"', "{}"])]
+    config = SftConfig(exclude_quality_flags=[])
+    for build in (build_trl_sft, build_nemo_rl_sft, build_llama_factory):
+        result = build(trajectory_frame(rows), config, ALL_TRAIN)
+        assert len(result.rows) == 1 and result.excluded == {"unparseable_tool_arguments": 3}, build
+    assert len(build_sft(trajectory_frame(rows), config, ALL_TRAIN).rows) == 4  # the seed writes them as they are
 
 
 def test_trl_sft_counts_conversations_with_images_instead_of_writing_them():
@@ -325,18 +343,56 @@ def test_trl_dpo_and_grpo_rows():
 
 
 def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
-    import pyarrow as pa
-
+    from trajectory_assets.formats.arrow_rows import table_from_records
     from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
 
     frame = trajectory_frame([task(0, 1.0, "a", expected_answer="yes"), task(0, 0.0, "b", expected_answer="yes"),
                               tool_rollout(agent_ref={"name": "weather"})])
     rows = rows_of(build_verl(frame, GrpoConfig(), ALL_TRAIN))
-    table = pa.Table.from_pylist(rows, schema=VERL_ARROW_SCHEMA)
+    table = table_from_records(rows, VERL_ARROW_SCHEMA)
     assert table.num_rows == 2
     assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "yes"}
     assert rows[0]["data_source"] == "agent" and rows[1]["data_source"] == "weather"
     assert [row["extra_info"]["index"] for row in rows] == [0, 1]
+    assert [row["agent_name"] for row in rows] == ["single_turn_agent", "tool_agent"]
+    assert rows[1]["extra_info"]["tools_kwargs"] == {"lookup": {}}
+
+
+def test_nemo_rl_sft_rows_are_openai_format_with_argument_objects():
+    (row,) = rows_of(build_nemo_rl_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    assert list(row)[:2] == ["messages", "tools"]
+    assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    assert row["messages"][-1]["role"] == "assistant"
+
+
+def test_nemo_rl_sft_counts_conversations_that_do_not_end_with_the_assistant():
+    ends_on_result = make_rollout([call_item("f", "{}", "c1"), output_item("c1", "r")], request_input="q")
+    frame = trajectory_frame([ends_on_result, make_rollout()])
+    config = SftConfig(exclude_unanswered_tool_calls=False)
+    result = build_nemo_rl_sft(frame, config, ALL_TRAIN)
+    assert len(result.rows) == 1 and result.excluded == {"ends_without_assistant_turn": 1}
+    assert len(build_trl_sft(frame, config, ALL_TRAIN).rows) == 2  # TRL trains on it as it is
+
+
+def test_nemo_rl_dpo_rows_rank_the_chosen_completion_first():
+    frame = trajectory_frame([task(0, 0.0, "worse"), task(0, 1.0, "better")])
+    (row,) = rows_of(build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN))
+    assert list(row)[:3] == ["context", "completions", "tools"]
+    assert row["context"] == [{"role": "user", "content": "task 0"}]
+    assert row["completions"] == [
+        {"rank": 0, "completion": [{"role": "assistant", "content": "better"}]},
+        {"rank": 1, "completion": [{"role": "assistant", "content": "worse"}]},
+    ]
+    assert row["reward_chosen"] > row["reward_rejected"]  # no ties: NeMo RL raises on equal ranks
+
+
+def test_nemo_rl_dpo_counts_a_completion_that_ends_on_a_tool_result():
+    cut_short = make_rollout([call_item("f", "{}", "c1"), output_item("c1", "r")], request_input="task 0",
+                             reward=0.0, _ng_task_index=0)
+    frame = trajectory_frame([task(0, 1.0, "done"), cut_short])
+    result = build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN)
+    assert result.rows.empty and result.excluded == {"completion_ends_without_assistant_turn": 1}
+    assert len(build_trl_dpo(frame, DpoConfig(), ALL_TRAIN).rows) == 1
 
 
 def test_llama_factory_rows_alternate_as_sharegpt_requires():
@@ -350,8 +406,8 @@ def test_every_sft_flavor_follows_the_same_curation():
     rows = [task(i, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.2, 0.9, 0.0])]
     frame = trajectory_frame(rows)
     ids = [set(build(frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])
-           for build in (build_sft, build_trl_sft, build_llama_factory, build_sft_hermes)]
-    assert ids[0] == ids[1] == ids[2] == ids[3] and len(ids[0]) == 2
+           for build in (build_sft, build_trl_sft, build_llama_factory, build_sft_hermes, build_nemo_rl_sft)]
+    assert all(ids_of_one == ids[0] for ids_of_one in ids) and len(ids[0]) == 2
 
 
 @pytest.mark.parametrize("pairing", ["best_vs_worst", "exactly_two", "all_pairs_with_margin"])
@@ -378,10 +434,105 @@ def test_a_family_renders_each_format_as_it_would_alone(family):
         assert list(joint.rows["line"]) == list(alone.rows["line"]) and joint.excluded == alone.excluded, name
 
 
+# ---------- token budgets (a tokenizer built in the test: one token per word)
+
+
+@pytest.fixture(scope="module")
+def words(tmp_path_factory):
+    from tests.fixtures.tokenizer import save_word_tokenizer
+    from trajectory_assets.datasets.tokens import load_counter
+
+    return load_counter(save_word_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+
+
+def budget(counter, max_tokens, truncate=False):
+    from trajectory_assets.datasets.tokens import TokenBudget
+
+    return TokenBudget(counter, max_tokens, truncate)
+
+
+def long_and_short():
+    """A short answer (user 5 + assistant 5 = 10 tokens) and a tool run of 21 (user 5, call 5,
+    result 3, answer 8), with the word tokenizer: one token per word and per role marker."""
+    short = make_rollout([message_item("yes it is")], request_input="is it sunny", reward=1.0)
+    tools = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
+                          message_item("It is sunny in Paris today.")], request_input="weather in Paris", reward=1.0)
+    return trajectory_frame([short, tools])
+
+
+def test_every_sft_row_carries_its_token_count(words):
+    frames = [build(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, None))
+              for build in (build_sft, build_trl_sft, build_nemo_rl_sft, build_llama_factory, build_sft_hermes)]
+    for frame in frames:
+        assert frame.tokens.tolist() == [10.0, 21.0]
+    assert np.isnan(build_sft(long_and_short(), SftConfig(), ALL_TRAIN).tokens).all()  # no tokenizer
+
+
+def test_over_budget_rows_leave_every_sft_format_alike(words):
+    for build in (build_sft, build_trl_sft, build_nemo_rl_sft, build_llama_factory, build_sft_hermes):
+        result = build(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 20))
+        assert result.tokens.tolist() == [10.0] and result.excluded == {"over_token_budget": 1}, build
+
+
+def test_truncation_cuts_a_conversation_after_its_last_assistant_turn_that_fits(words):
+    result = build_trl_sft(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
+    short, cut = rows_of(result)
+    assert [m["role"] for m in cut["messages"]] == ["user", "assistant"]  # the call that fits, not its result
+    assert result.tokens.tolist() == [10.0, 10.0] and result.truncated == 1 and not result.excluded
+    assert result.rows["role_shape"].tolist() == ["ua", "uc"]
+    seed = build_sft(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
+    assert [m["role"] for m in rows_of(seed)[1]["messages"]] == ["user", "assistant"]
+
+
+def test_with_a_tokenizer_the_recorded_usage_does_not_filter(words):
+    huge_usage = make_rollout([message_item("yes")], request_input="q", reward=1.0)
+    huge_usage["response"]["usage"] = {"total_tokens": 10**6}
+    frame = trajectory_frame([huge_usage])
+    assert build_sft(frame, SftConfig(max_tokens=100), ALL_TRAIN).excluded == {"too_many_tokens": 1}
+    assert len(build_sft(frame, SftConfig(max_tokens=100), ALL_TRAIN, budget(words, 100)).rows) == 1
+
+
+def test_a_pair_is_measured_by_its_longer_side_and_each_side_is_cut_alone(words):
+    long_side = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
+                              message_item("It is sunny.")], request_input="task 0", reward=1.0, _ng_task_index=0)
+    frame = trajectory_frame([long_side, task(0, 0.0, "no idea")])
+    (tokens,) = build_trl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, None)).tokens
+    assert tokens == 17.0  # prompt 4 + call 5 + result 3 + answer 5; the other side is 4 + 4
+    assert build_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, 16)).excluded == {"over_token_budget": 1}
+    cut = build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, 16, truncate=True))
+    (row,) = rows_of(cut)
+    assert [m["role"] for m in row["completions"][0]["completion"]] == ["assistant"] and cut.truncated == 1
+    assert row["completions"][1]["completion"] == [{"role": "assistant", "content": "no idea"}]
+
+
+def test_a_task_is_measured_by_its_prompt_with_the_generation_prompt(words):
+    frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b"), task(1, 1.0, "a"), task(1, 0.5, "b")])
+    tokens = build_verl(frame, GrpoConfig(), ALL_TRAIN, budget(words, None)).tokens
+    assert tokens.tolist() == [5.0, 5.0]  # "<|im_start|>user task N <|im_end|>" + "<|im_start|>assistant"
+    for build in (build_grpo, build_trl_grpo, build_verl):
+        assert build(frame, GrpoConfig(), ALL_TRAIN, budget(words, 4)).excluded == {"over_token_budget": 2}
+
+
+def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
+    """A format that writes more of a trajectory than its messages (token data, say) must not
+    write a cut row whole: the item says it was cut."""
+    from trajectory_assets.datasets.exports import SFT_FRAME, Format, iter_sft_family
+
+    def probe(item):
+        return {"trajectory_id": item.row.trajectory_id, "task_key": item.row.task_key,
+                "prompt_key": item.row.prompt_key, "role_shape": item.row.role_shape, "reward": 1.0,
+                "line": json.dumps({"cut_short": item.cut_short, "messages": len(item.messages)})}
+
+    frames = iter_sft_family(FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, {"probe": Format(probe, SFT_FRAME)},
+                             budget(words, 12, truncate=True))
+    probed = collect(frames["probe"] for frames in frames)
+    assert rows_of(probed) == [{"cut_short": False, "messages": 2}, {"cut_short": True, "messages": 2}]
+
+
 def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token_data():
     import pyarrow as pa
 
-    from trajectory_assets.formats.tokens import TOKENS_ARROW_SCHEMA
+    from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
 
     frame = trajectory_frame([tool_rollout(), task(0, 1.0, "no tokens here")])
     result = build_on_policy_tokens(frame, SftConfig(), ALL_TRAIN)

@@ -5,7 +5,9 @@ SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "source
            "rejected_by_reason": {"invalid_json": 2}, "sources": [{}]}
 
 
-MANIFESTS = {"sft": {"rows": {"train": 1, "validation": 0}, "excluded": {"below_min_reward": 2}}}
+NOT_MEASURED = {"tokenizer": None, "max_tokens": None, "over_token_budget": "drop", "left_out": 0, "truncated": 0}
+MANIFESTS = {"sft": {"rows": {"train": 1, "validation": 0}, "excluded": {"below_min_reward": 2},
+                     "token_budget": NOT_MEASURED, "distributions": {"tokens": {"count": 0}}}}
 
 
 def frame():
@@ -83,3 +85,21 @@ def test_task_stats_per_task_and_means_over_tasks_with_enough_rollouts():
 def test_markdown_lists_exclusions_per_export():
     stats = compute_stats(frame(), SUMMARY, MANIFESTS)
     assert "| sft | below_min_reward | 2 |" in render_markdown(stats, [])
+
+
+def test_markdown_says_tokens_were_not_measured_without_a_tokenizer():
+    markdown = render_markdown(compute_stats(frame(), SUMMARY, MANIFESTS), [])
+    assert "Not measured: no `tokenizer` is configured." in markdown
+
+
+def test_markdown_shows_token_lengths_and_budget_per_export():
+    measured = {"tokenizer": "tok", "max_tokens": 512, "over_token_budget": "truncate", "left_out": 3, "truncated": 2}
+    tokens = {"count": 4, "min": 10.0, "p10": 11.0, "mean": 100.0, "p50": 90.0, "p90": 400.0, "max": 510.0}
+    manifests = {**MANIFESTS, "trl_sft": {"rows": {"train": 4, "validation": 0}, "excluded": {"over_token_budget": 3},
+                                          "token_budget": measured, "distributions": {"tokens": tokens}}}
+    stats = compute_stats(frame(), SUMMARY, manifests)
+    assert stats["tokens_by_export"]["trl_sft"]["p90"] == 400.0
+    markdown = render_markdown(stats, [])
+    assert "chat template of `tok`" in markdown
+    assert "| trl_sft | 4 | 10.0 | 90.0 | 400.0 | 510.0 | 512 | 3 | 2 |" in markdown
+    assert "| sft | 0 |" not in markdown  # an export without measured rows has no row in the table

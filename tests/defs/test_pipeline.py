@@ -37,17 +37,18 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert len(run.batches) == 3  # one partition per sample file
     exports = [kind.asset_name for kind in EXPORT_KINDS]
     assert set(exports) == {f"{name}_dataset" for name in (
-        "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory",
-        "on_policy_tokens")}
+        "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory", "nemo_rl_sft",
+        "nemo_rl_dpo", "on_policy_tokens")}
     assert materialized == {"raw_rollouts", "validated_trajectories", "quarantined_records", *exports, "stats_report"}
     expected_checks = {
         ("raw_rollouts", "raw_rollouts_contract"),
         ("validated_trajectories", "nothing_lost"),
         ("validated_trajectories", "trajectory_contract"),
         ("quarantined_records", "quarantine_contract"),
-        *((asset, check) for asset in exports for check in ("contract", "no_split_leak")),
+        *((asset, check) for asset in exports for check in ("contract", "no_split_leak", "token_budget")),
         ("dpo_dataset", "dpo_margin"),
         ("trl_dpo_dataset", "dpo_margin"),
+        ("nemo_rl_dpo_dataset", "dpo_margin"),
     }
     assert checks == {check: True for check in expected_checks}
     stats = json.loads((tmp_path / "reports" / "stats.json").read_text())
@@ -149,3 +150,54 @@ def test_split_fraction_from_config(tmp_path, fraction, expected):
     assert run.success
     manifest = json.loads((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
     assert {k: manifest["rows"][k] for k in expected} == expected
+
+
+def test_a_tokenizer_measures_every_export_and_enforces_each_family_budget(tmp_path):
+    from tests.fixtures.tokenizer import save_word_tokenizer
+
+    tokenizer = save_word_tokenizer(tmp_path / "tokenizer")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"tokenizer: {tokenizer}\nsft:\n  max_tokens: 40\n  over_token_budget: truncate\n"
+                      "dpo:\n  max_tokens: 60\ngrpo:\n  max_tokens: 30\n")
+    run, checks, _, _ = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
+    assert run.success and all(checks.values())
+    assert {check for (_, check) in checks} >= {"token_budget"}
+    for kind in EXPORT_KINDS:
+        manifest = json.loads((tmp_path / "out" / "exports" / kind.name / "manifest.json").read_text())
+        budget, tokens = manifest["token_budget"], manifest["distributions"]["tokens"]
+        assert budget["tokenizer"] == tokenizer and budget["max_tokens"] == {"sft": 40, "dpo": 60, "grpo": 30}[
+            kind.family]
+        assert tokens["count"] == sum(manifest["rows"].values()) and tokens["max"] <= budget["max_tokens"]
+        assert manifest["excluded"].get("over_token_budget", 0) == budget["left_out"]
+        card = (tmp_path / "out" / "exports" / kind.name / "README.md").read_text()
+        assert f"chat template of `{tokenizer}`" in card
+    sft = json.loads((tmp_path / "out" / "exports" / "trl_sft" / "manifest.json").read_text())["token_budget"]
+    assert sft["truncated"] > 0  # the sample's tool runs are longer than 40 words
+    stats = (tmp_path / "out" / "reports" / "stats.md").read_text()
+    assert "## Token lengths per export" in stats and "| trl_sft |" in stats.split("## Token lengths per export")[1]
+
+
+def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from tests.fixtures.tokenizer import save_word_tokenizer
+    from trajectory_assets.config import PipelineConfig
+    from trajectory_assets.datasets.exports import ExportFrame
+    from trajectory_assets.defs.exports import _BrokenExport, _ExportWriter
+    from trajectory_assets.io.storage import Storage
+
+    kind = next(kind for kind in EXPORT_KINDS if kind.name == "trl_grpo")
+    config = PipelineConfig.model_validate({"tokenizer": save_word_tokenizer(tmp_path / "t"),
+                                            "grpo": {"max_tokens": 10}})
+    writer = _ExportWriter(Storage(str(tmp_path / "out")), kind, config)
+    row = {"task_key": "a" * 24, "prompt_key": "a" * 24, "split": "train", "prompt_shape": "u", "mean_reward": 1.0,
+           "value_types": "content:str", "tools_type": "NoneType",
+           "line": '{"prompt":[{"role":"user","content":"q"}],"tools":null}'}
+    writer.add(ExportFrame(pd.DataFrame([row]), tokens=np.array([11.0])))  # what a renderer bug could pass
+    with pytest.raises(_BrokenExport) as broken:
+        writer.finish()
+    (failed,) = [check for check in broken.value.checks if not check.passed]
+    assert failed.check_name == "token_budget" and failed.metadata["over_budget"].value == 1
+    assert not (tmp_path / "out" / "exports" / "trl_grpo").exists() or not any(
+        (tmp_path / "out" / "exports" / "trl_grpo").iterdir())

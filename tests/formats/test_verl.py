@@ -1,9 +1,10 @@
-"""verl rows fit the one explicit Arrow schema, whatever each prompt holds."""
+"""verl rows fit the one explicit Arrow schema, whatever each prompt holds, and carry the
+fields verl's multi-turn agent loop reads."""
 
 import orjson
-import pyarrow as pa
 import pytest
 
+from trajectory_assets.formats.arrow_rows import table_from_records
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA, ground_truth_of, verl_row
 
@@ -31,7 +32,7 @@ def tool_prompt(arguments):
 
 
 def to_table(rows):
-    return pa.Table.from_pylist(rows, schema=VERL_ARROW_SCHEMA)
+    return table_from_records(rows, VERL_ARROW_SCHEMA)
 
 
 def test_plain_row_converts_and_keeps_its_values():
@@ -41,7 +42,8 @@ def test_plain_row_converts_and_keeps_its_values():
                                "tool_call_id": None}]
     assert back["reward_model"] == {"style": "rule", "ground_truth": "4"}
     assert back["extra_info"]["index"] == 0 and back["extra_info"]["trajectory_ids"] == ["a" * 32, "c" * 32]
-    assert orjson.loads(back["extra_info"]["tools"]) == TOOLS
+    # JSON fields are stored as their text (datasets decodes them: tests/trainers)
+    assert [orjson.loads(tool) for tool in back["extra_info"]["tools"]] == TOOLS
     assert orjson.loads(back["extra_info"]["agent_ref"]) == {"name": "math_agent"}
 
 
@@ -52,10 +54,10 @@ def test_row_without_ground_truth_tools_or_agent_converts():
     assert back["extra_info"]["tools"] is None and back["extra_info"]["agent_ref"] is None
 
 
-def test_tool_calling_prompt_converts_with_string_content_keeping_reasoning():
+def test_tool_calling_prompt_converts_with_string_content_argument_objects_and_reasoning():
     built = row(tool_prompt('{"x": 1}'))
     assert built["prompt"][2] == {"role": "assistant", "content": "", "reasoning_content": "hm", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]}
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}
     assert built["prompt"][3]["tool_call_id"] == "c1"
     assert to_table([built]).num_rows == 1
 
@@ -65,7 +67,39 @@ def test_rows_with_different_argument_shapes_share_one_schema():
             row([{"role": "user", "content": "q"}], index=2, ground_truth=None)]
     table = to_table(rows)
     assert table.schema == VERL_ARROW_SCHEMA and table.num_rows == 3
-    assert [r["prompt"][-1]["role"] for r in table.to_pylist()] == ["tool", "tool", "user"]
+    back = table.to_pylist()
+    assert [r["prompt"][-1]["role"] for r in back] == ["tool", "tool", "user"]
+    arguments = [orjson.loads(r["prompt"][2]["tool_calls"][0]["function"]["arguments"]) for r in back[:2]]
+    assert arguments == [{"x": 1}, {"y": {"z": [1, 2]}}]
+
+
+def test_a_task_with_tools_runs_in_the_tool_agent_with_kwargs_for_each_tool():
+    built = row([{"role": "system", "content": "s"}, {"role": "user", "content": "2+2?"}])
+    assert built["agent_name"] == "tool_agent"
+    extra = built["extra_info"]
+    # the shape of verl's examples/data_preprocess/gsm8k_tool_agent_loop.py
+    assert extra["need_tools_kwargs"] is True
+    assert extra["tools_kwargs"] == {"f": {"create_kwargs": {"ground_truth": "4"}}}
+    assert extra["interaction_kwargs"] == {"name": "nemo_gym/math", "query": "2+2?", "ground_truth": "4"}
+
+
+def test_a_task_without_tools_runs_single_turn_with_empty_tool_kwargs():
+    built = row([{"role": "user", "content": "q"}], tools=None, ground_truth=None)
+    assert built["agent_name"] == "single_turn_agent"
+    # always an object: verl's loop calls .get on it
+    assert built["extra_info"]["tools_kwargs"] == {} and built["extra_info"]["need_tools_kwargs"] is False
+    assert built["extra_info"]["interaction_kwargs"] == {"name": "nemo_gym/math", "query": "q", "ground_truth": None}
+
+
+def test_tools_without_a_ground_truth_get_empty_kwargs():
+    built = row([{"role": "user", "content": "q"}], ground_truth=None)
+    assert built["extra_info"]["tools_kwargs"] == {"f": {}}
+
+
+def test_unparseable_arguments_in_a_prompt_are_unrepresentable():
+    with pytest.raises(Unrepresentable) as error:
+        row(tool_prompt("{not json"))
+    assert error.value.reason == "unparseable_tool_arguments"
 
 
 def test_row_serializes_as_a_data_source_first_json_line():

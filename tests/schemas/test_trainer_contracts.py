@@ -1,4 +1,4 @@
-"""The LLaMA-Factory and verl contracts accept rendered rows and reject each malformed case."""
+"""The LLaMA-Factory, verl, TRL and NeMo RL contracts accept rendered rows and reject each malformed case."""
 
 import orjson
 import pandas as pd
@@ -9,6 +9,7 @@ from schemas.validation import validate
 from schemas.verl import VerlSchema
 from trajectory_assets.formats.chat import role_shape
 from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
+from trajectory_assets.formats.text_chat import value_types
 from trajectory_assets.formats.verl import verl_row
 
 ID, OTHER_ID = "a" * 32, "c" * 32
@@ -47,7 +48,7 @@ def verl_frame():
         rows.append({"task_key": task_key, "prompt_key": task_key, "split": "validation",
                      "data_source": row["data_source"], "ability": row["ability"],
                      "prompt_shape": role_shape(prompt), "index": index, "mean_reward": 1.0,
-                     "line": orjson.dumps(row).decode()})
+                     "value_types": value_types(row["prompt"]), "line": orjson.dumps(row).decode()})
     return pd.DataFrame(rows)
 
 
@@ -105,6 +106,7 @@ def test_verl_contract_accepts_rendered_rows():
         ("data_source", "", "str_length"),
         ("ability", "", "str_length"),
         ("index", -1, "greater_than_or_equal_to"),
+        ("value_types", "arguments:str,content:str", "str_matches"),  # double-encoded under `| tojson`
         ("line", '{"prompt":[]}', "str_startswith"),
     ],
 )
@@ -123,3 +125,73 @@ def test_verl_contract_rejects_duplicate_task_keys():
 
 def test_verl_contract_is_strict():
     assert "column_in_schema" in failed_checks(VerlSchema, verl_frame().assign(line_number=1))
+
+
+# --- TRL and NeMo RL: template-ready messages ---------------------------------------------------
+
+
+def sft_flavor_frame():
+    from trajectory_assets.formats.text_chat import template_messages
+
+    rows = []
+    for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:])):
+        rendered = template_messages(messages)
+        rows.append({"trajectory_id": trajectory_id, "task_key": KEY, "prompt_key": KEY, "split": "train",
+                     "role_shape": role_shape(rendered), "reward": 1.0, "value_types": value_types(rendered),
+                     "tools_type": "NoneType", "line": orjson.dumps({"messages": rendered}).decode()})
+    return pd.DataFrame(rows)
+
+
+def test_template_messages_turn_argument_strings_into_objects():
+    from trajectory_assets.formats.text_chat import template_messages
+
+    rendered = template_messages(MESSAGES)
+    assert rendered[2]["tool_calls"][0]["function"]["arguments"] == {}
+    assert value_types(rendered) == "arguments:dict,content:str"
+    assert value_types(MESSAGES) == "arguments:str,content:str"  # the OpenAI wire form a template double-encodes
+
+
+@pytest.mark.parametrize("model_name", ["TrlSftSchema", "NemoRlSftSchema"])
+def test_sft_flavor_contracts_accept_template_messages_and_reject_string_arguments(model_name):
+    import schemas.nemo_rl
+    import schemas.trl
+
+    model = getattr(schemas.trl, model_name, None) or getattr(schemas.nemo_rl, model_name)
+    frame = sft_flavor_frame()
+    assert validate(model, frame).passed
+    frame.loc[0, "value_types"] = "arguments:str,content:str"
+    assert "str_matches" in failed_checks(model, frame)
+
+
+@pytest.mark.parametrize("shape", ["ucta", "uct", "uc", "ua"])
+def test_nemo_rl_sft_requires_the_assistant_to_speak_last(shape):
+    from schemas.nemo_rl import NemoRlSftSchema
+    from schemas.trl import TrlSftSchema
+
+    frame = sft_flavor_frame()
+    frame.loc[0, "role_shape"] = shape
+    assert validate(TrlSftSchema, frame).passed  # TRL trains on a conversation ending on a tool result
+    assert validate(NemoRlSftSchema, frame).passed is shape.endswith(("a", "c"))
+
+
+def nemo_rl_dpo_frame(chosen_shape="a", rejected_shape="cta"):
+    return pd.DataFrame([{
+        "task_key": KEY, "prompt_key": KEY, "split": "train", "chosen_id": ID, "rejected_id": OTHER_ID,
+        "prompt_shape": "su", "chosen_shape": chosen_shape, "rejected_shape": rejected_shape, "reward_chosen": 1.0,
+        "reward_rejected": 0.0, "quality_difference": 1.0, "line": '{"context":[]}',
+        "value_types": "arguments:dict,content:str", "tools_type": "list",
+    }])
+
+
+def test_nemo_rl_dpo_contract_accepts_completions_ending_with_the_assistant():
+    from schemas.nemo_rl import NemoRlDpoSchema
+
+    assert validate(NemoRlDpoSchema, nemo_rl_dpo_frame()).passed
+
+
+@pytest.mark.parametrize("side", ["chosen_shape", "rejected_shape"])
+def test_nemo_rl_dpo_contract_rejects_a_completion_ending_on_a_tool_result(side):
+    from schemas.nemo_rl import NemoRlDpoSchema
+
+    frame = nemo_rl_dpo_frame(**{side: "ct"})
+    assert "str_contains" in failed_checks(NemoRlDpoSchema, frame)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,52 @@ def trainer_libs_missing() -> str:
     if not in_ci():
         pytest.skip(reason, allow_module_level=True)
     return reason  # with CI set the module's tests fail with it, instead of being skipped
+
+
+@pytest.fixture(autouse=True, scope="module")
+def trainer_libs():
+    """With CI set and the libraries missing, every test of the group fails rather than skips."""
+    missing = [name for name in TRAINER_LIBS if importlib.util.find_spec(name) is None]
+    if missing:  # only reached with CI set: outside CI the modules skip themselves on import
+        pytest.fail(f"CI is set but the trainers test group cannot run: {', '.join(missing)} not installed")
+
+
+def _cli_run(tmp_path_factory, source) -> Path:
+    """`trajectory-assets run` on ``source``; the exports folder it writes."""
+    from trajectory_assets.cli import main
+
+    storage = tmp_path_factory.mktemp("out")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("DAGSTER_HOME", raising=False)  # a temporary instance, never the project's
+        assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
+    return storage / "exports"
+
+
+@pytest.fixture(scope="session")
+def sample_exports(tmp_path_factory) -> Path:
+    """The exports of a real run over the bundled sample."""
+    from tests.conftest import SAMPLE
+
+    return _cli_run(tmp_path_factory, SAMPLE)
+
+
+@pytest.fixture(scope="session")
+def corpus_exports(tmp_path_factory) -> Path:
+    """The exports of a real run over ../shared/corpus (NeMo Gym and Hermes files)."""
+    from tests.conftest import CORPUS
+
+    if not CORPUS.is_dir():
+        pytest.skip(f"conformance corpus not present at {CORPUS}")
+    return _cli_run(tmp_path_factory, CORPUS)
+
+
+@pytest.fixture(params=["sample", "corpus"])
+def run_exports(request) -> Path:
+    """Each real run's exports in turn."""
+    return request.getfixturevalue(f"{request.param}_exports")
+
+
+@pytest.fixture(scope="session")
+def hf_cache(tmp_path_factory) -> str:
+    """datasets' cache (the loaded Arrow files and TRL's tokenized maps) kept out of ~/.cache."""
+    return str(tmp_path_factory.mktemp("hf_cache"))

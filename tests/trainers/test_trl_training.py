@@ -1,7 +1,8 @@
 """Our exports, as the CLI writes them, load in `datasets` and train in TRL with no user-side fixing.
 
 Nothing is downloaded: the tokenizer is trained here on the exported text and the model is a
-tiny randomly initialised Llama. The dataset rows are passed to the trainers exactly as loaded.
+tiny randomly initialised Llama. The dataset rows are passed to the trainers exactly as loaded
+(`load_dataset("<export folder>")`, argument objects through the Json feature).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SAMPLE
 from tests.trainers.conftest import trainer_libs_missing
 
 pytestmark = [
@@ -34,79 +34,12 @@ if not MISSING:
     datasets.disable_progress_bars()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def trainer_libs():
-    if MISSING:  # only reached with CI set: fail every test rather than skip
-        pytest.fail(f"CI is set but the trainers test group cannot run: {MISSING}")
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory) -> Path:
-    """`trajectory-assets run` on the sample rollouts; the exports folder it writes."""
-    from trajectory_assets.cli import main
-
-    storage = tmp_path_factory.mktemp("out")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("DAGSTER_HOME", raising=False)  # a temporary instance, never the project's
-        assert main(["run", "--source", str(SAMPLE), "--storage", str(storage)]) == 0
-    return storage / "exports"
-
-
-@pytest.fixture(scope="module")
-def hf_cache(tmp_path_factory) -> str:
-    """datasets' cache (the loaded Arrow files and TRL's tokenized maps) kept out of ~/.cache."""
-    return str(tmp_path_factory.mktemp("hf_cache"))
-
-
 # --- loading ---------------------------------------------------------------------------------
 
 
-def load(files: list[Path], cache_dir: str) -> datasets.Dataset:
-    """All given files of one format as one dataset, as a user would: `load_dataset("json"|"parquet")`."""
-    builder = "parquet" if files[0].suffix == ".parquet" else "json"
-    return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir)
-
-
-def file_rows(path: Path) -> int:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
-    return sum(1 for line in path.read_bytes().splitlines() if line.strip())
-
-
-def json_fallbacks(feature: Any, path: str = "") -> list[str]:
-    """Paths of every `datasets.Json` feature: where Arrow found no single type for a field."""
-    if isinstance(feature, datasets.Json):
-        return [path or "<root>"]
-    if isinstance(feature, dict):
-        return [p for key, sub in feature.items() for p in json_fallbacks(sub, f"{path}.{key}" if path else key)]
-    if isinstance(feature, (list, tuple)):
-        return [p for sub in feature for p in json_fallbacks(sub, f"{path}[]")]
-    if hasattr(feature, "feature"):  # List, LargeList, Sequence
-        return json_fallbacks(feature.feature, f"{path}[]")
-    return []
-
-
-def check_loads(folder: Path, cache_dir: str, *, concrete: bool) -> list[str]:
-    """Problems loading one export folder (every split at once); empty when it loads cleanly."""
-    problems = []
-    for suffix in (".jsonl", ".parquet"):
-        files = sorted(folder.glob(f"*{suffix}"))
-        if not files:
-            continue
-        try:
-            dataset = load(files, cache_dir)
-        except Exception as error:  # noqa: BLE001 - reported with the folder, all folders at once
-            cause = error.__cause__ or error
-            problems.append(f"{folder.name}/*{suffix}: {type(cause).__name__}: {cause}".splitlines()[0])
-            continue
-        expected = sum(file_rows(f) for f in files)
-        if len(dataset) != expected:
-            problems.append(f"{folder.name}/*{suffix}: {len(dataset)} rows loaded, {expected} in the files")
-        if concrete and (fallbacks := json_fallbacks(dataset.features)):
-            problems.append(f"{folder.name}/*{suffix}: no single Arrow type for {fallbacks}")
-    return problems
+def load_train(folder: Path, cache_dir: str) -> datasets.Dataset:
+    """The train split as a user loads it: `load_dataset("<export folder>")`, nothing else."""
+    return datasets.load_dataset(str(folder), cache_dir=cache_dir)["train"]
 
 
 # --- a tokenizer and a model built in the test ------------------------------------------------
@@ -114,9 +47,10 @@ def check_loads(folder: Path, cache_dir: str, *, concrete: bool) -> list[str]:
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
                   "<tool_call>", "</tool_call>", "<tools>", "</tools>"]
 
-# ChatML with tools, reasoning, tool results and tool calls. `+` on the arguments requires the
-# JSON string of OpenAI's format (a dict would raise). Keys a message does not use come back
-# from Arrow as None, so the tests are on truthiness.
+# ChatML with tools, reasoning, tool results and tool calls, arguments through `tojson` as
+# Qwen2.5's and Llama 3.1's templates write them (test_chat_rendering.py checks what that makes
+# of every row). Keys a message does not use come back from Arrow as None and transformers drops
+# them before rendering, so the tests are on truthiness.
 CHAT_TEMPLATE = r"""
 {%- if tools %}{{ '<|im_start|>system\n<tools>\n' }}
 {%- for tool in tools %}{{ tool | tojson }}{{ '\n' }}{% endfor %}
@@ -128,7 +62,7 @@ CHAT_TEMPLATE = r"""
 {%- if message.reasoning_content %}{{ '<think>' + message.reasoning_content + '</think>\n' }}{% endif %}
 {{- message.content }}
 {%- for call in message.tool_calls or [] %}
-{{- '\n<tool_call>' + call.function.name + ' ' + call.function.arguments + '</tool_call>' }}
+{{- '\n<tool_call>' + call.function.name + ' ' }}{{ call.function.arguments | tojson }}{{ '</tool_call>' }}
 {%- endfor %}
 {{- '<|im_end|>\n' }}
 {%- endfor %}
@@ -163,7 +97,8 @@ def tiny_model(tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
 def run_args(output_dir: Path) -> dict[str, Any]:
     return dict(
         output_dir=str(output_dir), max_steps=2, per_device_train_batch_size=2, report_to="none",
-        use_cpu=True, max_length=512, save_strategy="no", logging_steps=1, dataloader_num_workers=0,
+        use_cpu=True, max_length=2048,  # the corpus pair's prompt alone is ~600 words
+        save_strategy="no", logging_steps=1, dataloader_num_workers=0,
     )
 
 
@@ -174,12 +109,8 @@ def assert_trained(trainer) -> None:
     assert all(math.isfinite(loss) for loss in losses), losses
 
 
-def split_files(folder: Path, split: str) -> list[Path]:
-    return sorted(folder.glob(f"{split}.*"))  # train.jsonl or train.parquet
-
-
 def train_sft(folder: Path, cache_dir: str, output_dir: Path):
-    dataset = load(split_files(folder, "train"), cache_dir)
+    dataset = load_train(folder, cache_dir)
     tokenizer = build_tokenizer(dataset)
     trainer = trl.SFTTrainer(
         model=tiny_model(tokenizer),
@@ -192,7 +123,7 @@ def train_sft(folder: Path, cache_dir: str, output_dir: Path):
 
 
 def train_dpo(folder: Path, cache_dir: str, output_dir: Path):
-    dataset = load(split_files(folder, "train"), cache_dir)
+    dataset = load_train(folder, cache_dir)
     tokenizer = build_tokenizer(dataset)
     trainer = trl.DPOTrainer(
         model=tiny_model(tokenizer),
@@ -205,19 +136,12 @@ def train_dpo(folder: Path, cache_dir: str, output_dir: Path):
     return trainer
 
 
-# --- the exports the CLI writes ---------------------------------------------------------------
+# --- the exports of real runs (the bundled sample, and ../shared/corpus when present) -----------
 
 
-def test_every_export_loads_with_datasets(exports, hf_cache):
-    folders = sorted(p for p in exports.iterdir() if p.is_dir())
-    assert {"trl_sft", "trl_dpo"} <= {f.name for f in folders}, [f.name for f in folders]
-    problems = [p for f in folders for p in check_loads(f, hf_cache, concrete=f.name.startswith("trl_"))]
-    assert not problems, "\n".join(problems)
+def test_sft_trainer_trains_on_the_trl_sft_export(run_exports, hf_cache, tmp_path):
+    assert_trained(train_sft(run_exports / "trl_sft", hf_cache, tmp_path))
 
 
-def test_sft_trainer_trains_on_the_trl_sft_export(exports, hf_cache, tmp_path):
-    assert_trained(train_sft(exports / "trl_sft", hf_cache, tmp_path))
-
-
-def test_dpo_trainer_trains_on_the_trl_dpo_export(exports, hf_cache, tmp_path):
-    assert_trained(train_dpo(exports / "trl_dpo", hf_cache, tmp_path))
+def test_dpo_trainer_trains_on_the_trl_dpo_export(run_exports, hf_cache, tmp_path):
+    assert_trained(train_dpo(run_exports / "trl_dpo", hf_cache, tmp_path))

@@ -1,8 +1,14 @@
 """Dataset cards: a README beside each export, rendered from its manifest alone.
 
 A card says what a trainer is about to consume: how many rows, which filters and pairing
-made them, what was left out and why, the reward and length distributions, and the
+made them, what was left out and why, the reward, token and length distributions, and the
 sources, so nobody has to read the pipeline to know what is in a file.
+
+It opens with the Hugging Face YAML front matter that makes the export folder a Hub dataset:
+``configs`` naming the split files, ``dataset_info.features`` (the row types, JSON fields
+included), the ``license`` of the config's ``card`` section and tags. ``datasets.load_dataset
+("<export folder>")`` then gives the splits with those types and nothing else to pass. A
+split without rows is left out of ``configs``: ``datasets`` refuses to build an empty split.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import yaml
 
 from trajectory_assets.datasets.markdown import table
 
@@ -20,7 +27,8 @@ PURPOSE = {
                   "`<tool_response>` markup and the function-calling system prompt).",
     "dpo": "Preference pairs `{prompt, chosen, rejected}` from rollouts of the same task (the seed DPO format).",
     "grpo": "One NeMo Gym RL input per task `{responses_create_params, agent_ref}` (the seed GRPO format).",
-    "trl_sft": "TRL conversational SFT: `messages` plus a `tools` JSON string (`trl.SFTTrainer`).",
+    "trl_sft": "TRL conversational SFT: `messages` (tool-call arguments as JSON objects) plus `tools` "
+               "(`trl.SFTTrainer`).",
     "trl_dpo": "TRL explicit-prompt conversational preferences `{prompt, chosen, rejected}` plus `tools` "
                "(`trl.DPOTrainer`).",
     "trl_grpo": "TRL prompt-only rows `{prompt}`; every other column reaches the reward functions "
@@ -28,6 +36,19 @@ PURPOSE = {
     "verl": "verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
     "llama_factory": "LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in "
                      "`dataset_info.json`.",
+    "nemo_rl_sft": "NeMo RL SFT `openai_format`: `messages` (arguments as JSON objects, ending with the "
+                   "assistant's turn) plus `tools`; load with `use_preserving_dataset: true`.",
+    "nemo_rl_dpo": "NeMo RL DPO preferences: `context` plus two `completions` `{rank, completion}` (rank 0 "
+                   "preferred, no ties) and `tools`.",
+    "on_policy_tokens": "The SFT trajectories at the token level, for on-policy distillation: per model call the "
+                        "prompt's and the generation's token ids and the policy's log probabilities, as NeMo Gym "
+                        "recorded them (`contiguous`: every call extends the tokens before it, as NeMo RL needs).",
+}
+# what a row's token count measures, per family
+MEASURED = {
+    "sft": "the whole conversation with its tools",
+    "dpo": "the longer of prompt + chosen and prompt + rejected, with the tools",
+    "grpo": "the prompt with its tools and the generation prompt",
 }
 
 
@@ -35,6 +56,7 @@ def render_card(manifest: dict[str, Any]) -> str:
     name = manifest["export"]
     rows = manifest["rows"]
     lines = [
+        front_matter(manifest),
         f"# {name}",
         "",
         PURPOSE.get(name, ""),
@@ -59,6 +81,10 @@ def render_card(manifest: dict[str, Any]) -> str:
         *table(["measure", "count", "min", "p10", "mean", "p50", "p90", "max"],
                 [[measure, *(d.get(k, "") for k in ("count", "min", "p10", "mean", "p50", "p90", "max"))]
                  for measure, d in manifest["distributions"].items()]),
+        "",
+        "## Token lengths",
+        "",
+        *_token_lines(manifest),
         "",
         "## Configuration",
         "",
@@ -86,6 +112,54 @@ def redaction_line(sources: list[dict[str, Any]]) -> str:
     return line + (f"; **{unscrubbed} source(s) were not redacted**" if unscrubbed else "")
 
 
+def front_matter(manifest: dict[str, Any]) -> str:
+    """The card's YAML header: what the Hub and ``load_dataset`` read.
+
+    ``dataset_info.splits`` (rows and file size per split) is also what makes a re-run visible
+    to ``datasets``: it caches a folder whose card has ``configs`` under a hash of the card,
+    not of the files, so without it a reload after a re-run would hand back the old rows.
+    """
+    files = manifest["files"]
+    with_rows = [name for name, described in files.items() if described["rows"]] or list(files)[:1]
+    card = manifest["config"]["card"]
+    tags = ["trajectory-assets", "agent-trajectories", manifest["config_section"], manifest["export"].replace("_", "-")]
+    header = {
+        "license": card["license"],
+        "tags": list(dict.fromkeys([*tags, *card["tags"]])),
+        "configs": [{"config_name": "default",
+                     "data_files": [{"split": _split(name), "path": name} for name in with_rows]}],
+        "dataset_info": {
+            "features": manifest["features"],
+            "splits": [{"name": _split(name), "num_bytes": files[name]["bytes"], "num_examples": files[name]["rows"]}
+                       for name in with_rows],
+            "download_size": sum(files[name]["bytes"] for name in with_rows),
+        },
+    }
+    return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def _split(file_name: str) -> str:
+    return file_name.rsplit(".", 1)[0]
+
+
+def _token_lines(manifest: dict[str, Any]) -> list[str]:
+    budget = manifest["token_budget"]
+    if budget["tokenizer"] is None:
+        return ["Not measured: no `tokenizer` is configured."]
+    tokens = manifest["distributions"]["tokens"]
+    limit = (f"budget {budget['max_tokens']} tokens ({manifest['config_section']}.max_tokens, over budget: "
+             f"{budget['over_token_budget']}); left out over budget: {budget['left_out']}, cut at a turn "
+             f"boundary: {budget['truncated']}") if budget["max_tokens"] else "no budget (max_tokens not set)"
+    return [
+        f"Each row rendered with the chat template of `{budget['tokenizer']}` and tokenized: "
+        f"{MEASURED[manifest['config_section']]}; {limit}.",
+        "",
+        *table(["rows", "min", "p10", "p50", "p90", "max"],
+               [[tokens.get(k, "") for k in ("count", "min", "p10", "p50", "p90", "max")]]),
+    ]
+
+
 def _relevant_config(manifest: dict[str, Any]) -> dict[str, Any]:
     section = manifest["config_section"]
-    return {section: manifest["config"][section], "split": manifest["config"]["split"]}
+    config = manifest["config"]
+    return {section: config[section], "split": config["split"], "tokenizer": config["tokenizer"]}

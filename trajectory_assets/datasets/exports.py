@@ -7,17 +7,21 @@ Every export works the same way, so memory stays bounded by a chunk:
    units: SFT rows (one per trajectory), DPO pairs (two rollouts of a task), GRPO tasks
    (one per task), and balances them (cap per task_type, sample);
 2. **fetch** the message payloads of only the planned trajectories, chunk by chunk;
-3. **render** each unit in every requested :class:`Format` of the family: the seed formats
+3. **measure** each unit with the configured tokenizer's chat template, when there is one
+   (``datasets/tokens.py``): over the family's ``max_tokens`` it is left out or cut at a turn
+   boundary, for every format of the family alike;
+4. **render** each unit in every requested :class:`Format` of the family: the seed formats
    (SFT, Hermes ShareGPT SFT, DPO, NeMo Gym GRPO input) and the trainer flavors (TRL,
-   LLaMA-Factory, verl). A unit a format cannot express raises ``Unrepresentable`` and is
-   counted, never written lossily.
+   NeMo RL, LLaMA-Factory, verl). A unit a format cannot express raises ``Unrepresentable``
+   and is counted, never written lossily.
 
 A family plans and reads its payloads once for all its formats, and decodes each JSON
 payload at most once (the ``*Item`` classes cache what the renderers ask for): reading the
 payloads is most of an export's cost. ``iter_<family>_family`` yields, per chunk, one
 :class:`ExportFrame` per format: one row per export line, holding the finished JSON line
 (``line``), its ``split`` and the flat columns its Pandera contract checks, plus counts of
-what was left out and why. ``iter_<format>`` / ``build_<format>`` give one format alone. Payloads stay JSON strings, spliced into lines with
+what was left out and why; beside the rows, each row's length in ``tokens`` (NaN when not
+measured) and the number of rows cut to the token budget. ``iter_<format>`` / ``build_<format>`` give one format alone. Payloads stay JSON strings, spliced into lines with
 ``orjson.Fragment`` where they are copied unchanged. The split is by ``prompt_key`` (the
 content of the prompt), so one prompt never lands in both splits, even when two source
 files hold it under different task indices.
@@ -28,7 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,13 +47,15 @@ from trajectory_assets.datasets.curation import (
     filter_trajectories,
     near_duplicates,
 )
+from trajectory_assets.datasets.tokens import TokenBudget
 from trajectory_assets.formats.chat import divergence_point, role_shape
 from trajectory_assets.formats.hermes import render_hermes
 from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
 from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG
-from trajectory_assets.formats.text_chat import text_messages, value_types
-from trajectory_assets.formats.tokens import contiguous, token_calls
+from trajectory_assets.formats.nemo_rl import completions, require_final_assistant
+from trajectory_assets.formats.text_chat import template_messages, value_types
+from trajectory_assets.formats.token_data import contiguous, token_calls
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 from trajectory_assets.formats.verl import ground_truth_of, verl_row
 
@@ -87,6 +93,13 @@ class FrameTable:
 class ExportFrame:
     rows: pd.DataFrame
     excluded: Counter = field(default_factory=Counter)
+    truncated: int = 0  # rows written cut to the token budget
+    # each row's length under the chat template (NaN when not measured), in row order
+    tokens: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:
+            self.tokens = np.full(len(self.rows), np.nan)
 
 
 def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
@@ -95,7 +108,8 @@ def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
     excluded: Counter = Counter()
     for frame in frames:
         excluded.update(frame.excluded)
-    return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True), excluded)
+    return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True), excluded,
+                       sum(f.truncated for f in frames), np.concatenate([f.tokens for f in frames]))
 
 
 def _concat(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
@@ -122,8 +136,14 @@ def _loads_or_none(value: str | None) -> Any:
 # ------------------------------------------------------------------ curation (all families)
 
 
-def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list[str]) -> tuple[pd.DataFrame, Counter]:
-    """The trajectories an export may use (flat columns only), and why the others were left out."""
+def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list[str],
+                         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+    """The trajectories an export may use (flat columns only), and why the others were left out.
+
+    With a tokenizer (``budget``) ``max_tokens`` is enforced on the rendered rows, not on the
+    rollouts' recorded usage."""
+    if budget is not None:
+        config = config.model_copy(update={"max_tokens": None})
     kept, excluded = filter_trajectories(_concat(table.scan(columns)), config)
     if config.dedup != "none":
         kept = drop_exact_duplicates(kept, excluded)
@@ -143,8 +163,9 @@ def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list
 # ------------------------------------------------------------------ SFT family
 
 
-def plan_sft(table: TrajectoryTable, config: SftConfig) -> tuple[pd.DataFrame, Counter]:
-    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS)
+def plan_sft(table: TrajectoryTable, config: SftConfig,
+             budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
     return balance(kept, config, "trajectory_id", excluded), excluded
 
 
@@ -170,6 +191,7 @@ class SftItem:
 
     def __init__(self, row) -> None:
         self.row = row
+        self.cut_short = False  # cut to the token budget (see cut)
 
     @cached_property
     def messages(self) -> list[dict[str, Any]]:
@@ -179,18 +201,63 @@ class SftItem:
     def tools(self) -> list[dict[str, Any]] | None:
         return _loads_or_none(self.row.tools)
 
+    @cached_property
+    def template_row(self) -> dict[str, Any]:
+        """The row in the form chat templates render (TRL and NeMo RL share it), made once."""
+        row = self.row
+        messages = template_messages(self.messages)
+        record = {"messages": messages, "tools": self.tools, "reward": None if pd.isna(row.reward) else row.reward,
+                  "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
+        return {
+            **_lineage(row),
+            "role_shape": row.role_shape,
+            "reward": row.reward,
+            "value_types": value_types(messages),
+            "tools_type": type(self.tools).__name__,
+            "line": orjson.dumps(record).decode(),
+        }
 
-def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig) -> dict[str, ExportFrame]:
-    """Every unit in every format; a unit one format cannot express is counted for that format only."""
+    def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
+        """The same trajectory with only its first ``len(messages)`` messages (a format that
+        writes more of the trajectory than its messages must check ``cut_short``)."""
+        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode(), role_shape=role_shape(messages)))
+        item.messages = messages
+        item.cut_short = True
+        return item
+
+
+# unit -> (the unit, cut if it had to be, its tokens, whether it was cut)
+Fit = Callable[[Any], tuple[Any, int, bool]]
+
+
+def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig,
+                fit: Fit | None = None) -> dict[str, ExportFrame]:
+    """Every unit in every format; a unit one format cannot express is counted for that format
+    only, a unit over the token budget (``fit``) for every format of the family."""
     records: dict[str, list[dict[str, Any]]] = {name: [] for name in formats}
+    lengths: dict[str, list[float]] = {name: [] for name in formats}
     unrepresentable: dict[str, Counter] = {name: Counter() for name in formats}
+    truncated: Counter = Counter()
     for unit in units:
+        tokens, cut = np.nan, False
+        if fit is not None:
+            try:
+                unit, tokens, cut = fit(unit)
+            except Unrepresentable as error:
+                for counts in unrepresentable.values():
+                    counts[error.reason] += 1
+                continue
         for name, fmt in formats.items():
             try:
-                records[name].append(fmt.render(unit))
+                record = fmt.render(unit)
             except Unrepresentable as error:
                 unrepresentable[name][error.reason] += 1
-    return {name: ExportFrame(_frame(records[name], fmt.frame, split), unrepresentable[name])
+                continue
+            records[name].append(record)
+            lengths[name].append(tokens)
+            truncated[name] += cut
+    return {name: ExportFrame(_frame(records[name], fmt.frame, split), unrepresentable[name], truncated[name],
+                              np.array(lengths[name], dtype=float))
             for name, fmt in formats.items()}
 
 
@@ -199,14 +266,20 @@ def _exclusions(excluded: Counter, formats: dict[str, Format], split: SplitConfi
     return {name: ExportFrame(_frame([], fmt.frame, split), Counter(excluded)) for name, fmt in formats.items()}
 
 
-def iter_sft_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig,
-                    formats: dict[str, Format]) -> Iterator[dict[str, ExportFrame]]:
-    plan, excluded = plan_sft(table, config)
+def iter_sft_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, formats: dict[str, Format],
+                    budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    plan, excluded = plan_sft(table, config, budget)
     yield _exclusions(excluded, formats, split)
     if plan.empty:
         return
+    fit = None if budget is None else partial(_fit_sft, budget)
     for chunk in table.scan(_payload_columns(SFT_PAYLOAD_COLUMNS, formats), ids=set(plan["trajectory_id"])):
-        yield _render_all((SftItem(row) for row in chunk.itertuples(index=False)), formats, split)
+        yield _render_all((SftItem(row) for row in chunk.itertuples(index=False)), formats, split, fit)
+
+
+def _fit_sft(budget: TokenBudget, item: SftItem) -> tuple[SftItem, int, bool]:
+    messages, tokens, cut = budget.fit([], item.messages, item.tools)
+    return (item.cut(messages) if cut else item), tokens, cut
 
 
 def _lineage(row) -> dict[str, str]:
@@ -244,18 +317,13 @@ def _sft_hermes_record(item: SftItem) -> dict[str, Any]:
 
 
 def _trl_sft_record(item: SftItem) -> dict[str, Any]:
-    row = item.row
-    messages = text_messages(item.messages)
-    record = {"messages": messages, "tools": row.tools, "reward": None if pd.isna(row.reward) else row.reward,
-              "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
-    return {
-        **_lineage(row),
-        "role_shape": row.role_shape,
-        "reward": row.reward,
-        "value_types": value_types(messages),
-        "tools_type": type(row.tools).__name__,
-        "line": orjson.dumps(record).decode(),
-    }
+    return item.template_row
+
+
+def _nemo_rl_sft_record(item: SftItem) -> dict[str, Any]:
+    """NeMo RL's openai_format: the TRL row, which must end with the assistant's turn."""
+    require_final_assistant(item.messages, "ends_without_assistant_turn")
+    return item.template_row
 
 
 def _llama_factory_record(item: SftItem) -> dict[str, Any]:
@@ -270,6 +338,10 @@ def _tokens_record(item: SftItem) -> dict[str, Any]:
     if row.token_data is None or len(row.token_data) == 0:
         raise Unrepresentable("no_token_data")  # served without token capture
     calls = token_calls(row.token_data)
+    if item.cut_short:  # cut to the token budget at a turn boundary: the calls of the messages kept
+        calls = [call for call in calls if call["message_index"] < len(item.messages)]
+        if not calls:
+            raise Unrepresentable("no_token_data")
     reward = None if pd.isna(row.reward) else row.reward
     line = {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "reward": reward, "model": row.model,
             "calls": calls, "contiguous": contiguous(calls)}
@@ -284,8 +356,10 @@ def _tokens_record(item: SftItem) -> dict[str, Any]:
     }
 
 
-SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float, "line": str}
-SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str, "line": str}
+SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
+             "line": str}
+SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str,
+                    "line": str}
 TRL_SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
                  "value_types": str, "tools_type": str, "line": str}
 LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "line": str}
@@ -298,6 +372,7 @@ SFT_FORMATS = {
     "trl_sft": Format(_trl_sft_record, TRL_SFT_FRAME),
     "llama_factory": Format(_llama_factory_record, LLAMA_FACTORY_FRAME),
     "on_policy_tokens": Format(_tokens_record, TOKENS_FRAME, columns=("token_data", "model")),
+    "nemo_rl_sft": Format(_nemo_rl_sft_record, TRL_SFT_FRAME),
 }
 
 
@@ -306,9 +381,10 @@ SFT_FORMATS = {
 PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id", "reward_chosen", "reward_rejected"]
 
 
-def plan_dpo(table: TrajectoryTable, config: DpoConfig) -> tuple[pd.DataFrame, Counter]:
+def plan_dpo(table: TrajectoryTable, config: DpoConfig,
+             budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
     """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance."""
-    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS)
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
     rewarded = kept["reward"].notna()
     if (~rewarded).any():
         excluded["no_reward"] += int((~rewarded).sum())
@@ -394,10 +470,27 @@ class PairItem:
         columns = _pair_columns(self.pair, shared, chosen_shape, rejected_shape)
         return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:], columns
 
+    @cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return _loads_or_none(self.tools_json)
 
-def iter_dpo_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig,
-                    formats: dict[str, Format]) -> Iterator[dict[str, ExportFrame]]:
-    pairs, excluded = plan_dpo(table, config)
+    @cached_property
+    def template_parts(self) -> tuple[list, list, list, str]:
+        """(prompt, chosen, rejected) as chat templates render them, and their value_types; made once."""
+        prompt, chosen, rejected, _ = self.parts
+        prompt, chosen, rejected = template_messages(prompt), template_messages(chosen), template_messages(rejected)
+        return prompt, chosen, rejected, value_types(prompt + chosen + rejected)
+
+    def cut(self, chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> "PairItem":
+        """The same pair with shorter completions (each still starts with its first assistant turn)."""
+        prompt = self.parts[0]
+        return PairItem(self.pair, (orjson.dumps(prompt + chosen).decode(), self.tools_json),
+                        (orjson.dumps(prompt + rejected).decode(), self.tools_json), self.pairing)
+
+
+def iter_dpo_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig, formats: dict[str, Format],
+                    budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    pairs, excluded = plan_dpo(table, config, budget)
     yield _exclusions(excluded, formats, split)
     if pairs.empty:
         return
@@ -425,7 +518,16 @@ def iter_dpo_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfi
             for trajectory_id in (pair_rows[index].chosen_id, pair_rows[index].rejected_id):
                 if all(other in written for other in waiting[trajectory_id]):
                     loaded.pop(trajectory_id, None)
-        yield _render_all(items, formats, split)
+        yield _render_all(items, formats, split, None if budget is None else partial(_fit_pair, budget))
+
+
+def _fit_pair(budget: TokenBudget, item: PairItem) -> tuple[PairItem, int, bool]:
+    """The longer side counts, as in TRL and NeMo RL; each side is cut on its own."""
+    prompt, chosen, rejected, _ = item.parts
+    chosen, chosen_tokens, chosen_cut = budget.fit(prompt, chosen, item.tools)
+    rejected, rejected_tokens, rejected_cut = budget.fit(prompt, rejected, item.tools)
+    cut = chosen_cut or rejected_cut
+    return (item.cut(chosen, rejected) if cut else item), max(chosen_tokens, rejected_tokens), cut
 
 
 def _split_pair(chosen_messages: list, rejected_messages: list) -> tuple[int, str, str]:
@@ -464,34 +566,56 @@ def _dpo_record(item: PairItem) -> dict[str, Any]:
 
 
 def _trl_dpo_record(item: PairItem) -> dict[str, Any]:
-    prompt, chosen, rejected, columns = item.parts
-    prompt, chosen, rejected = text_messages(prompt), text_messages(chosen), text_messages(rejected)
+    prompt, chosen, rejected, _ = item.template_parts
     # always present (null without tools), so the column has one type
-    record = {**_pair_record(item, prompt, chosen, rejected, item.tools_json), "tools": item.tools_json}
+    record = {**_pair_record(item, prompt, chosen, rejected, item.tools), "tools": item.tools}
+    return _template_pair_columns(item, record)
+
+
+def _nemo_rl_dpo_record(item: PairItem) -> dict[str, Any]:
+    """NeMo RL's preference format: ``context`` and two ranked ``completions``, chosen first."""
+    prompt, chosen, rejected, _ = item.template_parts
+    pair = item.pair
+    record = {
+        "context": prompt, "completions": completions(chosen, rejected), "tools": item.tools,
+        "quality_difference": pair.quality_difference, "reward_chosen": pair.reward_chosen,
+        "reward_rejected": pair.reward_rejected, "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id,
+        "task_key": pair.task_key, "pairing": item.pairing,
+    }
+    return _template_pair_columns(item, record)
+
+
+def _template_pair_columns(item: PairItem, record: dict) -> dict[str, Any]:
     return {
-        **columns,
-        "value_types": value_types(prompt + chosen + rejected),
-        "tools_type": type(item.tools_json).__name__,
+        **item.parts[3],
+        "value_types": item.template_parts[3],
+        "tools_type": type(item.tools).__name__,
         "line": orjson.dumps(record).decode(),
     }
 
 
 DPO_FRAME = {
     "task_key": str, "prompt_key": str, "chosen_id": str, "rejected_id": str, "prompt_shape": str, "chosen_shape": str,
-    "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float, "line": str,
+    "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float,
+    "line": str,
 }
-TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k != "line"}, "value_types": str, "tools_type": str,
-                 "line": str}
+TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k != "line"}, "value_types": str,
+                 "tools_type": str, "line": str}
 
-DPO_FORMATS = {"dpo": Format(_dpo_record, DPO_FRAME), "trl_dpo": Format(_trl_dpo_record, TRL_DPO_FRAME)}
+DPO_FORMATS = {
+    "dpo": Format(_dpo_record, DPO_FRAME),
+    "trl_dpo": Format(_trl_dpo_record, TRL_DPO_FRAME),
+    "nemo_rl_dpo": Format(_nemo_rl_dpo_record, TRL_DPO_FRAME),
+}
 
 
 # ------------------------------------------------------------------ GRPO family
 
 
-def plan_grpo(table: TrajectoryTable, config: GrpoConfig) -> tuple[pd.DataFrame, Counter]:
+def plan_grpo(table: TrajectoryTable, config: GrpoConfig,
+              budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
     """One row per task: its first rollout (in table order) and aggregates over all of them."""
-    kept, excluded = curated_trajectories(table, config, GRPO_PLAN_COLUMNS)
+    kept, excluded = curated_trajectories(table, config, GRPO_PLAN_COLUMNS, budget)
     passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
     by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
     aggregates = by_task.agg(
@@ -567,10 +691,14 @@ class TaskItem:
         # also hold what it produced, so they come second
         return ground_truth_of(self.task_inputs) or ground_truth_of(orjson.loads(self.payload.metadata))
 
+    @cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return _loads_or_none(self.payload.tools)
 
-def iter_grpo_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig,
-                     formats: dict[str, Format]) -> Iterator[dict[str, ExportFrame]]:
-    tasks, excluded = plan_grpo(table, config)
+
+def iter_grpo_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig, formats: dict[str, Format],
+                     budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    tasks, excluded = plan_grpo(table, config, budget)
     yield _exclusions(excluded, formats, split)
     if tasks.empty:
         return
@@ -579,7 +707,11 @@ def iter_grpo_family(table: TrajectoryTable, config: GrpoConfig, split: SplitCon
     for chunk in table.scan(GRPO_PAYLOAD_COLUMNS, ids=set(by_first)):
         items = (TaskItem(by_first[payload.trajectory_id], payload, position[payload.trajectory_id], split)
                  for payload in chunk.itertuples(index=False))
-        yield _render_all(items, formats, split)
+        yield _render_all(items, formats, split, None if budget is None else partial(_fit_task, budget))
+
+
+def _fit_task(budget: TokenBudget, item: TaskItem) -> tuple[TaskItem, int, bool]:
+    return item, budget.prompt(item.prompt, item.tools), False
 
 
 def _grpo_record(item: TaskItem) -> dict[str, Any]:
@@ -596,6 +728,9 @@ def _grpo_record(item: TaskItem) -> dict[str, Any]:
         "prompt_key": task.prompt_key,
         "agent_name": task.agent_ref["name"],
         "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
+        # what the verifier was given, beside the request: its keys vary by environment, so
+        # the dataset card declares the ones the export holds
+        "input_keys": ",".join(item.task_inputs),
         "mean_reward": task.mean_reward,
         "line": orjson.dumps(line).decode(),
     }
@@ -603,9 +738,9 @@ def _grpo_record(item: TaskItem) -> dict[str, Any]:
 
 def _trl_grpo_record(item: TaskItem) -> dict[str, Any]:
     task, payload = item.task, item.payload
-    prompt = text_messages(item.prompt)
+    prompt = template_messages(item.prompt)
     # every column besides prompt reaches TRL's reward functions as a keyword argument
-    line = {"prompt": prompt, "tools": payload.tools, "ground_truth": item.ground_truth,
+    line = {"prompt": prompt, "tools": item.tools, "ground_truth": item.ground_truth,
             "agent_name": task.agent_ref["name"], "task_type": task.task_type, **_task_summary(task)}
     return {
         "task_key": task.task_key,
@@ -613,13 +748,13 @@ def _trl_grpo_record(item: TaskItem) -> dict[str, Any]:
         "prompt_shape": role_shape(prompt),
         "mean_reward": task.mean_reward,
         "value_types": value_types(prompt),
-        "tools_type": type(payload.tools).__name__,
+        "tools_type": type(item.tools).__name__,
         "line": orjson.dumps(line).decode(),
     }
 
 
 def _verl_record(item: TaskItem) -> dict[str, Any]:
-    task, payload, prompt = item.task, item.payload, item.prompt
+    task, prompt = item.task, item.prompt
     row = verl_row(
         prompt=prompt,
         data_source=task.agent_ref["name"],  # the environment: what picks the reward function
@@ -629,7 +764,7 @@ def _verl_record(item: TaskItem) -> dict[str, Any]:
         index=item.index,
         task_key=task.task_key,
         agent_ref=task.agent_ref,
-        tools=_loads_or_none(payload.tools),
+        tools=item.tools,
         num_rollouts=int(task.num_rollouts),
         mean_reward=None if pd.isna(task.mean_reward) else float(task.mean_reward),
         trajectory_ids=task.trajectory_ids,
@@ -642,16 +777,17 @@ def _verl_record(item: TaskItem) -> dict[str, Any]:
         "prompt_shape": role_shape(prompt),
         "index": item.index,
         "mean_reward": task.mean_reward,
+        "value_types": value_types(row["prompt"]),
         "line": orjson.dumps(row).decode(),
     }
 
 
-GRPO_FRAME = {"task_key": str, "prompt_key": str, "agent_name": str, "input_items": "int64", "mean_reward": float,
-              "line": str}
+GRPO_FRAME = {"task_key": str, "prompt_key": str, "agent_name": str, "input_items": "int64", "input_keys": str,
+              "mean_reward": float, "line": str}
 TRL_GRPO_FRAME = {"task_key": str, "prompt_key": str, "prompt_shape": str, "mean_reward": float, "value_types": str,
                   "tools_type": str, "line": str}
 VERL_FRAME = {"task_key": str, "prompt_key": str, "data_source": str, "ability": str, "prompt_shape": str,
-              "index": "int64", "mean_reward": float, "line": str}
+              "index": "int64", "mean_reward": float, "value_types": str, "line": str}
 
 GRPO_FORMATS = {
     "grpo": Format(_grpo_record, GRPO_FRAME),
@@ -670,8 +806,9 @@ FAMILIES: dict[str, tuple[Callable[..., Iterator[dict[str, ExportFrame]]], dict[
 def _one_format(family: str, name: str) -> Callable[..., Iterator[ExportFrame]]:
     builder, formats = FAMILIES[family]
 
-    def iter_export(table: TrajectoryTable, config: Any, split: SplitConfig) -> Iterator[ExportFrame]:
-        for frames in builder(table, config, split, {name: formats[name]}):
+    def iter_export(table: TrajectoryTable, config: Any, split: SplitConfig,
+                    budget: TokenBudget | None = None) -> Iterator[ExportFrame]:
+        for frames in builder(table, config, split, {name: formats[name]}, budget):
             yield frames[name]
 
     iter_export.__doc__ = f"The {name} export alone (family {family})."
@@ -683,16 +820,19 @@ iter_sft_hermes = _one_format("sft", "sft_hermes")
 iter_trl_sft = _one_format("sft", "trl_sft")
 iter_llama_factory = _one_format("sft", "llama_factory")
 iter_on_policy_tokens = _one_format("sft", "on_policy_tokens")
+iter_nemo_rl_sft = _one_format("sft", "nemo_rl_sft")
 iter_dpo = _one_format("dpo", "dpo")
 iter_trl_dpo = _one_format("dpo", "trl_dpo")
+iter_nemo_rl_dpo = _one_format("dpo", "nemo_rl_dpo")
 iter_grpo = _one_format("grpo", "grpo")
 iter_trl_grpo = _one_format("grpo", "trl_grpo")
 iter_verl = _one_format("grpo", "verl")
 
 
 def _over_frame(builder: Callable[..., Iterator[ExportFrame]]) -> Callable[..., ExportFrame]:
-    def build(trajectories: pd.DataFrame, config: Any, split: SplitConfig) -> ExportFrame:
-        return collect(builder(FrameTable(trajectories), config, split))
+    def build(trajectories: pd.DataFrame, config: Any, split: SplitConfig,
+              budget: TokenBudget | None = None) -> ExportFrame:
+        return collect(builder(FrameTable(trajectories), config, split, budget))
 
     build.__doc__ = "The export over one in-memory DataFrame, collected into one ExportFrame."
     return build
@@ -703,8 +843,10 @@ build_sft_hermes = _over_frame(iter_sft_hermes)
 build_trl_sft = _over_frame(iter_trl_sft)
 build_llama_factory = _over_frame(iter_llama_factory)
 build_on_policy_tokens = _over_frame(iter_on_policy_tokens)
+build_nemo_rl_sft = _over_frame(iter_nemo_rl_sft)
 build_dpo = _over_frame(iter_dpo)
 build_trl_dpo = _over_frame(iter_trl_dpo)
+build_nemo_rl_dpo = _over_frame(iter_nemo_rl_dpo)
 build_grpo = _over_frame(iter_grpo)
 build_trl_grpo = _over_frame(iter_trl_grpo)
 build_verl = _over_frame(iter_verl)

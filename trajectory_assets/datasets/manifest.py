@@ -44,6 +44,8 @@ def build_manifest(
     excluded: dict[str, int],
     distributions: dict[str, dict[str, Any]],
     files: dict[str, dict[str, Any]],
+    features: list[dict[str, Any]],
+    token_budget: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "export": export,
@@ -61,5 +63,8 @@ def build_manifest(
         "rows": rows,
         "excluded": dict(sorted(excluded.items())),
         "distributions": distributions,
+        # the tokenizer, budget and what it left out / cut (tokens are measured only with a tokenizer)
+        "token_budget": token_budget,
         "files": files,  # name -> sha256, bytes, rows of what was written
+        "features": features,  # the types HF datasets loads the rows as (the card's dataset_info.features)
     }

@@ -145,6 +145,9 @@ def compute_stats(
         "duplicates_across_batches": duplicates_across_batches,
         "exports": {name: manifest["rows"] for name, manifest in manifests.items()},
         "excluded_by_export": {name: manifest["excluded"] for name, manifest in manifests.items()},
+        # each export's rows measured with the configured tokenizer's chat template (count 0: not measured)
+        "tokens_by_export": {name: {**manifest["token_budget"], **manifest["distributions"]["tokens"]}
+                             for name, manifest in manifests.items()},
         "dpo_pairs": None if dpo is None else {
             "pairing": dpo["config"]["dpo"]["pairing"],
             "pairs": sum(dpo["rows"].values()),
@@ -241,6 +244,17 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
                    [[stats["dpo_pairs"]["pairing"], stats["dpo_pairs"]["pairs"],
                      *(margin.get(k, "") for k in ("min", "p50", "mean", "max"))]]),
         ]
+    lines += ["", "## Token lengths per export", ""]
+    measured = {name: t for name, t in stats["tokens_by_export"].items() if t["count"]}
+    if measured:
+        tokenizers = sorted({t["tokenizer"] for t in measured.values()})
+        lines += [f"Rows rendered with the chat template of {', '.join(f'`{n}`' for n in tokenizers)} and tokenized"
+                  " (SFT: the conversation; DPO: the longer side; GRPO: the prompt).", ""]
+        lines += table(["export", "rows", "min", "p50", "p90", "max", "max_tokens", "left out", "truncated"],
+                       [[name, t["count"], t["min"], t["p50"], t["p90"], t["max"], t["max_tokens"] or "",
+                         t["left_out"], t["truncated"]] for name, t in measured.items()])
+    else:
+        lines += ["Not measured: no `tokenizer` is configured."]
     lines += ["", "## Left out of each export", ""]
     lines += table(["export", "reason", "rows"],
                    [[name, reason, count] for name, excluded in stats["excluded_by_export"].items()

@@ -1,12 +1,13 @@
 """Every export as an asset: the seed formats (SFT, Hermes SFT, DPO, GRPO) and the trainer
-flavors (TRL, LLaMA-Factory, verl).
+flavors (TRL, NeMo RL, LLaMA-Factory, verl).
 
 The exports of one family (SFT, DPO, GRPO) are one multi-asset step: the family plans and
 reads its payloads once and renders every selected export from them (reading payloads is
 most of an export's cost). Each export is still its own asset with its own contract, checks,
 manifest and card, and is committed or discarded on its own: one that fails a check writes
 nothing, while the others of its family are written. Each line is checked by its contract
-before it is written.
+before it is written. With a ``tokenizer`` configured, every row is measured with its chat
+template and the family's token budget enforced (``datasets/tokens.py``).
 """
 
 
@@ -27,9 +28,10 @@ import pyarrow.parquet as pq
 from schemas.dpo import DpoSchema
 from schemas.grpo import GrpoSchema
 from schemas.llama_factory import LlamaFactorySchema
+from schemas.nemo_rl import NemoRlDpoSchema, NemoRlSftSchema
 from schemas.sft import SftSchema
 from schemas.sft_hermes import SftHermesSchema
-from schemas.tokens import TokensSchema
+from schemas.token_data import TokensSchema
 from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
 from schemas.validation import ChunkedContract
 from schemas.verl import VerlSchema
@@ -38,6 +40,7 @@ from trajectory_assets.config import PipelineConfig
 from trajectory_assets.datasets import exports
 from trajectory_assets.datasets.card import render_card
 from trajectory_assets.datasets.manifest import build_manifest, describe
+from trajectory_assets.datasets.tokens import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
 from trajectory_assets.defs.batches import (
     STORAGE_RETRY,
     read_summary,
@@ -47,8 +50,11 @@ from trajectory_assets.defs.batches import (
 )
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
-from trajectory_assets.formats.llama_factory import dataset_info
-from trajectory_assets.formats.tokens import TOKENS_ARROW_SCHEMA
+from trajectory_assets.formats.arrow_rows import hf_features, table_from_records
+from trajectory_assets.formats.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
+from trajectory_assets.formats.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
+from trajectory_assets.formats.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA
+from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
 from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
 from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
 from trajectory_assets.io.storage import Storage
@@ -67,9 +73,11 @@ class ExportKind:
     contract: type[pa.DataFrameModel]
     # export field -> the validated_trajectories columns it is made from (shown in the UI)
     lineage: dict[str, list[str]]
+    # the Arrow types of its rows: Parquet is written with them, and the dataset card declares
+    # them to HF datasets for JSON lines too
+    arrow_schema: pyarrow.Schema
     group: str = GROUP
-    file_format: str = "jsonl"  # or "parquet", written with arrow_schema
-    arrow_schema: pyarrow.Schema | None = None
+    file_format: str = "jsonl"  # or "parquet"
     # numeric frame columns whose distribution the manifest and the card report
     measures: tuple[str, ...] = ()
     # name -> content of a trainer's index file written beside the splits
@@ -106,40 +114,49 @@ def _kind(name: str, family: str, *args, **kwargs) -> ExportKind:
 
 EXPORT_KINDS = (
     _kind("sft", "sft", "Supervised fine-tuning rows {messages, tools?, reward?, task_type?} in Chat Completions "
-          "form.", SftSchema, SFT_LINEAGE, measures=("reward",)),
+          "form.", SftSchema, SFT_LINEAGE, SFT_SCHEMA, measures=("reward",)),
     _kind("dpo", "dpo", "Preference pairs {prompt, chosen, rejected, quality_difference, reward_chosen, "
-          "reward_rejected} from rollouts of the same task.", DpoSchema, DPO_LINEAGE, measures=DPO_MEASURES),
+          "reward_rejected} from rollouts of the same task.", DpoSchema, DPO_LINEAGE, DPO_SCHEMA,
+          measures=DPO_MEASURES),
     _kind("sft_hermes", "sft", "The SFT rows (same curation) rendered as Hermes ShareGPT: <think>, <tool_call> "
           "and <tool_response> markup and the function-calling system prompt.", SftHermesSchema,
-          {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}),
+          {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+          SFT_HERMES_SCHEMA),
     _kind("grpo", "grpo", "One NeMo Gym RL input row {responses_create_params, agent_ref} per task.", GrpoSchema,
-          {"responses_create_params": ["request"], **TASK_LINEAGE}, measures=("mean_reward",)),
-    _kind("trl_sft", "sft", "TRL conversational SFT: {messages, tools (JSON string)} for trl.SFTTrainer.",
-          TrlSftSchema, SFT_LINEAGE, group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TRL_SFT_SCHEMA,
+          {"responses_create_params": ["request"], **TASK_LINEAGE}, GRPO_SCHEMA, measures=("mean_reward",)),
+    _kind("trl_sft", "sft", "TRL conversational SFT: {messages (argument objects), tools} for trl.SFTTrainer.",
+          TrlSftSchema, SFT_LINEAGE, TRL_SFT_SCHEMA, group=FLAVORS_GROUP, file_format="parquet",
           measures=("reward",)),
     _kind("trl_dpo", "dpo", "TRL explicit-prompt conversational preferences {prompt, chosen, rejected, tools} for "
-          "trl.DPOTrainer.", TrlDpoSchema, DPO_LINEAGE, group=FLAVORS_GROUP, file_format="parquet",
-          arrow_schema=TRL_DPO_SCHEMA, measures=DPO_MEASURES),
+          "trl.DPOTrainer.", TrlDpoSchema, DPO_LINEAGE, TRL_DPO_SCHEMA, group=FLAVORS_GROUP, file_format="parquet",
+          measures=DPO_MEASURES),
     _kind("trl_grpo", "grpo", "TRL prompt-only rows {prompt, ...}: the other columns reach the reward functions.",
           TrlGrpoSchema, {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"],
                           **TASK_LINEAGE},
-          group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TRL_GRPO_SCHEMA, measures=("mean_reward",)),
-    _kind("verl", "grpo", "verl RL Parquet {data_source, prompt, ability, reward_model, extra_info}, one row per "
-          "task.", VerlSchema,
+          TRL_GRPO_SCHEMA, group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
+    _kind("verl", "grpo", "verl RL Parquet {data_source, agent_name, prompt, ability, reward_model, extra_info "
+          "(tools_kwargs, interaction_kwargs, ...)}, one row per task.", VerlSchema,
           {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
-           "ability": ["task_type"], "reward_model": ["metadata"],
-           "extra_info": ["task_key", "trajectory_id", "reward", "tools"]},
-          group=FLAVORS_GROUP, file_format="parquet", arrow_schema=VERL_ARROW_SCHEMA, measures=("mean_reward",)),
+           "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
+           "extra_info": ["task_key", "trajectory_id", "reward", "tools", "metadata"]},
+          VERL_ARROW_SCHEMA, group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
     _kind("llama_factory", "sft", "LLaMA-Factory ShareGPT {conversations, system, tools} with dataset_info.json.",
           LlamaFactorySchema, {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
                                "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-          group=FLAVORS_GROUP, index_files=_llama_factory_index),
+          LLAMA_FACTORY_SCHEMA, group=FLAVORS_GROUP, index_files=_llama_factory_index),
+    _kind("nemo_rl_sft", "sft", "NeMo RL SFT openai_format {messages (argument objects), tools}, ending with the "
+          "assistant's turn.", NemoRlSftSchema, SFT_LINEAGE, NEMO_RL_SFT_SCHEMA, group=FLAVORS_GROUP,
+          measures=("reward",)),
+    _kind("nemo_rl_dpo", "dpo", "NeMo RL DPO preferences {context, completions: [{rank, completion}], tools}.",
+          NemoRlDpoSchema, {"context": ["messages"], "completions": ["messages", "reward"],
+                            **{k: v for k, v in DPO_LINEAGE.items() if k not in ("prompt", "chosen", "rejected")}},
+          NEMO_RL_DPO_SCHEMA, group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES),
     _kind("on_policy_tokens", "sft", "The SFT trajectories (same curation) at the token level, for on-policy "
           "distillation: per model call the prompt's and the generation's token ids and the policy's log "
           "probabilities, as NeMo Gym recorded them. Trajectories without token data are left out.",
           TokensSchema, {"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"],
                          "model": ["model"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-          group=FLAVORS_GROUP, file_format="parquet", arrow_schema=TOKENS_ARROW_SCHEMA,
+          TOKENS_ARROW_SCHEMA, group=FLAVORS_GROUP, file_format="parquet",
           measures=("generated_tokens", "calls")),
 )
 
@@ -152,6 +169,8 @@ class _Written:
     distributions: dict[str, dict]
     checks: list[dg.AssetCheckResult]
     first_line: str | None
+    truncated: int  # rows cut to the token budget
+    input_keys: set[str]  # top-level fields beyond the schema's, held as JSON values
 
 
 class _BrokenExport(Exception):
@@ -204,7 +223,7 @@ class _SplitSink:
     def write(self, lines: list[str]) -> None:
         if self.parquet is not None:
             records = [orjson.loads(line) for line in lines]
-            self.parquet.write_table(pyarrow.Table.from_pylist(records, schema=self.arrow_schema))
+            self.parquet.write_table(table_from_records(records, self.arrow_schema))
         else:
             self.out.write("\n".join([*lines, ""]).encode())  # the trailing "" ends the last line: no extra copy
         self.rows += len(lines)
@@ -227,26 +246,37 @@ class _ExportWriter:
         self.store, self.kind, self.config = store, kind, config
         self.prompts_by_split: dict[str, set[str]] = {split: set() for split in exports.SPLITS}
         self.below_margin = 0
+        self.over_budget = 0  # rows written longer than the family's max_tokens (the token_budget check)
+        self.truncated = 0
+        self.max_tokens = getattr(config, kind.family).max_tokens if config.tokenizer else None
         self.excluded: Counter = Counter()
         self.contract = ChunkedContract(kind.contract)
         self.first_line: str | None = None
-        self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "line_chars")}
+        self.input_keys: set[str] = set()  # top-level fields beyond the schema's (GRPO's verifier inputs)
+        self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "tokens", "line_chars")}
         self.files = contextlib.ExitStack()
         self.sinks: dict[str, _SplitSink] = {}
+        parquet_schema = kind.arrow_schema if kind.file_format == "parquet" else None
         for split in exports.SPLITS:
             handle = self.files.enter_context(store.open_write(layout.export_file(kind.name, split, kind.file_format)))
-            self.sinks[split] = _SplitSink(_HashingWriter(handle), kind.arrow_schema)
+            self.sinks[split] = _SplitSink(_HashingWriter(handle), parquet_schema)
             self.files.callback(self.sinks[split].close)  # before its file is committed or discarded
 
     def add(self, frame: exports.ExportFrame) -> None:
         self.excluded.update(frame.excluded)
+        self.truncated += frame.truncated
         rows = frame.rows
         self.contract.check(rows)
         if self.kind.checks_margin and len(rows):
             self.below_margin += int((rows["quality_difference"] < self.config.dpo.min_margin).sum())
+        if self.max_tokens is not None:
+            self.over_budget += int((frame.tokens > self.max_tokens).sum())
+        self.measured["tokens"].append(frame.tokens)
         for name in self.kind.measures:
             self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
         self.measured["line_chars"].append(rows["line"].str.len().to_numpy(dtype=float))
+        if "input_keys" in rows:
+            self.input_keys.update(key for keys in rows["input_keys"].unique() for key in keys.split(",") if key)
         for split, sink in self.sinks.items():
             in_split = rows["split"] == split
             lines = rows.loc[in_split, "line"].tolist()
@@ -272,6 +302,10 @@ class _ExportWriter:
             checks.append(dg.AssetCheckResult(asset_key=asset, check_name="dpo_margin", passed=self.below_margin == 0,
                                               metadata={"min_margin": self.config.dpo.min_margin,
                                                         "below_margin": self.below_margin}))
+        checks.append(dg.AssetCheckResult(asset_key=asset, check_name="token_budget", passed=self.over_budget == 0,
+                                          metadata={"tokenizer": self.config.tokenizer or "(none: not measured)",
+                                                    "max_tokens": self.max_tokens or 0,
+                                                    "over_budget": self.over_budget}))
         if not all(check.passed for check in checks):
             self.discard()
             raise _BrokenExport(checks, contract.summary(5))
@@ -286,7 +320,7 @@ class _ExportWriter:
         distributions = {name: describe(np.concatenate(parts) if parts else np.empty(0))
                          for name, parts in self.measured.items()}
         return _Written({split: sink.rows for split, sink in self.sinks.items()}, files, self.excluded,
-                        distributions, checks, self.first_line)
+                        distributions, checks, self.first_line, self.truncated, self.input_keys)
 
 
 def _check_specs(kind: ExportKind) -> list[dg.AssetCheckSpec]:
@@ -299,6 +333,9 @@ def _check_specs(kind: ExportKind) -> list[dg.AssetCheckSpec]:
     if kind.checks_margin:
         specs.append(dg.AssetCheckSpec("dpo_margin", asset=kind.asset_name, blocking=True,
                                        description="every pair's quality_difference >= dpo.min_margin"))
+    specs.append(dg.AssetCheckSpec("token_budget", asset=kind.asset_name, blocking=True,
+                                   description=f"with a tokenizer, every row's chat-template length <= "
+                                               f"{kind.family}.max_tokens"))
     return specs
 
 
@@ -339,13 +376,14 @@ def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetE
     batches = registered_batches(context)
     table = stored_trajectories(store, batches)
     builder, _ = exports.FAMILIES[family]
+    budget = _token_budget(config, family)
     writers: dict[str, _ExportWriter] = {}
     try:
         for kind in kinds:
             writers[kind.name] = _ExportWriter(store, kind, config)
         formats = {kind.name: kind.format for kind in kinds}
         with chunk_memory() as release:
-            for frames in builder(table, getattr(config, family), config.split, formats):
+            for frames in builder(table, getattr(config, family), config.split, formats, budget):
                 while frames:  # popped, so each format's rows are freed as soon as they are written
                     name, frame = frames.popitem()
                     writers[name].add(frame)
@@ -375,6 +413,18 @@ def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetE
         )
 
 
+def _token_budget(config: PipelineConfig, family: str) -> TokenBudget | None:
+    """The family's budget when a tokenizer is configured (None: rows are not measured)."""
+    if config.tokenizer is None:
+        return None
+    try:
+        counter = load_counter(config.tokenizer)
+    except TokenizerError as error:
+        raise dg.Failure(description=str(error), allow_retries=False) from None
+    section = getattr(config, family)
+    return TokenBudget(counter, section.max_tokens, section.over_token_budget == "truncate")
+
+
 def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[str], sources: list[dict],
              config: PipelineConfig) -> dg.MaterializeResult:
     """Writes an export's index files, card and (last) manifest; its Dagster materialization."""
@@ -389,6 +439,10 @@ def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[
         excluded=dict(written.excluded),
         distributions=written.distributions,
         files=written.files,
+        # verifier inputs (any JSON value, keys by environment) are declared as the rows hold them
+        features=hf_features(kind.arrow_schema) + [{"name": key, "dtype": "json"}
+                                                   for key in sorted(written.input_keys - set(kind.arrow_schema.names))],
+        token_budget=_token_budget_summary(kind, written, config),
     )
     for name, content in (kind.index_files(kind.name) if kind.index_files else {}).items():
         store.write_bytes(layout.export_extra(kind.name, name), content)
@@ -419,6 +473,17 @@ def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[
         },
         check_results=written.checks,
     )
+
+
+def _token_budget_summary(kind: ExportKind, written: _Written, config: PipelineConfig) -> dict:
+    section = getattr(config, kind.family)
+    return {
+        "tokenizer": config.tokenizer,
+        "max_tokens": section.max_tokens if config.tokenizer else None,
+        "over_token_budget": section.over_token_budget,
+        "left_out": written.excluded.get(OVER_BUDGET, 0),
+        "truncated": written.truncated,
+    }
 
 
 export_assets = [

@@ -14,7 +14,10 @@ import re
 from typing import Any
 
 import orjson
+import pyarrow as pa
 
+from trajectory_assets.formats.seed import SHAREGPT_TURNS
+from trajectory_assets.formats.text_chat import arguments_object
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 
 FROM_LETTER = {"human": "h", "gpt": "g", "function_call": "f", "observation": "o"}
@@ -26,6 +29,15 @@ TURN_SHAPE_PATTERN = r"^h[gf](?:[ho][gf])*$"
 # the separator LLaMA-Factory's own OpenAI converter puts between parallel tool results
 # (its templates wrap the whole observation in one <tool_response> block)
 TOOL_RESULT_JOINER = "\n</tool_response>\n<tool_response>\n"
+
+# what datasets loads the JSON lines as (declared in the dataset card)
+LLAMA_FACTORY_SCHEMA = pa.schema([
+    ("conversations", SHAREGPT_TURNS),
+    ("system", pa.string()),
+    ("tools", pa.string()),
+    ("trajectory_id", pa.string()),
+    ("task_key", pa.string()),
+])
 
 # the column mapping and role tags of every dataset registered by dataset_info()
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": "system", "tools": "tools"}
@@ -109,15 +121,7 @@ def _assistant_turn(message: dict[str, Any]) -> dict[str, str]:
 def _call(call: dict[str, Any]) -> dict[str, Any]:
     """LLaMA-Factory's function_call item: arguments as an object, not a JSON string."""
     function = call.get("function") or {}
-    raw = function.get("arguments")
-    try:
-        arguments = orjson.loads(raw) if isinstance(raw, (str, bytes)) else None
-    except orjson.JSONDecodeError:
-        arguments = None
-    if not isinstance(arguments, dict):
-        raise Unrepresentable("unparseable_tool_arguments",
-                              f"arguments of {function.get('name')!r} are not a JSON object")
-    return {"name": function.get("name"), "arguments": arguments}
+    return {"name": function.get("name"), "arguments": arguments_object(function)}
 
 
 def _observation(results: list[str]) -> dict[str, str]:

@@ -1,26 +1,35 @@
-"""Chat messages with text content only, and their one Arrow type: what text-only trainers
-(TRL, verl) read.
+"""Chat messages as a chat template renders them, and their one Arrow type: what the
+trainer flavors (TRL, NeMo RL, verl) hand to ``apply_chat_template``.
 
-HF ``datasets`` infers one Arrow type per column and falls back to an opaque JSON type when
-rows disagree; Parquet needs one schema for all rows. So every value that varies in shape is
-a string here: ``content`` is always text, tool-call ``arguments`` stay the JSON string of
-Chat Completions, and the trainer exports write ``tools`` as one JSON string. The exports
-are written as Parquet with :data:`MESSAGE_TYPE`, so a key absent from every row of one
-split still has the same type as in the other.
+Two rules, both from how real templates read a message:
+
+- ``content`` is always text (text-only trainers have no place for image parts);
+- a tool call's ``arguments`` is a JSON **object**, not the JSON string of OpenAI's wire
+  format. Qwen2.5's and the Llama 3.1/3.2 tool templates write ``arguments | tojson``, which
+  turns a string into a quoted, escaped one: a model trained on that learns to emit
+  double-encoded calls. TRL's dataset docs and the transformers docs give arguments as
+  objects; Qwen3's template accepts both.
+
+Arguments differ in shape from call to call, so their Arrow type is JSON (``pa.json_()``,
+which HF ``datasets`` loads as its ``Json`` feature: the objects come back as written). Every
+other field keeps one concrete type, so train and validation share one schema.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 
+JSON = pa.json_()  # a JSON value stored as its text; HF datasets' Json feature
+TOOLS_TYPE = pa.list_(JSON)  # one JSON object per tool, as TRL's docs declare them: List(Json())
 TOOL_CALL_TYPE = pa.struct([
     ("id", pa.string()),
     ("type", pa.string()),
-    ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+    ("function", pa.struct([("name", pa.string()), ("arguments", JSON)])),
 ])
 MESSAGE_TYPE = pa.struct([
     ("role", pa.string()),
@@ -30,12 +39,14 @@ MESSAGE_TYPE = pa.struct([
     ("tool_call_id", pa.string()),
 ])
 MESSAGES_TYPE = pa.list_(MESSAGE_TYPE)
-OPTIONAL_KEYS = ("reasoning_content", "tool_calls", "tool_call_id")
+# value_types of messages a template renders right: text content, object arguments
+TEMPLATE_VALUE_TYPES = r"^(?:arguments:dict,)?content:str$"
 
 
-def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages whose content is text; a message with image or other non-text parts has no
-    form for a text-only trainer and makes the whole conversation unrepresentable."""
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages in the form a chat template renders right: text content, argument
+    objects. A conversation with image parts, or with a call whose arguments are not a JSON
+    object, has no such form and is unrepresentable as a whole."""
     converted = []
     for message in messages:
         content = message.get("content")
@@ -44,19 +55,44 @@ def text_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not isinstance(content, str):
             raise Unrepresentable("non_text_content", f"{message.get('role')} message with content parts")
         out: dict[str, Any] = {"role": message["role"], "content": content}
-        for key in OPTIONAL_KEYS:
-            if message.get(key) is not None:
-                out[key] = message[key]
+        if message.get("reasoning_content") is not None:
+            out["reasoning_content"] = message["reasoning_content"]
+        if message.get("tool_calls"):
+            out["tool_calls"] = [_template_call(call) for call in message["tool_calls"]]
+        if message.get("tool_call_id") is not None:
+            out["tool_call_id"] = message["tool_call_id"]
         converted.append(out)
     return converted
 
 
+def arguments_object(function: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as the JSON object they encode (unrepresentable if they encode none)."""
+    raw = function.get("arguments")
+    if isinstance(raw, dict):
+        return raw
+    try:
+        arguments = orjson.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except orjson.JSONDecodeError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise Unrepresentable("unparseable_tool_arguments", f"arguments of {function.get('name')!r} are not a JSON "
+                                                            "object")
+    return arguments
+
+
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    return {"id": call.get("id"), "type": call.get("type", "function"),
+            "function": {"name": function.get("name"), "arguments": arguments_object(function)}}
+
+
 def value_types(messages: list[dict[str, Any]]) -> str:
-    """The Python types of every ``content`` and tool-call ``arguments`` value, sorted and
-    comma-joined: "str" when Arrow will see one type. The contracts check this column."""
-    types = {type(message.get("content")).__name__ for message in messages}
+    """The Python types of every ``content`` and tool-call ``arguments`` value, as sorted
+    ``content:<type>`` / ``arguments:<type>`` tokens joined by commas: the contracts require
+    :data:`TEMPLATE_VALUE_TYPES` (text content, object arguments)."""
+    types = {f"content:{type(message.get('content')).__name__}" for message in messages}
     types |= {
-        type(call.get("function", {}).get("arguments")).__name__
+        f"arguments:{type(call.get('function', {}).get('arguments')).__name__}"
         for message in messages
         for call in message.get("tool_calls") or []
     }

@@ -1,12 +1,24 @@
-"""Canonical prompts -> verl RL Parquet rows.
+"""Canonical prompts -> verl RL Parquet rows (the RL dataset of ``verl.utils.dataset.rl_dataset``).
 
-verl reads ``data_source``, ``prompt`` (chat messages), ``ability``, ``reward_model
-{style, ground_truth}`` and ``extra_info {split, index, ...}``. Parquet needs one type per
-column, and inferring it row by row breaks as soon as two rows differ (a tool call in one
-prompt, none in the other; a ground truth here, null there). So rows are built to match
-:data:`VERL_ARROW_SCHEMA` exactly: messages are ``text_chat.text_messages`` (content always
-a string, Arrow type ``text_chat.MESSAGE_TYPE``), and free-form values (agent reference,
-tools) travel as JSON strings.
+verl's ``RLHFDataset`` reads ``data_source``, ``prompt`` (chat messages), ``ability``,
+``reward_model {style, ground_truth}`` and ``extra_info {split, index, ...}``, and hands
+``extra_info.tools_kwargs`` / ``extra_info.interaction_kwargs`` and a top-level
+``agent_name`` to the agent loop (``verl/experimental/agent_loop``). The multi-turn fields
+follow verl's own preprocessing scripts (``examples/data_preprocess/gsm8k_tool_agent_loop.py``,
+``gsm8k_multiturn_w_interaction.py``, ``preprocess_search_r1_dataset.py``):
+
+- ``agent_name``: ``tool_agent`` (``ToolAgentLoop``) for a task that offers tools, else
+  ``single_turn_agent``, the two loops verl registers;
+- ``extra_info.tools_kwargs``: per tool of the task ``{"create_kwargs": {"ground_truth"}}``
+  (what the examples pass to ``BaseTool.create``), ``{}`` without a reference answer, and
+  ``need_tools_kwargs``; always an object, since the loop calls ``.get`` on it;
+- ``extra_info.interaction_kwargs``: ``{"name", "query", "ground_truth"}``, read when verl runs
+  with an interaction config; ``name`` (required there) is the environment, ``data_source``.
+
+Parquet needs one type per column, so rows are built to match :data:`VERL_ARROW_SCHEMA`
+exactly: messages are ``text_chat.template_messages`` (text content, argument objects) and
+values whose shape varies (agent reference, tools, the kwargs) are JSON fields, which
+``datasets`` loads as objects.
 """
 
 from __future__ import annotations
@@ -16,10 +28,13 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.formats.text_chat import MESSAGES_TYPE, text_messages
+from trajectory_assets.formats.text_chat import JSON, MESSAGES_TYPE, TOOLS_TYPE, template_messages
+
+TOOL_AGENT, SINGLE_TURN_AGENT = "tool_agent", "single_turn_agent"
 
 VERL_ARROW_SCHEMA = pa.schema([
     ("data_source", pa.string()),
+    ("agent_name", pa.string()),
     ("prompt", MESSAGES_TYPE),
     ("ability", pa.string()),
     ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
@@ -27,8 +42,11 @@ VERL_ARROW_SCHEMA = pa.schema([
         ("split", pa.string()),
         ("index", pa.int64()),
         ("task_key", pa.string()),
-        ("agent_ref", pa.string()),
-        ("tools", pa.string()),
+        ("agent_ref", JSON),
+        ("tools", TOOLS_TYPE),
+        ("need_tools_kwargs", pa.bool_()),
+        ("tools_kwargs", JSON),
+        ("interaction_kwargs", JSON),
         ("num_rollouts", pa.int64()),
         ("mean_reward", pa.float64()),
         ("trajectory_ids", pa.list_(pa.string())),
@@ -52,22 +70,33 @@ def verl_row(
     trajectory_ids: list[str],
 ) -> dict[str, Any]:
     """One verl row, shaped to :data:`VERL_ARROW_SCHEMA` (key order = column order)."""
+    messages = template_messages(prompt)
+    create_kwargs = {} if ground_truth is None else {"create_kwargs": {"ground_truth": ground_truth}}
     return {
         "data_source": data_source,
-        "prompt": text_messages(prompt),
+        "agent_name": TOOL_AGENT if tools else SINGLE_TURN_AGENT,
+        "prompt": messages,
         "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {
             "split": split,
             "index": index,
             "task_key": task_key,
-            "agent_ref": _json_or_none(agent_ref),
-            "tools": _json_or_none(tools),
+            "agent_ref": agent_ref or None,
+            "tools": tools or None,
+            "need_tools_kwargs": bool(tools),
+            "tools_kwargs": {name: dict(create_kwargs) for name in tool_names(tools)},
+            "interaction_kwargs": {"name": data_source, "query": _last_user_text(messages),
+                                   "ground_truth": ground_truth},
             "num_rollouts": num_rollouts,
             "mean_reward": mean_reward,
             "trajectory_ids": list(trajectory_ids),
         },
     }
+
+
+def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
+    return [(tool.get("function") or tool).get("name") for tool in tools or []]
 
 
 def ground_truth_of(metadata: dict[str, Any]) -> str | None:
@@ -79,5 +108,5 @@ def ground_truth_of(metadata: dict[str, Any]) -> str | None:
     return None
 
 
-def _json_or_none(value: Any) -> str | None:
-    return orjson.dumps(value).decode() if value else None
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")

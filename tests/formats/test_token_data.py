@@ -2,8 +2,8 @@
 
 import doctest
 
-from trajectory_assets.formats import tokens
-from trajectory_assets.formats.tokens import contiguous
+from trajectory_assets.formats import token_data
+from trajectory_assets.formats.token_data import contiguous
 
 
 def call(prompt, generation):
@@ -19,4 +19,4 @@ def test_each_call_must_extend_what_the_calls_before_it_saw_and_generated():
 
 
 def test_the_documented_examples_hold():
-    assert doctest.testmod(tokens).failed == 0
+    assert doctest.testmod(token_data).failed == 0

@@ -1,0 +1,90 @@
+"""Export rows as Arrow tables with JSON fields, and the features HF ``datasets`` reads them as.
+
+A field typed ``pa.json_()`` (``text_chat.JSON``) holds a JSON value of any shape, stored as
+its text: Parquet writes it with the JSON logical type, and ``datasets`` (4.7 and later)
+loads it as its ``Json`` feature, handing back the object as written. Rows arrive as Python
+values, so :func:`table_from_records` encodes the values of JSON fields to text, builds the
+table on the schema's storage types and casts it to the schema.
+
+:func:`hf_features` gives the ``dataset_info.features`` of a dataset card's YAML for a
+schema: the same list ``datasets.Features._to_yaml_list`` writes (``tests/trainers`` checks
+this against ``datasets`` itself), so ``load_dataset("<export folder>")`` casts every file,
+JSON lines included, to the declared types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from trajectory_assets.formats.text_chat import JSON
+
+# datasets' Value dtypes for the scalar Arrow types the exports use
+_DTYPES = {pa.string(): "string", pa.int64(): "int64", pa.int32(): "int32", pa.float64(): "float64",
+           pa.bool_(): "bool"}
+
+
+def table_from_records(records: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """The records as a table of ``schema``; JSON fields take any JSON value (null stays null)."""
+    storage = pa.schema([pa.field(f.name, _storage_type(f.type)) for f in schema])
+    if storage == schema:
+        return pa.Table.from_pylist(records, schema=schema)
+    encoders = [(f.name, _encoder(f.type)) for f in schema if _holds_json(f.type)]
+    encoded = [{**record, **{name: encode(record.get(name)) for name, encode in encoders}} for record in records]
+    return pa.Table.from_pylist(encoded, schema=storage).cast(schema)
+
+
+def hf_features(schema: pa.Schema) -> list[dict[str, Any]]:
+    """The YAML ``dataset_info.features`` list of a dataset card, one entry per column."""
+    return [{"name": f.name, **_yaml_type(f.type)} for f in schema]
+
+
+def _holds_json(arrow_type: pa.DataType) -> bool:
+    if arrow_type == JSON:
+        return True
+    if pa.types.is_struct(arrow_type):
+        return any(_holds_json(f.type) for f in arrow_type)
+    if pa.types.is_list(arrow_type):
+        return _holds_json(arrow_type.value_type)
+    return False
+
+
+def _storage_type(arrow_type: pa.DataType) -> pa.DataType:
+    if arrow_type == JSON:
+        return pa.string()
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([pa.field(f.name, _storage_type(f.type)) for f in arrow_type])
+    if pa.types.is_list(arrow_type):
+        return pa.list_(_storage_type(arrow_type.value_type))
+    return arrow_type
+
+
+def _encoder(arrow_type: pa.DataType):
+    """A function turning a value of ``arrow_type`` into its storage form (JSON fields as text)."""
+    if arrow_type == JSON:
+        return lambda value: None if value is None else orjson.dumps(value).decode()
+    if pa.types.is_struct(arrow_type):
+        fields = [(f.name, _encoder(f.type)) for f in arrow_type if _holds_json(f.type)]
+        return lambda value: None if value is None else {**value, **{k: enc(value.get(k)) for k, enc in fields}}
+    if pa.types.is_list(arrow_type) and _holds_json(arrow_type.value_type):
+        item = _encoder(arrow_type.value_type)
+        return lambda value: None if value is None else [item(v) for v in value]
+    return lambda value: value
+
+
+def _yaml_type(arrow_type: pa.DataType) -> dict[str, Any]:
+    if arrow_type == JSON:
+        return {"dtype": "json"}
+    if pa.types.is_struct(arrow_type):
+        return {"struct": [{"name": f.name, **_yaml_type(f.type)} for f in arrow_type]}
+    if pa.types.is_list(arrow_type):
+        inner = _yaml_type(arrow_type.value_type)
+        # datasets writes a list of one dtype or of one struct in short form
+        if list(inner) == ["dtype"]:
+            return {"list": inner["dtype"]}
+        if list(inner) == ["struct"]:
+            return {"list": inner["struct"]}
+        return {"list": inner}
+    return {"dtype": _DTYPES[arrow_type]}
