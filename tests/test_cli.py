@@ -74,21 +74,40 @@ def test_parallel_batches_give_the_same_exports_as_one_at_a_time(sample_run, tmp
     assert one == parallel == reference
 
 
-def test_a_persistent_instance_records_every_run(tmp_path, monkeypatch):
-    import shutil
-
+def test_every_run_is_recorded_in_the_instance(tmp_path, temporary_instance, capsys):
+    """The CLI's runs go through DAGSTER_HOME's run launcher and stay there, with each batch's
+    materializations and check results, and the call's sources and storage in their config."""
     import dagster as dg
 
-    home = tmp_path / "home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out")]) == 0
-    with dg.DagsterInstance.get() as instance:
+    from trajectory_assets.defs.run_plan import BATCHES_TAG
+
+    storage = tmp_path / "out"
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(storage), "--workers", "2"]) == 0
+    with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
         runs = instance.get_runs()
-        assert len(runs) == 4  # three batches, one at a time, then the datasets job
+        ingest = [run for run in runs if run.job_name == "ingest_rollout_batch"]
+        datasets = [run for run in runs if run.job_name == "build_training_datasets"]
+        assert len(ingest) == 2 and len(datasets) == 1  # three batches over two run slots, then the datasets
         assert all(run.is_success for run in runs)
-        assert len(instance.get_dynamic_partitions("rollout_batches")) == 3
+        assert all(run.remote_job_origin is not None for run in runs)  # launched from the code location
+        for run in runs:
+            resources = run.run_config["resources"]
+            assert resources["sources"]["config"]["paths"] == [str(SAMPLE)]
+            assert resources["storage"]["config"]["root"] == str(storage)
+        batches = instance.get_dynamic_partitions("rollout_batches")
+        assert sorted(key for run in ingest for key in run.tags[BATCHES_TAG].split(",")) == sorted(batches)
+        for asset in ("raw_rollouts", "validated_trajectories", "quarantined_records"):
+            records = instance.fetch_materializations(dg.AssetKey(asset), limit=10).records
+            assert sorted(record.partition_key for record in records) == sorted(batches)
+        checks = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("validated_trajectories"), "nothing_lost"), limit=10)
+        assert sorted(check.partition for check in checks) == sorted(batches)
+        assert all(check.status.value == "SUCCEEDED" for check in checks)
+        assert instance.fetch_materializations(dg.AssetKey("sft_dataset"), limit=1).records[0].run_id == datasets[0].run_id
+    # plain progress lines (not a terminal): every batch, then every export as it is written
+    printed = capsys.readouterr().out
+    assert printed.count("\nbatch ") == 3 and "batch 3/3 " in printed and "records/s)" in printed
+    assert printed.count("exported ") == 9
 
 
 def test_empty_source_still_writes_every_export_file(tmp_path):
@@ -177,3 +196,32 @@ def test_unknown_export_names_fail_in_one_line(tmp_path, capsys):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path), "--exports", "sft,parquet"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("trajectory-assets: unknown export(s) ['parquet']") and "\n" not in error
+
+
+def test_on_a_terminal_progress_is_a_live_bar(tmp_path):
+    """Under a pseudo-terminal the CLI draws rich's bar (batches done / total, records per
+    second) and prints each export as it is written."""
+    import os
+    import pty
+    import re
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(SAMPLE), "--storage",
+         str(tmp_path / "out")], cwd=PROJECT_ROOT, stdin=terminal, stdout=terminal, stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the process has exited
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=300) == 0, process.stderr.read().decode()
+    os.close(controller)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
+    assert re.search(r"batches .*3/3", text) and "records/s" in text
+    assert "exported sft, 6 rows" in text and "\nbatch 1/3" not in text  # the bar, not the plain lines

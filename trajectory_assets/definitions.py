@@ -8,9 +8,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB, build_automation, datasets_job, ingest_job
+from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB, STEP_PROCESSES, build_automation, build_jobs
 from trajectory_assets.defs.exports import export_assets
-from trajectory_assets.defs.ingest import quarantine_contract, raw_rollouts, trajectory_contract, validated_trajectories
+from trajectory_assets.defs.ingest import ingest_batches
 from trajectory_assets.defs.reports import stats_report
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 
@@ -24,29 +24,45 @@ class RunSettings:
     sources: list[str]
     storage: str
     config_file: str | None = None
-    sensor_interval_seconds: int = 30
+    sensor_interval_seconds: int = 10
     refresh_cron: str = "0 3 * * *"
+    executor: str = "multiprocess"  # how the datasets job's steps run: "multiprocess", or "k8s" (a pod each)
 
     @classmethod
     def from_env(cls) -> "RunSettings":
         """TRAJECTORY_SOURCE (comma-separated), TRAJECTORY_STORAGE, TRAJECTORY_CONFIG,
-        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON."""
+        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON, TRAJECTORY_EXECUTOR."""
         sources = [s.strip() for s in os.environ.get("TRAJECTORY_SOURCE", "").split(",") if s.strip()]
         return cls(
             sources=sources or [str(BUNDLED_SAMPLE)],
             storage=os.environ.get("TRAJECTORY_STORAGE") or str(Path.cwd() / "data"),
             config_file=os.environ.get("TRAJECTORY_CONFIG") or None,
-            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 30),
+            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 10),
             refresh_cron=os.environ.get("TRAJECTORY_REFRESH_CRON") or "0 3 * * *",
+            executor=os.environ.get("TRAJECTORY_EXECUTOR") or "multiprocess",
         )
 
 
+def step_executor(name: str) -> dg.ExecutorDefinition:
+    """The code location's default executor, by name: processes forked on this machine, or
+    ``k8s_job_executor`` (a Kubernetes job per step, for the datasets job on a cluster). The
+    ingest job always runs its one step in its run's process."""
+    if name == "multiprocess":
+        return STEP_PROCESSES
+    if name == "k8s":
+        from dagster_k8s import k8s_job_executor  # only needed on a cluster
+
+        return k8s_job_executor
+    raise ValueError(f"TRAJECTORY_EXECUTOR must be 'multiprocess' or 'k8s', not {name!r}")
+
+
 def build_definitions(settings: RunSettings) -> dg.Definitions:
-    automation = build_automation(settings.sensor_interval_seconds, settings.refresh_cron)
+    ingest_job, datasets_job = build_jobs()
+    automation = build_automation(settings.sensor_interval_seconds, settings.refresh_cron, ingest_job, datasets_job)
     return dg.Definitions(
-        assets=[raw_rollouts, validated_trajectories, *export_assets, stats_report],
-        asset_checks=[trajectory_contract, quarantine_contract],
+        assets=[ingest_batches, *export_assets, stats_report],
         jobs=[ingest_job, datasets_job],
+        executor=step_executor(settings.executor),
         sensors=[d for d in automation if isinstance(d, dg.SensorDefinition)],
         schedules=[d for d in automation if isinstance(d, dg.ScheduleDefinition)],
         resources={

@@ -46,9 +46,7 @@ def exports(tmp_path_factory) -> Path:
     from trajectory_assets.cli import main
 
     storage = tmp_path_factory.mktemp("out")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("DAGSTER_HOME", raising=False)  # a temporary instance, never the project's
-        assert main(["run", "--source", str(SAMPLE), "--storage", str(storage)]) == 0
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(storage)]) == 0  # DAGSTER_HOME: conftest's
     return storage / "exports"
 
 
