@@ -43,6 +43,16 @@ class RunSettings:
         )
 
 
+# On a cluster: a pod per datasets step, the three export families at once (the report waits
+# for them). Everything else (image, namespace, secrets) comes from the K8sRunLauncher's
+# config, which the step pods inherit.
+K8S_STEPS = {
+    "max_concurrent": 3,
+    "step_k8s_config": {"container_config": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                                           "limits": {"memory": "2Gi"}}}},
+}
+
+
 def step_executor(name: str) -> dg.ExecutorDefinition:
     """The code location's default executor, by name: processes forked on this machine, or
     ``k8s_job_executor`` (a Kubernetes job per step, for the datasets job on a cluster). The
@@ -52,7 +62,7 @@ def step_executor(name: str) -> dg.ExecutorDefinition:
     if name == "k8s":
         from dagster_k8s import k8s_job_executor  # only needed on a cluster
 
-        return k8s_job_executor
+        return k8s_job_executor.configured(K8S_STEPS, name="k8s_job_executor")
     raise ValueError(f"TRAJECTORY_EXECUTOR must be 'multiprocess' or 'k8s', not {name!r}")
 
 
