@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
 
-from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB, STEP_PROCESSES, build_automation, build_jobs
+from trajectory_assets.defs.automation import (
+    BATCH_ASSETS,
+    INGEST_JOB,
+    MAIN_JOB,
+    STEP_PROCESSES,
+    build_automation,
+    build_jobs,
+)
 from trajectory_assets.defs.exports import export_assets
 from trajectory_assets.defs.ingest import ingest_batches
 from trajectory_assets.defs.reports import stats_report
@@ -27,11 +35,15 @@ class RunSettings:
     sensor_interval_seconds: int = 10
     refresh_cron: str = "0 3 * * *"
     executor: str = "multiprocess"  # how the datasets job's steps run: "multiprocess", or "k8s" (a pod each)
+    # the exports and the report fail their freshness policy when not rebuilt for this long:
+    # a day and an hour, the nightly refresh plus its margin (change it with the cron)
+    freshness_minutes: int = 25 * 60
 
     @classmethod
     def from_env(cls) -> "RunSettings":
         """TRAJECTORY_SOURCE (comma-separated), TRAJECTORY_STORAGE, TRAJECTORY_CONFIG,
-        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON, TRAJECTORY_EXECUTOR."""
+        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON, TRAJECTORY_EXECUTOR,
+        TRAJECTORY_FRESHNESS_MINUTES."""
         sources = [s.strip() for s in os.environ.get("TRAJECTORY_SOURCE", "").split(",") if s.strip()]
         return cls(
             sources=sources or [str(BUNDLED_SAMPLE)],
@@ -40,6 +52,7 @@ class RunSettings:
             sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 10),
             refresh_cron=os.environ.get("TRAJECTORY_REFRESH_CRON") or "0 3 * * *",
             executor=os.environ.get("TRAJECTORY_EXECUTOR") or "multiprocess",
+            freshness_minutes=int(os.environ.get("TRAJECTORY_FRESHNESS_MINUTES") or 25 * 60),
         )
 
 
@@ -69,7 +82,7 @@ def step_executor(name: str) -> dg.ExecutorDefinition:
 def build_definitions(settings: RunSettings) -> dg.Definitions:
     ingest_job, datasets_job = build_jobs()
     automation = build_automation(settings.sensor_interval_seconds, settings.refresh_cron, ingest_job, datasets_job)
-    return dg.Definitions(
+    defs = dg.Definitions(
         assets=[ingest_batches, *export_assets, stats_report],
         jobs=[ingest_job, datasets_job],
         executor=step_executor(settings.executor),
@@ -81,6 +94,11 @@ def build_definitions(settings: RunSettings) -> dg.Definitions:
             "settings": PipelineSettings(config_file=settings.config_file),
         },
     )
+    # the datasets show as failing freshness in the UI when they were not rebuilt within the
+    # window: a batch landed and its refresh failed, or the nightly refresh did not run
+    freshness = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=settings.freshness_minutes))
+    return defs.map_resolved_asset_specs(func=lambda spec: dg.apply_freshness_policy(spec, freshness),
+                                         selection=dg.AssetSelection.all() - BATCH_ASSETS)
 
 
 defs = build_definitions(RunSettings.from_env())

@@ -51,3 +51,42 @@ def test_the_project_instance_runs_one_run_per_core_of_this_machine(temporary_in
     with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:  # the project's dagster.yaml
         assert run_slots(instance) == 2
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 4
+
+
+def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary_instance):
+    """The steps that read or write the storage (here the ingest step) take a slot of the
+    trajectory_storage pool, which dagster.yaml sizes (4): with every slot held by other runs
+    the step waits, and it runs once one is freed."""
+    import threading
+    import time
+
+    from tests.conftest import SAMPLE
+    from trajectory_assets.definitions import INGEST_JOB, RunSettings, build_definitions
+    from trajectory_assets.defs.batches import STORAGE_POOL
+    from trajectory_assets.defs.runner import sync_batches
+    from trajectory_assets.io.sources import batch_key, discover
+
+    defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+    with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
+        storage = instance.event_log_storage
+        storage.initialize_concurrency_limit_to_default(STORAGE_POOL)
+        holders = [(f"another-run-{n}", "a_step") for n in range(storage.get_concurrency_info(STORAGE_POOL).slot_count)]
+        assert len(holders) == 4
+        for run_id, step in holders:
+            storage.claim_concurrency_slot(STORAGE_POOL, run_id, step)
+        sync_batches(instance, batches)
+        results = []
+        run = threading.Thread(target=lambda: results.append(defs.resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, tags=batch_run_tags(batches))))
+        run.start()
+        deadline = time.monotonic() + 120
+        while storage.get_concurrency_info(STORAGE_POOL).pending_step_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert storage.get_concurrency_info(STORAGE_POOL).pending_step_count == 1 and not results  # waiting
+        assert not (tmp_path / "raw").exists()  # nothing written while it waits
+        storage.free_concurrency_slot_for_step(*holders[0])
+        run.join(timeout=300)
+        assert results and results[0].success
+        assert (tmp_path / "trajectories" / "batches").is_dir()
+        assert storage.get_concurrency_info(STORAGE_POOL).active_slot_count == 3  # its slot is free again

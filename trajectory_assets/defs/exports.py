@@ -38,6 +38,7 @@ from trajectory_assets.datasets import exports
 from trajectory_assets.datasets.card import render_card
 from trajectory_assets.datasets.manifest import build_manifest, describe
 from trajectory_assets.defs.batches import (
+    STORAGE_POOL,
     STORAGE_RETRY,
     read_summary,
     registered_batches,
@@ -314,6 +315,7 @@ def build_family_asset(family: str, kinds: list[ExportKind]) -> dg.AssetsDefinit
         check_specs=[spec for kind in kinds for spec in _check_specs(kind)],
         can_subset=True,
         retry_policy=STORAGE_RETRY,
+        pool=STORAGE_POOL,
     )
     def _family(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
         selected = [kind for kind in kinds if dg.AssetKey(kind.asset_name) in context.selected_asset_keys]

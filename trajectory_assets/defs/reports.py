@@ -18,6 +18,7 @@ from trajectory_assets.datasets.stats import (
     task_stats,
 )
 from trajectory_assets.defs.batches import (
+    STORAGE_POOL,
     STORAGE_RETRY,
     read_summary,
     registered_batches,
@@ -35,6 +36,7 @@ from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
     deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORT_KINDS)],
     automation_condition=dg.AutomationCondition.eager(),
     retry_policy=STORAGE_RETRY,
+    pool=STORAGE_POOL,
 )
 def stats_report(
     context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings
