@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, written_files
+from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, write_jsonl, written_files
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
 
@@ -225,3 +225,32 @@ def test_on_a_terminal_progress_is_a_live_bar(tmp_path):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
     assert re.search(r"batches .*3/3", text) and "records/s" in text
     assert "exported sft, 6 rows" in text and "\nbatch 1/3" not in text  # the bar, not the plain lines
+
+
+def test_an_interrupted_cli_stops_the_runs_it_started(tmp_path, temporary_instance):
+    """Ctrl-C while the ingest runs are going: the CLI stops them through the run launcher and
+    exits 130; no run is left going in the instance, and the datasets run never starts."""
+    import signal
+    import time
+
+    import dagster as dg
+
+    rows = [make_rollout([message_item(f"answer {i} " + "x" * 2000)], request_input=f"task {i}") for i in range(3000)]
+    for part in range(3):
+        write_jsonl(tmp_path / "in" / f"part_{part}.jsonl", rows[part::3])
+    process = subprocess.Popen([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(tmp_path / "in"),
+                                "--storage", str(tmp_path / "out")], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
+        while time.monotonic() < deadline and not any(
+                run.status == dg.DagsterRunStatus.STARTED for run in instance.get_runs()):
+            time.sleep(0.2)
+        assert process.poll() is None, "the CLI ended before any run started"
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=240) == 130
+        assert "interrupted" in process.stderr.read().decode()
+        runs = instance.get_runs()
+        assert runs and all(run.is_finished for run in runs)
+        assert {run.job_name for run in runs} == {"ingest_rollout_batch"}
+    assert not (tmp_path / "out" / "exports").exists()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 EXIT_STEP_FAILED = 1
 EXIT_UNUSABLE_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,12 +91,19 @@ def _run(args: argparse.Namespace) -> int:
     }
     home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / "dagster_home")
     progress = progress_for(sys.stdout)
+    log = None if args.verbose else Path(home) / "logs" / "code-server.log"  # Dagster's own output
     with dg.DagsterInstance.from_config(home) as instance:
         try:
             run = run_pipeline(instance, batches, run_config, slots=args.workers or run_slots(instance),
                                exports=exports, progress=progress, log_level="DEBUG" if args.verbose else "CRITICAL",
-                               # Dagster's own output (the code server's, the runs') unless --verbose
-                               log=None if args.verbose else Path(home) / "logs" / "code-server.log")
+                               log=log)
+        except KeyboardInterrupt:
+            print("trajectory-assets: interrupted; the runs it started were stopped", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
+            reason = " ".join(str(error).split())
+            print(f"trajectory-assets: {reason}" + (f" (see {log})" if log else ""), file=sys.stderr)
+            return EXIT_STEP_FAILED
         finally:
             progress.close()
     if not run.success:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -97,8 +98,10 @@ def build_definitions(settings: RunSettings) -> dg.Definitions:
     # the datasets show as failing freshness in the UI when they were not rebuilt within the
     # window: a batch landed and its refresh failed, or the nightly refresh did not run
     freshness = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=settings.freshness_minutes))
-    return defs.map_resolved_asset_specs(func=lambda spec: dg.apply_freshness_policy(spec, freshness),
-                                         selection=dg.AssetSelection.all() - BATCH_ASSETS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # map_resolved_asset_specs is marked preview in Dagster 1.13
+        return defs.map_resolved_asset_specs(func=lambda spec: dg.apply_freshness_policy(spec, freshness),
+                                             selection=dg.AssetSelection.all() - BATCH_ASSETS)
 
 
 defs = build_definitions(RunSettings.from_env())

@@ -294,11 +294,17 @@ def _check_specs(kind: ExportKind) -> list[dg.AssetCheckSpec]:
     return specs
 
 
+# The longest family step starts first (measured at 1 GB: SFT 19 s, DPO 14 s, GRPO 12 s), so
+# with two at a time the datasets run ends after SFT || (DPO then GRPO), not DPO then SFT.
+FAMILY_PRIORITY = {"sft": 2, "dpo": 1, "grpo": 0}
+
+
 def build_family_asset(family: str, kinds: list[ExportKind]) -> dg.AssetsDefinition:
     """One step for the exports of a family; any subset of them can be materialized."""
 
     @dg.multi_asset(
         name=f"{family}_exports",
+        op_tags={"dagster/priority": str(FAMILY_PRIORITY.get(family, 0))},
         specs=[
             dg.AssetSpec(
                 kind.asset_name,

@@ -170,29 +170,47 @@ class _Launcher:
         self.instance, self.workspace, self.run_config = instance, workspace, run_config
         self.location = workspace.get_code_location(location_name)
         (self.repository,) = self.location.get_repositories().values()
+        self.plans: dict[tuple, tuple] = {}
+        self.launched: list[str] = []
+
+    def _plan(self, job_name: str, assets: list[dg.AssetKey] | None) -> tuple:
+        """The job subset and its execution plan, asked of the code server once per selection
+        (every ingest run has the same plan; only its tags differ)."""
+        key = (job_name, tuple(assets or ()))
+        if key not in self.plans:
+            remote_job: RemoteJob = self.location.get_job(JobSubsetSelector(
+                location_name=self.location.name, repository_name=self.repository.name, job_name=job_name,
+                op_selection=None, asset_selection=assets,
+            ))
+            plan = self.location.get_execution_plan(remote_job, self.run_config, step_keys_to_execute=None,
+                                                    known_state=None, instance=self.instance)
+            self.plans[key] = (remote_job, plan.execution_plan_snapshot)
+        return self.plans[key]
 
     def launch(self, job_name: str, tags: dict[str, str], assets: list[dg.AssetKey] | None = None) -> str:
         """Creates the run as the UI's launch does (job subset, execution plan, origins) and
         hands it to the instance's run launcher."""
         repository: RemoteRepository = self.repository
-        remote_job: RemoteJob = self.location.get_job(JobSubsetSelector(
-            location_name=self.location.name, repository_name=repository.name, job_name=job_name,
-            op_selection=None, asset_selection=assets,
-        ))
-        plan = self.location.get_execution_plan(remote_job, self.run_config, step_keys_to_execute=None,
-                                                known_state=None, instance=self.instance)
+        remote_job, plan = self._plan(job_name, assets)
         run = self.instance.create_run(
             job_name=job_name, run_id=None, run_config=self.run_config, resolved_op_selection=None,
-            step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute, op_selection=None,
+            step_keys_to_execute=plan.step_keys_to_execute, op_selection=None,
             status=DagsterRunStatus.NOT_STARTED, root_run_id=None, parent_run_id=None,
             tags={**remote_job.tags, **tags}, job_snapshot=remote_job.job_snapshot,
-            execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=remote_job.parent_job_snapshot,
+            execution_plan_snapshot=plan, parent_job_snapshot=remote_job.parent_job_snapshot,
             asset_selection=frozenset(assets) if assets else None, asset_check_selection=None,
             remote_job_origin=remote_job.get_remote_origin(), job_code_origin=remote_job.get_python_origin(),
             asset_graph=repository.asset_graph,
         )
+        self.launched.append(run.run_id)
         self.instance.launch_run(run.run_id, self.workspace)
         return run.run_id
+
+    def terminate_unfinished(self) -> None:
+        """Stops the runs still going (the CLI was interrupted or failed)."""
+        for run_id in self.launched:
+            if self.instance.get_run_by_id(run_id).status not in FINISHED:
+                self.instance.run_launcher.terminate(run_id)
 
 
 class _Watcher:
@@ -250,32 +268,42 @@ def run_pipeline(
     watcher = _Watcher(instance, progress)
     with code_location(instance, log_level, log) as (workspace, location_name):
         launcher = _Launcher(instance, workspace, location_name, run_config)
-        progress.batches_started(len(batches))
-        labels: dict[str, str] = {}
-
-        def finished(run_id: str) -> None:
-            status = instance.get_run_by_id(run_id).status
-            success = status == DagsterRunStatus.SUCCESS
-            outcome = RunOutcome(labels[run_id], run_id, success, None if success else failure_reason(instance, run_id))
-            (run.datasets if labels[run_id] == "datasets" else run.batches).append(outcome)
-
-        pending = list(groups)
-        running: list[str] = []
-        while pending or running:
-            while pending and len(running) < slots:
-                group = pending.pop(0)
-                run_id = launcher.launch(INGEST_JOB, batch_run_tags(group))
-                labels[run_id] = group[0] if len(group) == 1 else f"{group[0]} .. {group[-1]} ({len(group)} batches)"
-                running.append(run_id)
-            done = [run_id for run_id in running if watcher.poll(run_id)]
-            for run_id in done:
-                running.remove(run_id)
-                finished(run_id)
-            if running and not done:
-                time.sleep(POLL_SECONDS)
-        if not all(outcome.success for outcome in run.batches):
-            return run  # the exports need every batch
-        run_id = launcher.launch(MAIN_JOB, {}, dataset_assets(exports))
-        labels[run_id] = "datasets"
-        watcher.wait([run_id], finished)
+        try:
+            _run_all(instance, launcher, watcher, groups, slots, exports, run)
+        except BaseException:  # interrupted, or the instance failed us: no run goes on without us
+            launcher.terminate_unfinished()
+            raise
     return run
+
+
+def _run_all(instance: dg.DagsterInstance, launcher: _Launcher, watcher: _Watcher, groups: list[list[str]],
+             slots: int, exports: list[str] | None, run: PipelineRun) -> None:
+    """The ingest runs, at most ``slots`` at a time, then (if every batch succeeded) the datasets run."""
+    watcher.progress.batches_started(sum(len(group) for group in groups))
+    labels: dict[str, str] = {}
+
+    def finished(run_id: str) -> None:
+        status = instance.get_run_by_id(run_id).status
+        success = status == DagsterRunStatus.SUCCESS
+        outcome = RunOutcome(labels[run_id], run_id, success, None if success else failure_reason(instance, run_id))
+        (run.datasets if labels[run_id] == "datasets" else run.batches).append(outcome)
+
+    pending = list(groups)
+    running: list[str] = []
+    while pending or running:
+        while pending and len(running) < slots:
+            group = pending.pop(0)
+            run_id = launcher.launch(INGEST_JOB, batch_run_tags(group))
+            labels[run_id] = group[0] if len(group) == 1 else f"{group[0]} .. {group[-1]} ({len(group)} batches)"
+            running.append(run_id)
+        done = [run_id for run_id in running if watcher.poll(run_id)]
+        for run_id in done:
+            running.remove(run_id)
+            finished(run_id)
+        if running and not done:
+            time.sleep(POLL_SECONDS)
+    if not all(outcome.success for outcome in run.batches):
+        return  # the exports need every batch
+    run_id = launcher.launch(MAIN_JOB, {}, dataset_assets(exports))
+    labels[run_id] = "datasets"
+    watcher.wait([run_id], finished)
