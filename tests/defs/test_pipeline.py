@@ -270,3 +270,37 @@ def test_a_retried_step_resumes_after_the_batches_it_already_reported(tmp_path, 
         assert sorted(r.partition_key for r in records) == sorted(keys.values())
     finally:
         context.__exit__(None, None, None)
+
+
+def test_a_failed_check_is_not_retried_away_by_a_storage_fault_in_the_same_run(tmp_path, monkeypatch):
+    """A batch whose blocking check failed and another hit by a storage fault: retrying would
+    skip the first (already reported), so the step fails for good, naming both."""
+    import trajectory_assets.defs.ingest as ingest_defs
+    from trajectory_assets.io.storage import Storage
+
+    real_check = ingest_defs._check_batch
+    real_write_bytes = Storage.write_bytes
+
+    def nothing_lost_fails_on_a(key, store, checks, counts):
+        results = real_check(key, store, checks, counts)
+        if "a.jsonl" in key:
+            results[ingest_defs.NOTHING_LOST] = (False, counts, "counts do not reconcile")
+        return results
+
+    def storage_fails_on_b(self, relative, data):
+        if relative.startswith("raw/batches/") and "b.jsonl" in relative:
+            raise ConnectionResetError("connection reset by peer")
+        return real_write_bytes(self, relative, data)
+
+    monkeypatch.setattr(ingest_defs, "_check_batch", nothing_lost_fails_on_a)
+    monkeypatch.setattr(Storage, "write_bytes", storage_fails_on_b)
+    files = {f"{name}.jsonl": [make_rollout(request_input=name)] for name in ("a", "b")}
+    _, context, instance, keys, result = ranged_ingest(tmp_path, files)
+    try:
+        assert not result.success
+        assert [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == []
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
+        assert f"batch {keys['a.jsonl']}: failed nothing_lost" in failure.description
+        assert f"batch {keys['b.jsonl']}: connection reset by peer" in failure.description
+    finally:
+        context.__exit__(None, None, None)

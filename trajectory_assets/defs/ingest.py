@@ -19,7 +19,7 @@ from schemas.trajectory import TrajectorySchema
 from schemas.validation import ChunkedContract, validate
 from trajectory_assets import __version__, layout
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
-from trajectory_assets.defs.batches import STORAGE_POOL, STORAGE_RETRY, is_storage_fault, storage_faults_only
+from trajectory_assets.defs.batches import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
 from trajectory_assets.defs.contracts import column_schema, contract_metadata
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 from trajectory_assets.defs.run_plan import BATCHES_PER_RUN
@@ -109,13 +109,15 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
 def ingest_batches(context: dg.AssetExecutionContext, sources: RolloutSources, storage: TrajectoryStorage,
                    settings: PipelineSettings):
     """Every batch of the run, one after the other. A batch that fails does not stop the
-    others; the step fails at the end, naming each failed batch. A storage fault is retried
-    (the retry resumes after the batches already reported)."""
+    others; the step fails at the end, naming each failed batch. When every failure was a
+    storage fault the step is retried, and the retry resumes after the batches already
+    reported; a failed check or any other error fails it for good (it would fail again)."""
     assets, checks = context.selected_asset_keys, context.selected_asset_check_keys
     last_asset = next(key for key in (QUARANTINE, TRAJECTORIES, RAW) if key in assets) if assets else None
     done = batches_reported(context, last_asset) if context.retry_number and last_asset else set()
     failed: list[str] = []
     storage_fault: BaseException | None = None
+    final = False  # a failure that a retry would repeat
     for key in context.partition_keys:
         if key in done:
             continue
@@ -124,14 +126,14 @@ def ingest_batches(context: dg.AssetExecutionContext, sources: RolloutSources, s
                 failed_checks = _batch(context, key, assets, checks, sources, storage, settings)
             if failed_checks:
                 failed.append(f"batch {key}: failed {', '.join(failed_checks)}")
+                final = True
         except dg.Failure as failure:
             failed.append(f"batch {key}: {failure.description}")
-        except Exception as fault:
-            if not is_storage_fault(fault):
-                raise
+            final = True
+        except Exception as fault:  # storage_faults_only lets only storage faults through
             failed.append(f"batch {key}: {fault}")
             storage_fault = fault
-    if storage_fault is not None:  # retried by STORAGE_RETRY; the message names every failed batch
+    if failed and not final:  # retried by STORAGE_RETRY
         raise StorageError("; ".join(failed)) from storage_fault
     if failed:
         raise dg.Failure(description="; ".join(failed), allow_retries=False)
