@@ -15,7 +15,7 @@ TORCH_WHEELS ?= /opt/wheels
 DAGSTER_HOME := $(CURDIR)/dagster_home
 UI_PORT ?= 3000
 
-.PHONY: setup trainers browser run test ui bench lock sample clean
+.PHONY: setup trainers browser postgres run test ui bench bench-ui lock sample clean
 
 setup: $(STAMP)
 
@@ -51,7 +51,7 @@ run: setup
 	@echo "Quarantine: data/quarantine/rejected.jsonl"
 	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
 
-test: setup browser trainers
+test: setup browser postgres trainers
 	$(BIN)/python -m pytest
 
 # The browser test drives Debian's Chromium (Playwright never downloads a browser here).
@@ -61,12 +61,26 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium is not installed and this is not root: the browser test will be skipped"; fi; }
 
+# The Postgres instance tests start a real server from Debian's postgresql (initdb, pg_ctl)
+# on a loopback port; they are skipped, with the reason shown, when it cannot be installed.
+# (No default cluster: nothing but the tests' own servers ever runs.)
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    mkdir -p /etc/postgresql-common && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "postgresql is not installed and this is not root: the Postgres tests will be skipped"; fi; }
+
 ui: setup
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 bench: setup
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.redaction
+
+# the UI path (dagster dev, sensor, automation) against the CLI on ../shared/corpus/nemo_gym
+bench-ui: setup
+	$(BIN)/python -m bench.ui
 
 # Regenerate the lock files after editing requirements.in or requirements-train.in (needs the
 # registry). torch resolves against the local CPU wheel, so no nvidia-*/triton enter the lock.

@@ -2,9 +2,10 @@
 
     python -m bench.profile --size 1000
 
-1. Runs `trajectory-assets run` (every export, the CLI's parallel workers) on the benchmark
-   corpus of that size, timing each phase from the parent: ingest (one job per batch), the
-   three export families (one job each, two at a time), the stats report.
+1. Runs `trajectory-assets run` (every export) on the benchmark corpus of that size with a new
+   instance, then reads each phase from the runs it recorded: starting the code location,
+   ingest (ranges of batches, one run per run slot), the datasets run and each of its steps
+   (the three export families, two at a time, then the stats report).
 2. Runs each family's step again, alone in this process, on that run's stored trajectories,
    with timers around its parts: reading and curating (the plan and the payload scan),
    rendering every format, the contract checks, writing the files, and the per-chunk memory
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -45,27 +47,48 @@ def _timed(spent: Counter, part: str, function: Callable, timer: Callable[[], fl
 
 
 def profile_phases(source: Path, storage: Path) -> Counter:
+    import shutil
+    import tempfile
+
+    import dagster as dg
+    from dagster._core.events import DagsterEventType
+
     from trajectory_assets.cli import main
-    from trajectory_assets.defs import runner
+    from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB
 
     spent: Counter = Counter()
-    in_workers, run_datasets = runner._in_workers, runner._run_datasets
-
-    def phase(defs, workers, jobs):
-        name = "ingest (every batch)" if jobs[0][2] is None else "exports (3 families, 2 at a time)"
-        return _timed(spent, name, in_workers, time.perf_counter)(defs, workers, jobs)
-
-    runner._in_workers = phase
-    runner._run_datasets = lambda *args, **kwargs: _timed(spent, f"{args[2]}", run_datasets, time.perf_counter)(
-        *args, **kwargs)
-    start = time.perf_counter()
-    try:
-        if main(["run", "--source", str(source), "--storage", str(storage)]) != 0:
-            raise SystemExit("the run failed")
-    finally:
-        runner._in_workers, runner._run_datasets = in_workers, run_datasets
-    spent["whole run"] = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="profile-home-") as home:
+        shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home)
+        previous = os.environ.get("DAGSTER_HOME")
+        os.environ["DAGSTER_HOME"] = home
+        start = time.time()
+        try:
+            if main(["run", "--source", str(source), "--storage", str(storage)]) != 0:
+                raise SystemExit("the run failed")
+        finally:
+            os.environ.pop("DAGSTER_HOME") if previous is None else os.environ.update(DAGSTER_HOME=previous)
+        spent["whole run"] = time.time() - start
+        with dg.DagsterInstance.from_config(home) as instance:
+            records = instance.get_run_records()
+            ingest = [r for r in records if r.dagster_run.job_name == INGEST_JOB]
+            (datasets,) = [r for r in records if r.dagster_run.job_name == MAIN_JOB]
+            first_created = min(r.create_timestamp.timestamp() for r in records)
+            spent["CLI start, code server (until the first run)"] = first_created - start
+            spent[f"ingest ({len(ingest)} runs at once, run start-up included)"] = (
+                max(r.end_time for r in ingest) - first_created)
+            spent["datasets run start-up"] = datasets.start_time - datasets.create_timestamp.timestamp()
+            started: dict[str, float] = {}
+            for entry in instance.all_logs(datasets.dagster_run.run_id, of_type={
+                    DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
+                if entry.dagster_event.event_type == DagsterEventType.STEP_START:
+                    started[entry.step_key] = entry.timestamp
+                else:
+                    spent[f"  step {entry.step_key}"] = entry.timestamp - started[entry.step_key]
+            spent["datasets run (steps overlap)"] = datasets.end_time - datasets.start_time
     return spent
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def stored_batches_context(storage: Path):
@@ -136,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(storage, ignore_errors=True)
     build_corpus(args.size << 20, source, CORPUS)
     phases = profile_phases(source, storage)
-    print(f"\n{args.size} MB corpus, `trajectory-assets run`, seconds (families overlap):")
+    print(f"\n{args.size} MB corpus, `trajectory-assets run`, seconds (from the runs it recorded):")
     for part, seconds in phases.items():
         print(f"  {part:36s} {seconds:6.1f}")
     from trajectory_assets.datasets.exports import FAMILIES

@@ -111,12 +111,15 @@ def _sample_tree(root: int) -> tuple[int, int | None]:
 
 
 def measure(command: list[str]) -> dict:
-    """Wall seconds and peak tree memory of one fresh process and its descendants."""
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}  # a temporary instance
+    """Wall seconds and peak tree memory of one fresh process and its descendants (for a
+    `trajectory-assets run`: its code server and run processes)."""
     peak_rss = peak_pss = 0
     pss_ok = True
     samples = 0
-    with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a chatty child cannot block on it
+    # a file, not a pipe: a chatty child cannot block on it; each run records into a new instance
+    with tempfile.TemporaryFile() as stderr, tempfile.TemporaryDirectory(prefix="bench-home-") as home:
+        shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home)
+        env = {**os.environ, "DAGSTER_HOME": home}
         started = time.perf_counter()
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         while True:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +18,32 @@ SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
 
 
+def temporary_dagster_home(folder: Path) -> Path:
+    """A Dagster instance folder with the project's dagster.yaml (SQLite storage in it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
+    return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_instance(tmp_path_factory):
+    """Tests never write to the project's dagster_home: the CLI records its runs in
+    DAGSTER_HOME, which points at a temporary instance (this one for module fixtures, a
+    fresh one per test below)."""
+    previous = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(temporary_dagster_home(tmp_path_factory.mktemp("dagster_home")))
+    yield
+    if previous is None:
+        os.environ.pop("DAGSTER_HOME", None)
+    else:
+        os.environ["DAGSTER_HOME"] = previous
+
+
 @pytest.fixture(autouse=True)
-def no_project_instance(monkeypatch):
-    """Tests never write to the project's dagster_home: each uses a temporary instance."""
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+def temporary_instance(tmp_path_factory, monkeypatch) -> Path:
+    home = temporary_dagster_home(tmp_path_factory.mktemp("dagster_home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
 
 
 def written_files(storage: Path) -> dict[str, bytes]:

@@ -78,21 +78,42 @@ def test_parallel_batches_give_the_same_exports_as_one_at_a_time(sample_run, tmp
     assert one == parallel == reference
 
 
-def test_a_persistent_instance_records_every_run(tmp_path, monkeypatch):
-    import shutil
-
+def test_every_run_is_recorded_in_the_instance(tmp_path, temporary_instance, capsys):
+    """The CLI's runs go through DAGSTER_HOME's run launcher and stay there, with each batch's
+    materializations and check results, and the call's sources and storage in their config."""
     import dagster as dg
 
-    home = tmp_path / "home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out")]) == 0
-    with dg.DagsterInstance.get() as instance:
+    from trajectory_assets.defs.run_plan import BATCHES_TAG
+
+    storage = tmp_path / "out"
+    assert main(["run", "--source", str(SAMPLE), "--storage", str(storage), "--workers", "2"]) == 0
+    with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
         runs = instance.get_runs()
-        assert len(runs) == 4  # three batches, one at a time, then the datasets job
+        ingest = [run for run in runs if run.job_name == "ingest_rollout_batch"]
+        datasets = [run for run in runs if run.job_name == "build_training_datasets"]
+        assert len(ingest) == 2 and len(datasets) == 1  # three batches over two run slots, then the datasets
         assert all(run.is_success for run in runs)
-        assert len(instance.get_dynamic_partitions("rollout_batches")) == 3
+        assert all(run.remote_job_origin is not None for run in runs)  # launched from the code location
+        for run in runs:
+            resources = run.run_config["resources"]
+            assert resources["sources"]["config"]["paths"] == [str(SAMPLE)]
+            assert resources["storage"]["config"]["root"] == str(storage)
+        batches = instance.get_dynamic_partitions("rollout_batches")
+        assert sorted(key for run in ingest for key in run.tags[BATCHES_TAG].split(",")) == sorted(batches)
+        for asset in ("raw_rollouts", "validated_trajectories", "quarantined_records"):
+            records = instance.fetch_materializations(dg.AssetKey(asset), limit=10).records
+            assert sorted(record.partition_key for record in records) == sorted(batches)
+        checks = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("validated_trajectories"), "nothing_lost"), limit=10)
+        assert sorted(check.partition for check in checks) == sorted(batches)
+        assert all(check.status.value == "SUCCEEDED" for check in checks)
+        assert instance.fetch_materializations(dg.AssetKey("sft_dataset"), limit=1).records[0].run_id == datasets[0].run_id
+    # plain progress lines (not a terminal): every batch, then every export as it is written
+    printed = capsys.readouterr().out
+    assert printed.count("\nbatch ") == 3 and "batch 3/3 " in printed and "records/s)" in printed
+    from trajectory_assets.defs.exports import EXPORT_KINDS
+
+    assert printed.count("exported ") == len(EXPORT_KINDS)
 
 
 def test_empty_source_still_writes_every_export_file(tmp_path):
@@ -250,3 +271,61 @@ def test_nan_outside_the_reward_is_counted_in_the_report(tmp_path):
     assert json.loads((out / "reports" / "stats.json").read_text())["non_finite_values"] == 1
     assert "NaN / Infinity values outside rewards (stored as null, rows flagged non_finite_number): 1" in (
         out / "reports" / "stats.md").read_text()
+
+
+def test_on_a_terminal_progress_is_a_live_bar(tmp_path):
+    """Under a pseudo-terminal the CLI draws rich's bar (batches done / total, records per
+    second) and prints each export as it is written."""
+    import os
+    import pty
+    import re
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(SAMPLE), "--storage",
+         str(tmp_path / "out")], cwd=PROJECT_ROOT, stdin=terminal, stdout=terminal, stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+    os.close(terminal)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the terminal closed: the process has exited
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=300) == 0, process.stderr.read().decode()
+    os.close(controller)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
+    assert re.search(r"batches .*3/3", text) and "records/s" in text
+    assert "exported sft, 6 rows" in text and "\nbatch 1/3" not in text  # the bar, not the plain lines
+
+
+def test_an_interrupted_cli_stops_the_runs_it_started(tmp_path, temporary_instance):
+    """Ctrl-C while the ingest runs are going: the CLI stops them through the run launcher and
+    exits 130; no run is left going in the instance, and the datasets run never starts."""
+    import signal
+    import time
+
+    import dagster as dg
+
+    rows = [make_rollout([message_item(f"answer {i} " + "x" * 2000)], request_input=f"task {i}") for i in range(3000)]
+    for part in range(3):
+        write_jsonl(tmp_path / "in" / f"part_{part}.jsonl", rows[part::3])
+    process = subprocess.Popen([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(tmp_path / "in"),
+                                "--storage", str(tmp_path / "out")], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
+        while time.monotonic() < deadline and not any(
+                run.status == dg.DagsterRunStatus.STARTED for run in instance.get_runs()):
+            time.sleep(0.2)
+        assert process.poll() is None, "the CLI ended before any run started"
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=240) == 130
+        assert "interrupted" in process.stderr.read().decode()
+        runs = instance.get_runs()
+        assert runs and all(run.is_finished for run in runs)
+        assert {run.job_name for run in runs} == {"ingest_rollout_batch"}
+    assert not (tmp_path / "out" / "exports").exists()

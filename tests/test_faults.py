@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT, SAMPLE, loopback_s3, make_rollout, message_item, write_jsonl
 from trajectory_assets.cli import main
+from trajectory_assets.io.sources import batch_key
 
 
 def cli_process(*args, env=None):
@@ -103,7 +104,7 @@ def run_ingest(source_folder, storage, key_of):
         result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
             instance=instance, partition_key=key, raise_on_error=False)
         retries = [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
-        reason = None if result.success else failure_reason(result)
+        reason = None if result.success else failure_reason(instance, result.run_id)
     return result, retries, reason
 
 
@@ -133,7 +134,7 @@ def test_a_storage_error_in_a_batch_is_retried_and_the_batch_completes(tmp_path,
     monkeypatch.setattr(Storage, "write_bytes", flaky_write_bytes)
     result, retries, reason = run_ingest(tmp_path / "in", tmp_path / "out", "in/a.jsonl")
     assert result.success, reason
-    assert retries == ["raw_rollouts"]  # retried once (after 1 s), then done
+    assert retries == ["ingest_batches"]  # retried once (after 1 s), then done
     assert (tmp_path / "out" / "quarantine" / "batches").is_dir()
 
 
@@ -149,7 +150,7 @@ def test_a_bug_fails_the_batch_at_once_with_a_one_line_reason(tmp_path, monkeypa
     started = time.monotonic()
     result, retries, reason = run_ingest(tmp_path / "in", tmp_path / "out", "in/a.jsonl")
     assert not result.success and retries == []  # the same code on the same bytes fails the same way
-    assert reason == "validated_trajectories: KeyError: 'no_such_column'"
+    assert reason == f"ingest_batches: batch {batch_key('in/a.jsonl')}: KeyError: 'no_such_column'"
     assert time.monotonic() - started < 30
 
 

@@ -32,16 +32,3 @@ def test_garbage_from_before_the_loop_is_not_frozen_forever():
     with chunk_memory():
         assert before() is None
 
-
-def test_a_loop_inside_a_forked_worker_leaves_the_inherited_objects_frozen():
-    from trajectory_assets.memory import frozen_for_fork
-
-    with frozen_for_fork():
-        inherited = gc.get_freeze_count()
-        assert inherited > 0
-        with chunk_memory() as release:
-            chunk = _chunk_with_an_accessor_cycle()
-            release()
-            assert chunk() is None
-        assert gc.get_freeze_count() >= inherited  # unfreezing here would unfreeze the parent's objects too
-    assert gc.get_freeze_count() == 0

@@ -1,5 +1,7 @@
-"""Headless CLI: runs the same asset jobs as the UI, in-process (one ingest run per batch,
-then the datasets job), like the sensor and automation do in `dagster dev`.
+"""Headless CLI: runs the same asset jobs as the UI, through the Dagster instance (ingest
+runs over ranges of batches, then the datasets job), like the sensor and automation do in
+`dagster dev`. Every run is recorded in DAGSTER_HOME (the project's dagster_home/ unless
+set), so `make ui` shows them.
 
     trajectory-assets run --source SRC [--source SRC ...] --storage DEST [--config FILE]
                           [--exports NAME,NAME,...] [--workers N] [--verbose]
@@ -23,6 +25,7 @@ from pathlib import Path
 
 EXIT_STEP_FAILED = 1
 EXIT_UNUSABLE_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", help="YAML config (see config.example.yaml)")
     run.add_argument(
         "--workers", type=int, default=None,
-        help="batches ingested in parallel (default: one per CPU with a temporary instance; "
-        "1 when DAGSTER_HOME is set, as SQLite instance storage takes one writer)",
+        help="runs at once (default: the instance's run queue limit, concurrency.runs in dagster.yaml)",
     )
     run.add_argument(
         "--exports",
@@ -59,12 +61,15 @@ def _run(args: argparse.Namespace) -> int:
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.tokens import TokenizerError, load_counter
     from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.defs.run_plan import run_slots
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
-    from trajectory_assets.definitions import RunSettings, build_definitions
+    from trajectory_assets.definitions import PROJECT_ROOT
     from trajectory_assets.io.sources import SourceError, batch_key, discover
+    from trajectory_assets.progress import progress_for
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
     sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
+    config_file = str(Path(args.config).resolve()) if args.config else None
     # fail fast, in one line, on what the user can fix
     exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
     unknown = sorted(set(exports or []) - {kind.name for kind in EXPORT_KINDS})
@@ -81,13 +86,29 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
 
-    defs = build_definitions(RunSettings(sources=sources, storage=storage, config_file=args.config))
-    quiet = {"loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}}}
-    persistent = bool(os.environ.get("DAGSTER_HOME"))
-    workers = args.workers or (1 if persistent else os.cpu_count() or 1)
-    instance = dg.DagsterInstance.get() if persistent else dg.DagsterInstance.ephemeral()
-    with instance:
-        run = run_pipeline(defs, instance, batches, quiet, workers=workers, exports=exports)
+    # the call's sources, storage and config travel in each run's config (shown with the run in the UI)
+    run_config = {
+        "resources": {"sources": {"config": {"paths": sources}}, "storage": {"config": {"root": storage}},
+                      "settings": {"config": {"config_file": config_file}}},
+        "loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}},
+    }
+    home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / "dagster_home")
+    progress = progress_for(sys.stdout)
+    log = None if args.verbose else Path(home) / "logs" / "code-server.log"  # Dagster's own output
+    with dg.DagsterInstance.from_config(home) as instance:
+        try:
+            run = run_pipeline(instance, batches, run_config, slots=args.workers or run_slots(instance),
+                               exports=exports, progress=progress, log_level="DEBUG" if args.verbose else "CRITICAL",
+                               log=log)
+        except KeyboardInterrupt:
+            print("trajectory-assets: interrupted; the runs it started were stopped", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
+            reason = " ".join(str(error).split())
+            print(f"trajectory-assets: {reason}" + (f" (see {log})" if log else ""), file=sys.stderr)
+            return EXIT_STEP_FAILED
+        finally:
+            progress.close()
     if not run.success:
         print(f"trajectory-assets: run failed: {run.first_failure}", file=sys.stderr)
         return EXIT_STEP_FAILED

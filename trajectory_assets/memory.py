@@ -52,9 +52,8 @@ def release_memory() -> None:
 def chunk_memory() -> Iterator[Callable[[], None]]:
     """Yields a function to call after each chunk; it frees what the chunk left behind."""
     gc.collect()  # garbage frozen now would never be freed
-    # In a worker forked by the CLI the parent's objects are already frozen (frozen_for_fork).
-    # Unfreezing cannot tell them apart from the ones frozen here, so there the step's objects
-    # stay frozen until the worker exits at the end of its phase.
+    # Objects someone else froze (a parent process before forking this one) stay frozen:
+    # unfreezing cannot tell them apart from the ones frozen here.
     owner = gc.get_freeze_count() == 0
     gc.freeze()
     try:
@@ -63,16 +62,3 @@ def chunk_memory() -> Iterator[Callable[[], None]]:
         if owner:
             gc.unfreeze()
 
-
-@contextmanager
-def frozen_for_fork() -> Iterator[None]:
-    """Around forking worker processes: the parent's objects are frozen before the fork, so
-    the workers' collections neither walk them nor write to them (a collection writes to
-    every object it walks, which copies the page it is on out of the memory the worker
-    shares with its parent). The standard library documents this use of ``gc.freeze``."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()

@@ -144,3 +144,39 @@ def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
         os.utime(inputs, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
         (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
         assert rerun.partition_key == first.partition_key and rerun.run_key != first.run_key
+
+
+def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tmp_path):
+    """47 files landing at once become as many runs as may run at once (here two), each a
+    range of partitions that Dagster resolves to exactly its batches."""
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    from trajectory_assets.defs.ingest import rollout_batches
+    from trajectory_assets.defs.run_plan import BATCHES_TAG
+
+    source = tmp_path / "in"
+    for i in range(47):
+        write_jsonl(source / f"f{i:02d}.jsonl", [make_rollout(request_input=f"task {i}")])
+    defs = build_definitions(RunSettings(sources=[str(source)], storage=str(tmp_path / "out")))
+    with dg.instance_for_test(overrides={"concurrency": {"runs": {"max_concurrent_runs": 2}},
+                                         "run_coordinator": {"module": "dagster.core.run_coordinator",
+                                                             "class": "QueuedRunCoordinator"}}) as instance:
+        tick = evaluate(defs, instance)
+        assert len(tick.run_requests) == 2
+        covered = []
+        for request in tick.run_requests:
+            assert request.job_name == "ingest_rollout_batch" and request.partition_key is None
+            with partition_loading_context(dynamic_partitions_store=instance):
+                keys = rollout_batches.get_partition_keys_in_range(request.partition_key_range)
+            assert keys == request.tags[BATCHES_TAG].split(",")
+            covered += keys
+        assert sorted(covered) == sorted(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
+        assert len(covered) == 47 and len({r.run_key for r in tick.run_requests}) == 2
+
+        # one changed file among unchanged ones: a run of that batch alone
+        changed = source / "f20.jsonl"
+        write_jsonl(changed, [make_rollout(request_input="task 20, again")])
+        stat = changed.stat()
+        os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
+        assert rerun.partition_key == batch_key("in/f20.jsonl") and rerun.tags[BATCHES_TAG] == rerun.partition_key

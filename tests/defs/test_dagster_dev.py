@@ -20,6 +20,7 @@ import requests
 
 from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, write_jsonl
+from trajectory_assets.io.sources import batch_key, discover
 
 BATCH_ASSETS = {"raw_rollouts", "validated_trajectories", "quarantined_records"}
 DATASET_ASSETS = {"sft_dataset", "dpo_dataset", "grpo_dataset", "sft_hermes_dataset", "stats_report"}
@@ -29,6 +30,7 @@ STATE_QUERY = """
     assetKey { path }
     partitionStats { numMaterialized numPartitions numFailed }
     assetMaterializations(limit: 1) { runId }
+    freshnessStatusInfo { freshnessStatus }
     assetChecksOrError {
       ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
     }
@@ -117,6 +119,23 @@ def everything_green(url: str, batches: int):
     return state
 
 
+INGEST_RUNS = """
+{
+  runsOrError(filter: {pipelineName: "ingest_rollout_batch"}) {
+    ... on Runs { results { status tags { key value } } }
+  }
+}
+"""
+
+
+def batches_named_by_runs(url: str) -> list[str]:
+    response = requests.post(f"{url}/graphql", json={"query": INGEST_RUNS}, timeout=30)
+    runs = response.json()["data"]["runsOrError"]["results"]
+    assert all(run["status"] == "SUCCESS" for run in runs)
+    return [key for run in runs for tag in run["tags"] if tag["key"] == "trajectory/batches"
+            for key in tag["value"].split(",")]
+
+
 def test_dropping_files_into_the_source_is_all_it_takes(dagster_dev):
     url = dagster_dev["url"]
     state = wait_for(lambda: everything_green(url, 3), 420, "the sample's 3 batches and every dataset, all checks green")
@@ -124,6 +143,12 @@ def test_dropping_files_into_the_source_is_all_it_takes(dagster_dev):
     checks = {check["name"] for node in state.values() for check in node["assetChecksOrError"].get("checks", [])}
     assert {"nothing_lost", "trajectory_contract", "quarantine_contract", "contract", "no_split_leak",
             "dpo_margin"} <= checks
+    # the sensor put the sample's three batches into ranged runs, each run naming its batches
+    assert sorted(batches_named_by_runs(url)) == sorted(
+        batch_key(source.source_id) for source in discover([str(dagster_dev["source"])]))
+    # the freshness daemon has judged the freshly built datasets (their policy: rebuilt within a day)
+    wait_for(lambda: all((ui_state(url)[name]["freshnessStatusInfo"] or {}).get("freshnessStatus") == "HEALTHY"
+                         for name in DATASET_ASSETS), 180, "the datasets' freshness evaluated as passing")
 
     # a new batch lands: it is registered, ingested alone, and the datasets refresh
     write_jsonl(dagster_dev["source"] / "rollouts" / "late_batch.jsonl",

@@ -30,8 +30,11 @@ def describe(definitions: dg.Definitions) -> dict:
             "has_column_schema": "dagster/column_schema" in node.metadata,
             "partitions": getattr(node.partitions_def, "name", None),
             "automation": node.automation_condition.get_label() if node.automation_condition else None,
+            "freshness_fail_window_s": node.freshness_policy.fail_window.to_timedelta().total_seconds()
+            if node.freshness_policy else None,
+            "pools": sorted(node.pools),
         }
-    jobs = sorted(job.name for job in definitions.resolve_all_job_defs() if not job.name.startswith("__"))
+    jobs = sorted((job.name, job.executor_def.name) for job in definitions.resolve_all_job_defs())
     sensors = sorted((s.name, s.default_status.value) for s in definitions.sensors)
     schedules = sorted((s.name, s.cron_schedule, s.default_status.value) for s in definitions.schedules)
     return {"assets": assets, "jobs": jobs, "sensors": sensors, "schedules": schedules}

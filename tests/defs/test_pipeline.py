@@ -7,17 +7,34 @@ import dagster as dg
 import pytest
 
 from tests.conftest import SAMPLE, make_rollout, message_item, write_jsonl
-from trajectory_assets.definitions import RunSettings, build_definitions
+from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, build_definitions
 from trajectory_assets.defs.exports import EXPORT_KINDS
-from trajectory_assets.defs.runner import run_pipeline
+from trajectory_assets.defs.run_plan import batch_run_tags
+from trajectory_assets.defs.runner import sync_batches
 from trajectory_assets.io.sources import batch_key, discover
 
 
+@dataclasses.dataclass
+class PipelineResult:
+    results: list  # the ingest run (every batch, one partition range), then the datasets run if it succeeded
+
+    @property
+    def success(self) -> bool:
+        return len(self.results) == 2 and all(result.success for result in self.results)
+
+
 def run_job(sources, storage, config_file=None):
+    """The two jobs in-process, as the CLI and the sensor run them: one ingest run over every
+    batch, then the datasets job."""
     defs = build_definitions(RunSettings(sources=[str(s) for s in sources], storage=str(storage), config_file=config_file))
     batches = sorted({batch_key(s.source_id) for s in discover([str(s) for s in sources])})
     with dg.instance_for_test() as instance:
-        run = run_pipeline(defs, instance, batches)
+        sync_batches(instance, batches)
+        run = PipelineResult([defs.resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, tags=batch_run_tags(batches), raise_on_error=False)])
+        if run.results[0].success:
+            run.results.append(defs.resolve_job_def(MAIN_JOB).execute_in_process(instance=instance,
+                                                                                raise_on_error=False))
         events = [e for result in run.results for e in result.all_events]
         checks = {}
         for e in events:
@@ -32,9 +49,11 @@ def run_job(sources, storage, config_file=None):
 
 
 def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
-    run, checks, materialized, _ = run_job([SAMPLE], tmp_path)
+    run, checks, materialized, events = run_job([SAMPLE], tmp_path)
     assert run.success
-    assert len(run.batches) == 3  # one partition per sample file
+    batch_partitions = {e.event_specific_data.materialization.partition for e in events
+                        if e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "raw_rollouts"}
+    assert len(batch_partitions) == 3  # one partition per sample file, all three in one run
     exports = [kind.asset_name for kind in EXPORT_KINDS]
     assert set(exports) == {f"{name}_dataset" for name in (
         "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory", "nemo_rl_sft",
@@ -87,10 +106,8 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
 
 def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
-    from trajectory_assets.defs.ingest import raw_rollouts, validated_trajectories
+    from trajectory_assets.defs.ingest import ingest_batches
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
-
-    from trajectory_assets.defs.runner import sync_batches
 
     sft = export_defs.EXPORT_KINDS[0]
 
@@ -108,7 +125,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     with dg.instance_for_test() as instance:
         (source, *_) = discover([str(SAMPLE)])
         sync_batches(instance, [batch_key(source.source_id)])
-        dg.materialize([raw_rollouts, validated_trajectories], instance=instance, resources=resources,
+        dg.materialize([ingest_batches], instance=instance, resources=resources,
                        partition_key=batch_key(source.source_id))
         result = dg.materialize([buggy_sft], instance=instance, resources=resources, raise_on_error=False,
                                 selection=[buggy_sft])
@@ -201,3 +218,148 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
     assert failed.check_name == "token_budget" and failed.metadata["over_budget"].value == 1
     assert not (tmp_path / "out" / "exports" / "trl_grpo").exists() or not any(
         (tmp_path / "out" / "exports" / "trl_grpo").iterdir())
+
+
+def ranged_ingest(tmp_path, files: dict[str, list], **execute):
+    """Writes the source files, then ingests all of them in ONE run (a partition range)."""
+    for name, rows in files.items():
+        write_jsonl(tmp_path / "in" / name, rows)
+    defs = build_definitions(RunSettings(sources=[str(tmp_path / "in")], storage=str(tmp_path / "out")))
+    keys = {name: batch_key(f"in/{name}") for name in files}
+    instance = dg.instance_for_test()
+    instance_ = instance.__enter__()
+    sync_batches(instance_, sorted(keys.values()))
+    order = list(instance_.get_dynamic_partitions("rollout_batches"))
+    result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
+        instance=instance_, tags=batch_run_tags(order), raise_on_error=False, **execute)
+    return defs, instance, instance_, keys, result
+
+
+def latest(instance, asset: str, partition: str):
+    return instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset),
+                                                                 asset_partitions=[partition]), limit=1).records[0]
+
+
+def test_each_batch_of_a_ranged_run_has_its_own_data_version_lineage_and_checks(tmp_path):
+    """Several batches in one run look as if each had run alone: per-partition data versions
+    (the file's SHA-256), input provenance pointing at the batch's own raw materialization,
+    a check evaluation per batch, and Dagster's staleness view sees every batch up to date."""
+    import hashlib
+
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+    from dagster._core.event_api import PartitionKeyFilter
+    from dagster._core.loader import LoadingContextForTest
+
+    files = {f"{name}.jsonl": [make_rollout([message_item(f"answer {name}")], request_input=name)]
+             for name in ("a", "b", "c")}
+    defs, context, instance, keys, result = ranged_ingest(tmp_path, files)
+    try:
+        assert result.success
+        versions = set()
+        for name, key in keys.items():
+            raw = latest(instance, "raw_rollouts", key)
+            assert raw.run_id == result.run_id  # one run for the three batches
+            sha = hashlib.sha256((tmp_path / "in" / name).read_bytes()).hexdigest()
+            assert raw.asset_materialization.tags["dagster/data_version"] == sha
+            assert raw.asset_materialization.metadata["sha256"].value == sha
+            for asset in ("validated_trajectories", "quarantined_records"):
+                tags = latest(instance, asset, key).asset_materialization.tags
+                assert tags["dagster/input_data_version/raw_rollouts"] == sha
+                assert tags["dagster/input_event_pointer/raw_rollouts"] == str(raw.storage_id)
+                versions.add(tags["dagster/data_version"])
+            for check in ("nothing_lost", "trajectory_contract", "quarantine_contract"):
+                asset = "quarantined_records" if check == "quarantine_contract" else "validated_trajectories"
+                (execution,) = instance.event_log_storage.get_asset_check_execution_history(
+                    dg.AssetCheckKey(dg.AssetKey(asset), check), limit=10,
+                    partition_filter=PartitionKeyFilter(key=key))
+                assert execution.status.value == "SUCCEEDED" and execution.run_id == result.run_id
+        assert len(versions) == 3  # one derived version per batch (its two assets share code version and input)
+        resolver = CachingStaleStatusResolver(instance, defs.resolve_asset_graph(), LoadingContextForTest(instance))
+        for key in keys.values():
+            for asset in ("raw_rollouts", "validated_trajectories", "quarantined_records"):
+                assert resolver.get_status(dg.AssetKey(asset), key) == StaleStatus.FRESH
+    finally:
+        context.__exit__(None, None, None)
+
+
+def test_a_failing_batch_does_not_stop_the_others_in_its_run(tmp_path, monkeypatch):
+    import trajectory_assets.defs.ingest as ingest_defs
+
+    real_ingest = ingest_defs.ingest
+
+    def ingest_failing_on_b(sources, *args, **kwargs):
+        if sources[0].uri.endswith("b.jsonl"):
+            raise KeyError("no_such_column")
+        return real_ingest(sources, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_defs, "ingest", ingest_failing_on_b)
+    files = {f"{name}.jsonl": [make_rollout(request_input=name)] for name in ("a", "b", "c")}
+    _, context, instance, keys, result = ranged_ingest(tmp_path, files)
+    try:
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
+        assert failure.description == f"batch {keys['b.jsonl']}: KeyError: 'no_such_column'"
+        materialized = {r.partition_key for r in instance.fetch_materializations(
+            dg.AssetKey("validated_trajectories"), limit=10).records}
+        assert materialized == {keys["a.jsonl"], keys["c.jsonl"]}
+    finally:
+        context.__exit__(None, None, None)
+
+
+def test_a_retried_step_resumes_after_the_batches_it_already_reported(tmp_path, monkeypatch):
+    from trajectory_assets.io.storage import Storage
+
+    real_write_bytes = Storage.write_bytes
+    failed = []
+
+    def flaky(self, relative, data):
+        if relative.startswith("raw/batches/") and "b.jsonl" in relative and not failed:
+            failed.append(relative)
+            raise ConnectionResetError("connection reset by peer")
+        return real_write_bytes(self, relative, data)
+
+    monkeypatch.setattr(Storage, "write_bytes", flaky)
+    files = {f"{name}.jsonl": [make_rollout(request_input=name)] for name in ("a", "b", "c")}
+    _, context, instance, keys, result = ranged_ingest(tmp_path, files)
+    try:
+        assert result.success and failed
+        assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == ["ingest_batches"]
+        records = instance.fetch_materializations(dg.AssetKey("validated_trajectories"), limit=10).records
+        # a was reported by the first attempt and not ingested again; b and c by the retry
+        assert sorted(r.partition_key for r in records) == sorted(keys.values())
+    finally:
+        context.__exit__(None, None, None)
+
+
+def test_a_failed_check_is_not_retried_away_by_a_storage_fault_in_the_same_run(tmp_path, monkeypatch):
+    """A batch whose blocking check failed and another hit by a storage fault: retrying would
+    skip the first (already reported), so the step fails for good, naming both."""
+    import trajectory_assets.defs.ingest as ingest_defs
+    from trajectory_assets.io.storage import Storage
+
+    real_check = ingest_defs._check_batch
+    real_write_bytes = Storage.write_bytes
+
+    def nothing_lost_fails_on_a(key, store, checks, counts):
+        results = real_check(key, store, checks, counts)
+        if "a.jsonl" in key:
+            results[ingest_defs.NOTHING_LOST] = (False, counts, "counts do not reconcile")
+        return results
+
+    def storage_fails_on_b(self, relative, data):
+        if relative.startswith("raw/batches/") and "b.jsonl" in relative:
+            raise ConnectionResetError("connection reset by peer")
+        return real_write_bytes(self, relative, data)
+
+    monkeypatch.setattr(ingest_defs, "_check_batch", nothing_lost_fails_on_a)
+    monkeypatch.setattr(Storage, "write_bytes", storage_fails_on_b)
+    files = {f"{name}.jsonl": [make_rollout(request_input=name)] for name in ("a", "b")}
+    _, context, instance, keys, result = ranged_ingest(tmp_path, files)
+    try:
+        assert not result.success
+        assert [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == []
+        failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.user_failure_data
+        assert f"batch {keys['a.jsonl']}: failed nothing_lost" in failure.description
+        assert f"batch {keys['b.jsonl']}: connection reset by peer" in failure.description
+    finally:
+        context.__exit__(None, None, None)

@@ -1,13 +1,15 @@
-"""What runs by itself: the batch sensor, declarative automation and the nightly refresh."""
+"""The jobs, and what runs by itself: the batch sensor, declarative automation and the
+nightly refresh."""
 
 
 import dagster as dg
 import orjson
 
 from trajectory_assets import layout
-from trajectory_assets.formats.jsonutil import sha256_hex
-from trajectory_assets.defs.ingest import raw_rollouts, rollout_batches, validated_trajectories
+from trajectory_assets.defs.ingest import ingest_batches, rollout_batches
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
+from trajectory_assets.defs.run_plan import batch_run_tags, group_batches, run_slots
+from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.io.sources import (
     SourceError,
     SourceFile,
@@ -20,20 +22,35 @@ from trajectory_assets.io.storage import Storage, StorageError
 
 INGEST_JOB = "ingest_rollout_batch"
 MAIN_JOB = "build_training_datasets"
-# the per-batch assets (validated_trajectories is a multi-asset that also holds quarantined_records)
-BATCH_ASSETS = dg.AssetSelection.assets(raw_rollouts, validated_trajectories)
+# the per-batch assets (raw_rollouts, validated_trajectories, quarantined_records: one step)
+BATCH_ASSETS = dg.AssetSelection.assets(ingest_batches)
+# The datasets job's steps (one per export family, then the report) are large: each runs in
+# a process of its own, two families at a time on two cores. The processes fork from a server
+# that imported the code location once per run, instead of each importing it again. This is
+# the code location's default executor (so also the automation's and the UI's runs).
+STEP_PROCESSES = dg.multiprocess_executor.configured(
+    {"start_method": {"forkserver": {"preload_modules": ["trajectory_assets.definitions"]}}},
+    name="forked_multiprocess_executor",
+)
 
-ingest_job = dg.define_asset_job(
-    INGEST_JOB,
-    selection=BATCH_ASSETS,
-    partitions_def=rollout_batches,
-    description="One batch (source file): raw -> validated trajectories + quarantine, with their checks.",
-)
-datasets_job = dg.define_asset_job(
-    MAIN_JOB,
-    selection=dg.AssetSelection.all() - BATCH_ASSETS,
-    description="Every registered batch -> SFT / DPO / GRPO exports -> stats report, with every check.",
-)
+
+def build_jobs() -> tuple:
+    """The ingest job (a range of batches per run; its one step in the run's own process) and
+    the datasets job (the code location's default executor)."""
+    ingest_job = dg.define_asset_job(
+        INGEST_JOB,
+        selection=BATCH_ASSETS,
+        partitions_def=rollout_batches,
+        executor_def=dg.in_process_executor,
+        description="A range of batches (source files): raw -> validated trajectories + quarantine, with "
+        "their checks, each batch reported as its own partition.",
+    )
+    datasets_job = dg.define_asset_job(
+        MAIN_JOB,
+        selection=dg.AssetSelection.all() - BATCH_ASSETS,
+        description="Every registered batch -> SFT / DPO / GRPO exports -> stats report, with every check.",
+    )
+    return ingest_job, datasets_job
 
 
 def plan_batches(
@@ -57,15 +74,16 @@ def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
     return describe_batch(source)["data_version"] != recorded.get("data_version", recorded.get("sha256"))
 
 
-def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
+def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) -> dg.SensorDefinition:
     @dg.sensor(
         name="rollout_batch_sensor",
         jobs=[ingest_job, datasets_job],
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Registers each new source file as a batch partition and runs it; re-runs a batch "
-        "whose content changed (new SHA-256); removes batches whose file is gone and rebuilds the "
-        "datasets without them. The cursor holds every file's fingerprint, so nothing is read or "
+        description="Registers each new source file as a batch partition and ingests it; re-runs a "
+        "batch whose content changed (new SHA-256); removes batches whose file is gone and rebuilds "
+        "the datasets without them. The batches of a tick go into as many runs as may run at once "
+        "(partition ranges). The cursor holds every file's fingerprint, so nothing is read or "
         "processed twice.",
     )
     def rollout_batch_sensor(
@@ -82,17 +100,24 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
         # a new fingerprint (a touched file, a re-upload) is only a change if the bytes differ
         store = storage.open()
         changed = [key for key in changed if content_changed(store, key, by_key[key])]
-        registered = set(context.instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
+        registered = list(context.instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
         to_register = [key for key in new if key not in registered]
+        removed = [key for key in gone if key in registered]
+        # the partitions as they will be once this tick's requests are applied: ranges resolve in this order
+        order = [key for key in registered if key not in removed] + to_register
         requests = [
-            # the fingerprint is in the run key: the same file version is never run twice
-            dg.RunRequest(run_key=f"{key}:{current[key]}", partition_key=key, job_name=INGEST_JOB)
-            for key in [*new, *changed]
+            # the fingerprints are in the run key: the same file versions are never run twice
+            dg.RunRequest(
+                run_key="ingest:" + sha256_hex(",".join(f"{key}:{current[key]}" for key in group).encode()),
+                job_name=INGEST_JOB,
+                partition_key=group[0] if len(group) == 1 else None,
+                tags=batch_run_tags(group),
+            )
+            for group in group_batches(order, [*new, *changed], run_slots(context.instance))
         ]
         partition_requests = []
         if to_register:
             partition_requests.append(rollout_batches.build_add_request(to_register))
-        removed = [key for key in gone if key in registered]
         cursor = orjson.dumps(current, option=orjson.OPT_SORT_KEYS).decode()
         if removed:
             partition_requests.append(rollout_batches.build_delete_request(removed))
@@ -108,9 +133,9 @@ def build_batch_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
     return rollout_batch_sensor
 
 
-def build_automation(sensor_interval: int, refresh_cron: str) -> list:
+def build_automation(sensor_interval: int, refresh_cron: str, ingest_job, datasets_job) -> list:
     return [
-        build_batch_sensor(sensor_interval),
+        build_batch_sensor(sensor_interval, ingest_job, datasets_job),
         # OSS declarative automation only acts while such a sensor runs
         dg.AutomationConditionSensorDefinition(
             "refresh_datasets_when_batches_land",

@@ -20,6 +20,10 @@ from trajectory_assets.io.trajectory_table import StoredTrajectories
 # raises), and a config or source that cannot be used, or a bug, is a
 # `dg.Failure(allow_retries=False)` (see `storage_faults_only`).
 STORAGE_RETRY = dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL)
+# Every step that reads or writes the storage (or the sources) holds a slot of this pool
+# while it runs, so many runs at once cannot flood an object store; the limit is the
+# instance's (`concurrency: pools:` in dagster.yaml).
+STORAGE_POOL = "trajectory_storage"
 
 _STORAGE_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "s3fs", "fsspec", "gcsfs", "adlfs")
 

@@ -20,14 +20,14 @@ def column_schema(model: type[pa.DataFrameModel]) -> dg.TableSchema:
         return pandera_schema_to_dagster_type(model).metadata["schema"].schema
 
 
+def contract_metadata(result: ContractResult) -> dict:
+    return {
+        "rows_checked": result.rows_checked,
+        "failing_rows": len(result.failures),
+        "failures": dg.MetadataValue.md("\n".join(f"- `{s}`" for s in result.summary()) or "none"),
+    }
+
+
 def contract_check_result(result: ContractResult, *, asset: str, check_name: str = "contract") -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(
-        asset_key=asset,
-        check_name=check_name,
-        passed=result.passed,
-        metadata={
-            "rows_checked": result.rows_checked,
-            "failing_rows": len(result.failures),
-            "failures": dg.MetadataValue.md("\n".join(f"- `{s}`" for s in result.summary()) or "none"),
-        },
-    )
+    return dg.AssetCheckResult(asset_key=asset, check_name=check_name, passed=result.passed,
+                               metadata=contract_metadata(result))

@@ -10,6 +10,7 @@ from trajectory_assets import code_version, layout
 from trajectory_assets.datasets.report import MAIN_PLOTS, build_report
 from trajectory_assets.datasets.report_data import QuarantineExamples
 from trajectory_assets.defs.batches import (
+    STORAGE_POOL,
     STORAGE_RETRY,
     read_summary,
     registered_batches,
@@ -28,6 +29,7 @@ from trajectory_assets.io.export_files import StoredExport
     deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORT_KINDS)],
     automation_condition=dg.AutomationCondition.eager(),
     retry_policy=STORAGE_RETRY,
+    pool=STORAGE_POOL,
 )
 def stats_report(
     context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings

@@ -1,32 +1,50 @@
-"""Running the whole graph in-process (the CLI and the tests), as the UI's sensor would.
+"""The CLI's runs, through the instance: the UI's jobs, launched by the instance's own run
+launcher from a code server of the project's code location (``workspace.yaml``), and
+recorded in ``DAGSTER_HOME`` like any run started from the UI.
 
-Batches are independent, and so are the three export families (SFT, DPO, GRPO). With
-``workers > 1`` they run in parallel worker processes, each executing the same job for its
-batch, or the datasets job for its family's assets, against a temporary instance of its own
-(SQLite instance storage does not take concurrent writers); the stats report then runs in
-this process. With one worker everything runs here, against the caller's instance.
+The batches become runs of the ingest job, each a range of batches (``run_plan.py``), as
+many at once as the instance's run queue allows; when every one has succeeded, one run of
+the datasets job builds the exports (its family steps in parallel processes) and the
+report. The sources, storage and config of the call go into each run's config, so the
+runs say in the UI what they read and wrote, and the code location needs no environment.
 """
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
+from dagster._core.events import DagsterEventType
+from dagster._core.remote_representation.external import RemoteJob, RemoteRepository
+from dagster._core.storage.dagster_run import DagsterRunStatus
+from dagster._core.workspace.context import BaseWorkspaceRequestContext, WorkspaceProcessContext
+from dagster._core.workspace.load_target import WorkspaceFileTarget
+from dagster._core.definitions.selector import JobSubsetSelector
 
 from trajectory_assets import layout
 from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
 from trajectory_assets.defs.batches import read_summary
 from trajectory_assets.defs.exports import EXPORT_KINDS
+from trajectory_assets.defs.run_plan import batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
-from trajectory_assets.memory import frozen_for_fork, release_memory
+
+WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
+POLL_SECONDS = 0.5
+FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 
 @dataclass
 class RunOutcome:
-    key: str  # the batch, or the datasets step ("datasets", "sft_exports", "stats_report")
+    label: str  # what the run did: "batches a .. b (n)", or "datasets"
+    run_id: str
     success: bool
     failure: str | None = None  # one line, when the run failed
-    result: dg.ExecuteInProcessResult | None = None  # only when run in this process
 
 
 @dataclass
@@ -40,15 +58,21 @@ class PipelineRun:
 
     @property
     def first_failure(self) -> str | None:
-        failed = next((o for o in [*self.batches, *self.datasets] if not o.success), None)
-        if failed is None:
-            return None
-        return f"batch {failed.key}: {failed.failure}" if failed in self.batches else failed.failure
+        return next((o.failure for o in [*self.batches, *self.datasets] if not o.success), None)
 
     @property
-    def results(self) -> list[dg.ExecuteInProcessResult]:
-        """Every in-process result (runs done in workers are not among them)."""
-        return [o.result for o in [*self.batches, *self.datasets] if o.result is not None]
+    def run_ids(self) -> list[str]:
+        return [o.run_id for o in [*self.batches, *self.datasets]]
+
+
+class Progress:
+    """What the runs report while they go (the CLI shows it; the default shows nothing)."""
+
+    def batches_started(self, total: int) -> None: ...
+
+    def batch_done(self, key: str, records: int) -> None: ...
+
+    def export_written(self, name: str, rows: int, uri: str | None) -> None: ...
 
 
 def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
@@ -61,11 +85,11 @@ def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
         instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, missing)
 
 
-def failure_reason(result: dg.ExecuteInProcessResult) -> str:
-    """The error raised by our code in the first failed step (under Dagster's wrappers), in one line."""
-    for event in result.all_events:
-        if not event.is_step_failure:
-            continue
+def failure_reason(instance: dg.DagsterInstance, run_id: str) -> str:
+    """The error raised by our code in the run's first failed step (under Dagster's wrappers),
+    or why the run itself failed, in one line."""
+    for record in instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE):
+        event = record.dagster_event
         data = event.step_failure_data
         if data.user_failure_data is not None and data.user_failure_data.description:
             return f"{event.step_key}: {data.user_failure_data.description}"
@@ -78,6 +102,8 @@ def failure_reason(result: dg.ExecuteInProcessResult) -> str:
         if error is not None:
             lines = error.message.strip().splitlines()
             return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
+    for record in instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE):
+        return " ".join((record.message or "the run failed").split())
     return "unknown failure (rerun with --verbose)"
 
 
@@ -93,91 +119,192 @@ def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, st
     ]
 
 
-def _outcome(key: str, result: dg.ExecuteInProcessResult) -> RunOutcome:
-    return RunOutcome(key, result.success, None if result.success else failure_reason(result), result)
+def dataset_assets(exports: list[str] | None = None) -> list[dg.AssetKey]:
+    """The datasets job's assets for these exports (all by default), the report included."""
+    chosen = [kind for kind in EXPORT_KINDS if exports is None or kind.name in exports]
+    return [dg.AssetKey(kind.asset_name) for kind in chosen] + [dg.AssetKey("stats_report")]
 
 
-def _run_batch(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, run_config) -> RunOutcome:
-    result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
-        run_config=run_config, instance=instance, partition_key=key, raise_on_error=False
-    )
-    return _outcome(key, result)
+@contextlib.contextmanager
+def _inherited_output(log: Path | None) -> Iterator[None]:
+    """Processes started inside the block write their stdout and stderr to ``log`` (None:
+    to ours). The code server and the run processes it starts keep what they inherit."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log, "ab") as target:
+        os.dup2(target.fileno(), 1)
+        os.dup2(target.fileno(), 2)
+        try:
+            yield
+        finally:
+            for fd, original in zip((1, 2), saved):
+                os.dup2(original, fd)
+                os.close(original)
 
 
-def _run_datasets(defs: dg.Definitions, instance: dg.DagsterInstance, key: str, assets: list[dg.AssetKey],
-                  run_config) -> RunOutcome:
-    result = defs.resolve_job_def(MAIN_JOB).execute_in_process(
-        run_config=run_config, instance=instance, asset_selection=assets, raise_on_error=False
-    )
-    return _outcome(key, result)
+@contextlib.contextmanager
+def code_location(instance: dg.DagsterInstance, log_level: str,
+                  log: Path | None = None) -> Iterator[tuple[BaseWorkspaceRequestContext, str]]:
+    """A code server of the project's code location (as ``dagster dev -w workspace.yaml``
+    loads it), and the location's name. The server's output and its runs' (Dagster's own
+    logging, warnings) go to ``log`` when one is given."""
+    with _inherited_output(log):
+        process = WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(WORKSPACE)]),
+                                          code_server_log_level=log_level)
+    with process:
+        workspace = process.create_request_context()
+        (name,) = workspace.code_location_names
+        error = workspace.get_code_location_error(name)
+        if error is not None:
+            raise RuntimeError(f"the code location {name} does not load: {error.message.strip().splitlines()[-1]}")
+        yield workspace, name
 
 
-_worker_defs: dg.Definitions | None = None
+class _Launcher:
+    def __init__(self, instance: dg.DagsterInstance, workspace: BaseWorkspaceRequestContext, location_name: str,
+                 run_config: dict) -> None:
+        self.instance, self.workspace, self.run_config = instance, workspace, run_config
+        self.location = workspace.get_code_location(location_name)
+        (self.repository,) = self.location.get_repositories().values()
+        self.plans: dict[tuple, tuple] = {}
+        self.launched: list[str] = []
+
+    def _plan(self, job_name: str, assets: list[dg.AssetKey] | None) -> tuple:
+        """The job subset and its execution plan, asked of the code server once per selection
+        (every ingest run has the same plan; only its tags differ)."""
+        key = (job_name, tuple(assets or ()))
+        if key not in self.plans:
+            remote_job: RemoteJob = self.location.get_job(JobSubsetSelector(
+                location_name=self.location.name, repository_name=self.repository.name, job_name=job_name,
+                op_selection=None, asset_selection=assets,
+            ))
+            plan = self.location.get_execution_plan(remote_job, self.run_config, step_keys_to_execute=None,
+                                                    known_state=None, instance=self.instance)
+            self.plans[key] = (remote_job, plan.execution_plan_snapshot)
+        return self.plans[key]
+
+    def launch(self, job_name: str, tags: dict[str, str], assets: list[dg.AssetKey] | None = None) -> str:
+        """Creates the run as the UI's launch does (job subset, execution plan, origins) and
+        hands it to the instance's run launcher."""
+        repository: RemoteRepository = self.repository
+        remote_job, plan = self._plan(job_name, assets)
+        run = self.instance.create_run(
+            job_name=job_name, run_id=None, run_config=self.run_config, resolved_op_selection=None,
+            step_keys_to_execute=plan.step_keys_to_execute, op_selection=None,
+            status=DagsterRunStatus.NOT_STARTED, root_run_id=None, parent_run_id=None,
+            tags={**remote_job.tags, **tags}, job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=plan, parent_job_snapshot=remote_job.parent_job_snapshot,
+            asset_selection=frozenset(assets) if assets else None, asset_check_selection=None,
+            remote_job_origin=remote_job.get_remote_origin(), job_code_origin=remote_job.get_python_origin(),
+            asset_graph=repository.asset_graph,
+        )
+        self.launched.append(run.run_id)
+        self.instance.launch_run(run.run_id, self.workspace)
+        return run.run_id
+
+    def terminate_unfinished(self) -> None:
+        """Stops the runs still going (the CLI was interrupted or failed)."""
+        for run_id in self.launched:
+            if self.instance.get_run_by_id(run_id).status not in FINISHED:
+                self.instance.run_launcher.terminate(run_id)
 
 
-def _init_worker(defs: dg.Definitions) -> None:
-    global _worker_defs
-    _worker_defs = defs
+class _Watcher:
+    """Follows runs through their events in the instance, for progress and completion."""
 
+    def __init__(self, instance: dg.DagsterInstance, progress: Progress) -> None:
+        self.instance, self.progress = instance, progress
+        self.cursors: dict[str, str | None] = {}
 
-def _in_worker(job: tuple[str, list[str], list[dg.AssetKey] | None, dict | None]) -> RunOutcome:
-    """One batch (no assets given) or one family's exports, against a temporary instance."""
-    key, batches, assets, run_config = job
-    with dg.DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, batches)
-        if assets is None:
-            outcome = _run_batch(_worker_defs, instance, key, run_config)
-        else:
-            outcome = _run_datasets(_worker_defs, instance, key, assets, run_config)
-    outcome.result = None  # results hold the instance; the outcome is what crosses back
-    release_memory()  # before the worker's next job, so its peak does not stack on this one's leftovers
-    return outcome
+    def poll(self, run_id: str) -> bool:
+        """Reports the run's new materializations; whether it has finished."""
+        finished = self.instance.get_run_by_id(run_id).status in FINISHED  # read first: no event is missed
+        connection = self.instance.get_records_for_run(
+            run_id, cursor=self.cursors.get(run_id), of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=1000
+        )
+        self.cursors[run_id] = connection.cursor
+        for record in connection.records:
+            materialization = record.event_log_entry.asset_materialization
+            name, metadata = materialization.asset_key.to_user_string(), materialization.metadata
+            if name == "validated_trajectories":
+                self.progress.batch_done(materialization.partition, metadata["records_read"].value)
+            elif name.endswith("_dataset"):
+                uri = metadata.get("dagster/uri")
+                self.progress.export_written(name.removesuffix("_dataset"), metadata["dagster/row_count"].value,
+                                             uri.value if uri else None)
+        return finished and not connection.has_more
 
-
-def _in_workers(defs: dg.Definitions, workers: int, jobs: list) -> list[RunOutcome]:
-    """Runs the jobs in a pool of forked workers (they start with Dagster imported and the
-    definitions built). A fresh pool per phase: the export workers do not carry what the
-    ingest workers' memory still held."""
-    context = multiprocessing.get_context("fork")
-    with frozen_for_fork(), ProcessPoolExecutor(max(1, min(workers, len(jobs))), mp_context=context,
-                                                initializer=_init_worker, initargs=(defs,)) as pool:
-        return list(pool.map(_in_worker, jobs))
-
-
-def dataset_steps(exports: list[str] | None = None) -> dict[str, list[dg.AssetKey]]:
-    """The export families' steps -> the assets each materializes (all exports, or the given ones)."""
-    steps: dict[str, list[dg.AssetKey]] = {}
-    for kind in EXPORT_KINDS:
-        if exports is None or kind.name in exports:
-            steps.setdefault(f"{kind.family}_exports", []).append(dg.AssetKey(kind.asset_name))
-    return steps
+    def wait(self, run_ids: list[str], on_finished: Callable[[str], None]) -> None:
+        running = list(run_ids)
+        while running:
+            for run_id in [run_id for run_id in running if self.poll(run_id)]:
+                running.remove(run_id)
+                on_finished(run_id)
+            if running:
+                time.sleep(POLL_SECONDS)
 
 
 def run_pipeline(
-    defs: dg.Definitions,
     instance: dg.DagsterInstance,
     batches: list[str],
-    run_config: dict | None = None,
-    workers: int = 1,
+    run_config: dict,
+    slots: int,
     exports: list[str] | None = None,
+    progress: Progress | None = None,
+    log_level: str = "CRITICAL",
+    log: Path | None = None,
 ) -> PipelineRun:
-    """One run per batch (a bad batch never blocks the others), then the exports (all of
-    them, or the given ones) and the stats report."""
+    """Ingest runs over ranges of the batches (at most ``slots`` at a time; a bad batch never
+    blocks the others), then the datasets run for the exports (all of them, or the given
+    ones) and the stats report."""
+    progress = progress or Progress()
     sync_batches(instance, batches)
+    groups = group_batches(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS), batches, slots)
     run = PipelineRun()
-    steps = dataset_steps(exports)
-    report = [dg.AssetKey("stats_report")]
-    if workers > 1:
-        run.batches = _in_workers(defs, workers, [(key, [key], None, run_config) for key in batches])
-        if not all(outcome.success for outcome in run.batches):
-            return run  # the exports need every batch
-        run.datasets = _in_workers(defs, workers, [(step, batches, assets, run_config)
-                                                   for step, assets in steps.items()])
-        if all(outcome.success for outcome in run.datasets):
-            run.datasets.append(_run_datasets(defs, instance, "stats_report", report, run_config))
-    else:
-        run.batches = [_run_batch(defs, instance, key, run_config) for key in batches]
-        if all(outcome.success for outcome in run.batches):
-            assets = [key for keys in steps.values() for key in keys] + report
-            run.datasets = [_run_datasets(defs, instance, "datasets", assets, run_config)]
+    watcher = _Watcher(instance, progress)
+    with code_location(instance, log_level, log) as (workspace, location_name):
+        launcher = _Launcher(instance, workspace, location_name, run_config)
+        try:
+            _run_all(instance, launcher, watcher, groups, slots, exports, run)
+        except BaseException:  # interrupted, or the instance failed us: no run goes on without us
+            launcher.terminate_unfinished()
+            raise
     return run
+
+
+def _run_all(instance: dg.DagsterInstance, launcher: _Launcher, watcher: _Watcher, groups: list[list[str]],
+             slots: int, exports: list[str] | None, run: PipelineRun) -> None:
+    """The ingest runs, at most ``slots`` at a time, then (if every batch succeeded) the datasets run."""
+    watcher.progress.batches_started(sum(len(group) for group in groups))
+    labels: dict[str, str] = {}
+
+    def finished(run_id: str) -> None:
+        status = instance.get_run_by_id(run_id).status
+        success = status == DagsterRunStatus.SUCCESS
+        outcome = RunOutcome(labels[run_id], run_id, success, None if success else failure_reason(instance, run_id))
+        (run.datasets if labels[run_id] == "datasets" else run.batches).append(outcome)
+
+    pending = list(groups)
+    running: list[str] = []
+    while pending or running:
+        while pending and len(running) < slots:
+            group = pending.pop(0)
+            run_id = launcher.launch(INGEST_JOB, batch_run_tags(group))
+            labels[run_id] = group[0] if len(group) == 1 else f"{group[0]} .. {group[-1]} ({len(group)} batches)"
+            running.append(run_id)
+        done = [run_id for run_id in running if watcher.poll(run_id)]
+        for run_id in done:
+            running.remove(run_id)
+            finished(run_id)
+        if running and not done:
+            time.sleep(POLL_SECONDS)
+    if not all(outcome.success for outcome in run.batches):
+        return  # the exports need every batch
+    run_id = launcher.launch(MAIN_JOB, {}, dataset_assets(exports))
+    labels[run_id] = "datasets"
+    watcher.wait([run_id], finished)

@@ -1,0 +1,20 @@
+# The code location's image: `dagster api grpc` serving trajectory_assets.definitions, for
+# the official Dagster Helm chart (deploy/helm/values.yaml). The K8sRunLauncher starts every
+# run in a pod of this image, and k8s_job_executor every datasets step.
+#   docker build -t <registry>/trajectory-assets:<tag> .
+FROM python:3.11-slim
+
+WORKDIR /opt/trajectory-assets
+# dependencies first (the layer is reused while the lock file stays the same), pinned by the
+# lock, bytecode compiled at install time (the code location imports in ~2 s instead of ~4.5 s)
+COPY requirements.lock ./
+RUN pip install --no-cache-dir uv==0.13.8 \
+ && uv pip install --system --no-cache --compile-bytecode -r requirements.lock
+COPY pyproject.toml workspace.yaml ./
+COPY schemas ./schemas
+COPY trajectory_assets ./trajectory_assets
+COPY samples/rollouts ./samples/rollouts
+RUN uv pip install --system --no-cache --no-deps -e . && python -m compileall -q schemas trajectory_assets
+
+EXPOSE 3030
+CMD ["dagster", "api", "grpc", "-h", "0.0.0.0", "-p", "3030", "-m", "trajectory_assets.definitions", "-a", "defs"]

@@ -1,0 +1,216 @@
+"""The UI path against the CLI, measured in one session on the same corpus.
+
+    python -m bench.ui [--corpus ../shared/corpus/nemo_gym] [--repeats 2]
+
+**ui**: what a new user does. `dagster dev -w workspace.yaml` on a loopback port with a new
+instance (the project's dagster.yaml) and `TRAJECTORY_SOURCE` set to the corpus; nothing is
+clicked. The batch sensor registers and ingests the files, declarative automation builds
+the datasets. The wall time runs from starting `dagster dev` until, read through the
+webserver's GraphQL API, every batch is materialized, every export and the report were
+materialized after the last batch, and no check failed. The time until the webserver first
+answers is reported too.
+**cli**: `trajectory-assets run` on the same files, with a new instance of its own, from
+process start to exit.
+
+The variants alternate (the order rotates each repeat) so drift on this shared machine hits
+both. Reports the median of each, their ratio (the target: ui <= 2 x cli), the runs each path
+made, and whether both wrote byte-identical exports and reports. JSON and Markdown go to
+bench/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus" / "nemo_gym"
+OUT = ROOT / "bench" / "out"
+BIN = Path(sys.executable).parent
+TIMEOUT_S = 900
+STATE = """
+{
+  assetNodes {
+    assetKey { path }
+    partitionStats { numMaterialized numPartitions numFailed }
+    assetMaterializations(limit: 1) { timestamp }
+    assetChecksOrError { ... on AssetChecks { checks { executionForLatestMaterialization { status } } } }
+  }
+}
+"""
+RUNS = """
+{ runsOrError { ... on Runs { results { jobName status startTime endTime tags { key value } } } } }
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _new_instance(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
+    return folder
+
+
+def _graphql(url: str, query: str) -> dict:
+    response = requests.post(f"{url}/graphql", json={"query": query}, timeout=30)
+    response.raise_for_status()
+    return response.json()["data"]
+
+
+def _datasets_built(url: str, batches: int) -> bool:
+    """Every batch materialized; every other asset materialized after the last batch; no
+    check failed (checks not run yet count as not done)."""
+    nodes = {"/".join(node["assetKey"]["path"]): node for node in _graphql(url, STATE)["assetNodes"]}
+    batch_assets = [node for node in nodes.values() if node["partitionStats"]]
+    if any(node["partitionStats"]["numMaterialized"] != batches or node["partitionStats"]["numFailed"]
+           for node in batch_assets):
+        return False
+    last_batch = max(float(node["assetMaterializations"][0]["timestamp"]) for node in batch_assets)
+    for node in nodes.values():
+        if node in batch_assets:
+            continue
+        if not node["assetMaterializations"] or float(node["assetMaterializations"][0]["timestamp"]) < last_batch:
+            return False
+    statuses = [check["executionForLatestMaterialization"]
+                for node in nodes.values() for check in node["assetChecksOrError"].get("checks", [])]
+    return all(status is not None and status["status"] == "SUCCEEDED" for status in statuses)
+
+
+def run_ui(corpus: Path, work: Path) -> dict:
+    home = _new_instance(work / "ui_home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "TRAJECTORY_SOURCE": str(corpus),
+           "TRAJECTORY_STORAGE": str(work / "ui")}
+    log = open(work / "dagster_dev.log", "w")
+    started = time.perf_counter()
+    process = subprocess.Popen([str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    answered = None
+    batches = len(list(corpus.rglob("*.jsonl*")))
+    try:
+        while time.perf_counter() - started < TIMEOUT_S:
+            try:
+                if answered is None and requests.get(f"{url}/server_info", timeout=2).ok:
+                    answered = time.perf_counter() - started
+                if answered is not None and _datasets_built(url, batches):
+                    wall = time.perf_counter() - started
+                    runs = _graphql(url, RUNS)["runsOrError"]["results"]
+                    return {"wall_s": round(wall, 2), "server_answered_s": round(answered, 2),
+                            "runs": _describe_runs(runs), "storage": str(work / "ui")}
+            except requests.RequestException:
+                pass  # still starting
+            time.sleep(0.5)
+        raise SystemExit(f"the UI path did not finish in {TIMEOUT_S} s; see {work / 'dagster_dev.log'}")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def _describe_runs(runs: list[dict]) -> dict:
+    """Per job: how many runs, and their durations (start to end)."""
+    jobs: dict[str, dict] = {}
+    for run in runs:
+        job = jobs.setdefault(run["jobName"], {"runs": 0, "seconds": []})
+        job["runs"] += 1
+        if run["startTime"] and run["endTime"]:
+            job["seconds"].append(round(run["endTime"] - run["startTime"], 1))
+    return jobs
+
+
+def run_cli(corpus: Path, work: Path) -> dict:
+    import dagster as dg
+
+    home = _new_instance(work / "cli_home")
+    started = time.perf_counter()
+    result = subprocess.run([str(BIN / "trajectory-assets"), "run", "--source", str(corpus), "--storage",
+                             str(work / "cli")], cwd=ROOT, env={**os.environ, "DAGSTER_HOME": str(home)},
+                            capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"the CLI failed: {result.stderr}")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.get_run_records()
+        runs = [{"jobName": r.dagster_run.job_name, "startTime": r.start_time, "endTime": r.end_time}
+                for r in records]
+    return {"wall_s": round(wall, 2), "runs": _describe_runs(runs), "storage": str(work / "cli")}
+
+
+def _outputs(storage: Path) -> dict[str, bytes]:
+    return {p.relative_to(storage).as_posix(): p.read_bytes()
+            for folder in ("exports", "reports", "quarantine") for p in sorted((storage / folder).rglob("*"))
+            if p.is_file()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    corpus = Path(args.corpus).resolve()
+    if not corpus.is_dir():
+        raise SystemExit(f"corpus {corpus} not found")
+    samples: dict[str, list[dict]] = {"cli": [], "ui": []}
+    identical = []
+    order = ["cli", "ui"]
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="bench-ui-") as folder:
+            work = Path(folder)
+            for variant in order:
+                result = (run_cli if variant == "cli" else run_ui)(corpus, work)
+                samples[variant].append(result)
+                print(f"repeat {repeat + 1}: {variant} {result['wall_s']} s", flush=True)
+            identical.append(_outputs(work / "cli") == _outputs(work / "ui"))
+        order.reverse()
+    cli = statistics.median(s["wall_s"] for s in samples["cli"])
+    ui = statistics.median(s["wall_s"] for s in samples["ui"])
+    report = {
+        "corpus": str(corpus), "files": len(list(corpus.rglob("*.jsonl*"))), "repeats": args.repeats,
+        "cli_wall_s": cli, "ui_wall_s": ui, "ui_server_answered_s": statistics.median(
+            s["server_answered_s"] for s in samples["ui"]),
+        "ratio_ui_to_cli": round(ui / cli, 2), "target_met": ui <= 2 * cli,
+        "outputs_identical": all(identical), "samples": samples,
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "ui.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = [
+        "| path | wall (median) | runs (job: count, seconds each) |",
+        "|---|---|---|",
+        f"| cli | {cli:.1f} s | {_runs_cell(samples['cli'][-1]['runs'])} |",
+        f"| ui | {ui:.1f} s (webserver answered after {report['ui_server_answered_s']:.1f} s) | "
+        f"{_runs_cell(samples['ui'][-1]['runs'])} |",
+        "",
+        f"ui / cli = {report['ratio_ui_to_cli']} (target <= 2: {'met' if report['target_met'] else 'NOT met'}); "
+        f"exports and reports byte-identical: {report['outputs_identical']}",
+    ]
+    (OUT / "ui.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+    return 0 if report["target_met"] and report["outputs_identical"] else 1
+
+
+def _runs_cell(runs: dict) -> str:
+    return "; ".join(f"{job}: {info['runs']}, {info['seconds']}" for job, info in sorted(runs.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The Kubernetes deployment, checked without a cluster: the Helm values (deploy/helm) give a
+K8sRunLauncher, run queue, pool and Postgres configuration that dagster-k8s's, dagster-postgres's
+and Dagster's own config schemas accept; the definitions build and resolve a run config with
+k8s_job_executor; the Dockerfile serves the code location the values point at.
+
+No Kubernetes cluster, Docker engine or helm binary is available here: the values are turned
+into the instance's dagster.yaml keys the way the chart's templates do it
+(templates/helpers/instance/_run-launcher.tpl, _concurrency.tpl, _run-coordinator.tpl,
+_postgresql.tpl of the official chart), and that is what is validated.
+"""
+
+import shlex
+
+import dagster as dg
+import pytest
+import yaml
+from dagster._config import validate_config
+from dagster._core.instance.config import dagster_instance_config_schema
+from dagster._core.system_config.objects import ResolvedRunConfig
+from dagster_k8s import K8sRunLauncher, k8s_job_executor
+from dagster_postgres import DagsterPostgresStorage
+
+from tests.conftest import PROJECT_ROOT
+from trajectory_assets.definitions import K8S_STEPS, MAIN_JOB, RunSettings, build_definitions
+
+VALUES = yaml.safe_load((PROJECT_ROOT / "deploy" / "helm" / "values.yaml").read_text())
+DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()
+
+
+def run_launcher_config(values: dict) -> dict:
+    """`run_launcher:` as the chart renders it for runLauncher.type K8sRunLauncher."""
+    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    config = {
+        "load_incluster_config": launcher["loadInclusterConfig"],
+        "job_namespace": launcher.get("jobNamespace") or "trajectory-assets",  # default: the release's namespace
+        "image_pull_policy": launcher["imagePullPolicy"],
+        "service_account_name": "trajectory-assets-dagster",
+        "dagster_home": {"env": "DAGSTER_HOME"},
+        "instance_config_map": {"env": "DAGSTER_K8S_INSTANCE_CONFIG_MAP"},
+        "postgres_password_secret": {"env": "DAGSTER_K8S_PG_PASSWORD_SECRET"},
+        "env_config_maps": [{"env": "DAGSTER_K8S_PIPELINE_RUN_ENV_CONFIGMAP"}]
+        + [item["name"] for item in launcher.get("envConfigMaps", [])],
+    }
+    if launcher.get("envSecrets"):
+        config["env_secrets"] = [item["name"] for item in launcher["envSecrets"]]
+    if launcher.get("envVars"):
+        config["env_vars"] = launcher["envVars"]
+    if launcher.get("runK8sConfig"):
+        config["run_k8s_config"] = {_snake(key): value for key, value in launcher["runK8sConfig"].items()}
+    return {"module": "dagster_k8s", "class": "K8sRunLauncher", "config": config}
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def instance_config(values: dict) -> dict:
+    """The parts of the chart's dagster.yaml that these values set."""
+    postgres = values["postgresql"]
+    storage = {"postgres_db": {"username": postgres["postgresqlUsername"], "password": {"env": "DAGSTER_PG_PASSWORD"},
+                               "hostname": postgres["postgresqlHost"], "db_name": postgres["postgresqlDatabase"],
+                               "port": postgres["service"]["port"]}}
+    queued = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    concurrency = values["concurrency"]
+    return {
+        "run_storage": {"module": "dagster_postgres.run_storage", "class": "PostgresRunStorage", "config": storage},
+        "event_log_storage": {"module": "dagster_postgres.event_log", "class": "PostgresEventLogStorage",
+                              "config": storage},
+        "schedule_storage": {"module": "dagster_postgres.schedule_storage", "class": "PostgresScheduleStorage",
+                             "config": storage},
+        "run_launcher": run_launcher_config(values),
+        "run_coordinator": {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator",
+                            "config": {"dequeue_interval_seconds": queued["dequeueIntervalSeconds"]}},
+        "concurrency": {"runs": {"max_concurrent_runs": concurrency["runs"]["maxConcurrentRuns"]},
+                        "pools": {"default_limit": concurrency["pools"]["defaultLimit"]}},
+        "telemetry": {"enabled": values["telemetry"]["enabled"]},
+    }
+
+
+def test_the_run_launcher_config_satisfies_dagster_k8s_schema():
+    launcher = run_launcher_config(VALUES)
+    result = validate_config(K8sRunLauncher.config_type(), launcher["config"])
+    assert result.success, result.errors
+    assert "trajectory-assets-s3" in launcher["config"]["env_secrets"]  # run pods reach S3
+
+
+def test_a_broken_run_launcher_config_is_caught():
+    broken = run_launcher_config(VALUES)["config"] | {"env_secrets": "trajectory-assets-s3"}  # not a list
+    assert not validate_config(K8sRunLauncher.config_type(), broken).success
+
+
+def test_the_rendered_instance_satisfies_dagster_and_dagster_postgres_schemas():
+    config = instance_config(VALUES)
+    result = validate_config(dg.Shape(dagster_instance_config_schema()), config)
+    assert result.success, result.errors
+    assert validate_config(DagsterPostgresStorage.config_type(), config["run_storage"]["config"]).success
+
+
+def test_the_definitions_build_with_the_k8s_executor_for_the_datasets_steps():
+    defs = build_definitions(RunSettings(sources=["s3://rollouts/incoming"], storage="s3://datasets/out",
+                                         executor="k8s"))
+    dg.Definitions.validate_loadable(defs)
+    datasets = defs.resolve_job_def(MAIN_JOB)
+    assert datasets.executor_def.name == "k8s_job_executor"
+    assert defs.resolve_job_def("ingest_rollout_batch").executor_def.name == "in_process"  # one small step
+    assert validate_config(k8s_job_executor.config_schema.config_type, K8S_STEPS).success
+    # what a run of the datasets job resolves its executor to on the cluster
+    execution = ResolvedRunConfig.build(datasets, {}).execution
+    assert execution.execution_engine_name == "k8s_job_executor"
+    assert execution.execution_engine_config["max_concurrent"] == 3
+    assert execution.execution_engine_config["step_k8s_config"]["container_config"] == K8S_STEPS["step_k8s_config"][
+        "container_config"]
+
+
+def test_the_executor_is_chosen_by_the_environment(monkeypatch):
+    monkeypatch.setenv("TRAJECTORY_EXECUTOR", "k8s")
+    assert RunSettings.from_env().executor == "k8s"
+    with pytest.raises(ValueError, match="TRAJECTORY_EXECUTOR"):
+        build_definitions(RunSettings(sources=["/in"], storage="/out", executor="kubernetes"))
+
+
+def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(monkeypatch):
+    (deployment,) = VALUES["dagster-user-deployments"]["deployments"]
+    command = next(line for line in DOCKERFILE.splitlines() if line.startswith("CMD "))
+    served = yaml.safe_load(command.removeprefix("CMD "))
+    # the chart runs `dagster api grpc -h 0.0.0.0 -p <port> <dagsterApiGrpcArgs>`: the image's own command
+    # serves the same module on the same port
+    assert served[:3] == ["dagster", "api", "grpc"]
+    assert served[served.index("-p") + 1] == str(deployment["port"])
+    assert " ".join(deployment["dagsterApiGrpcArgs"]) in shlex.join(served)
+    workspace = yaml.safe_load((PROJECT_ROOT / "workspace.yaml").read_text())
+    assert deployment["dagsterApiGrpcArgs"][1] == workspace["load_from"][0]["python_module"]["module_name"]
+    for line in DOCKERFILE.splitlines():  # everything the image copies is in the repository
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (PROJECT_ROOT / source).exists(), source
+    lock = (PROJECT_ROOT / "requirements.lock").read_text()
+    assert "dagster-k8s==0.29.27" in lock and "dagster-postgres==0.29.27" in lock and "dagster==1.13.27" in lock
+    # the code location reads its sources, storage and executor from the deployment's env
+    for item in deployment["env"]:
+        monkeypatch.setenv(item["name"], item["value"])
+    settings = RunSettings.from_env()
+    assert settings.sources == ["s3://rollouts/incoming"] and settings.storage.startswith("s3://")
+    assert settings.executor == "k8s"

@@ -1,0 +1,96 @@
+"""The Postgres instance (deploy/postgres/dagster.yaml) against a real PostgreSQL server on
+loopback: concurrent batch runs write the one instance, and the exports equal a SQLite run's."""
+
+import os
+import shutil
+
+import dagster as dg
+import pytest
+import yaml
+
+from tests.conftest import PROJECT_ROOT, make_rollout, message_item, temporary_dagster_home, write_jsonl, written_files
+from tests.deploy.postgres_server import loopback_postgres, postgres_bin
+from trajectory_assets.cli import main
+
+POSTGRES_CONFIG = PROJECT_ROOT / "deploy" / "postgres" / "dagster.yaml"
+if postgres_bin() is None and os.environ.get("CI"):
+    pytest.fail("CI is set but PostgreSQL's server binaries are missing (make test installs them)", pytrace=False)
+pytestmark = pytest.mark.skipif(
+    postgres_bin() is None, reason="PostgreSQL server binaries are not installed (make test installs Debian's "
+    "postgresql when it runs as root)")
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    with loopback_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_home(tmp_path, postgres, monkeypatch, request):
+    """A DAGSTER_HOME with the shipped Postgres config, on a new database of the server."""
+    home = tmp_path / "pg_home"
+    home.mkdir()
+    shutil.copy(POSTGRES_CONFIG, home / "dagster.yaml")
+    for name, value in postgres.new_database(request.node.name.lower()[:60]).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+def test_the_postgres_instance_differs_from_the_sqlite_one_only_in_storage():
+    postgres = yaml.safe_load(POSTGRES_CONFIG.read_text())
+    sqlite = yaml.safe_load((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
+    assert set(postgres.pop("storage")) == {"postgres"}
+    assert postgres == sqlite
+
+
+def rollout_folder(root, files: int):
+    for index in range(files):
+        rows = [make_rollout([message_item(f"answer {index}.{n}")], request_input=f"task {index}.{n % 3}",
+                             reward=(n % 4) / 3, _ng_task_index=n % 3, agent_ref={"name": "agent"})
+                for n in range(12)]
+        write_jsonl(root / f"part_{index}.jsonl", rows + ["not json"])
+    return root
+
+
+def test_concurrent_batch_runs_write_one_postgres_instance_and_match_sqlite(tmp_path, postgres_home):
+    source = rollout_folder(tmp_path / "in", files=9)
+    # three ingest runs launched at once (three run slots), each a range of three batches, all
+    # writing the one database, then the datasets run
+    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "pg_out"), "--workers", "3"]) == 0
+    with dg.DagsterInstance.get() as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        runs = instance.get_run_records()
+        ingest = [r for r in runs if r.dagster_run.job_name == "ingest_rollout_batch"]
+        assert len(ingest) == 3 and all(r.dagster_run.is_success for r in runs)
+        batches = instance.get_dynamic_partitions("rollout_batches")
+        assert len(batches) == 9
+        records = instance.fetch_materializations(dg.AssetKey("validated_trajectories"), limit=20).records
+        assert sorted(r.partition_key for r in records) == sorted(batches)
+        checks = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("validated_trajectories"), "nothing_lost"), limit=20)
+        assert sorted(c.partition for c in checks) == sorted(batches)
+
+    sqlite_home = temporary_dagster_home(tmp_path / "sqlite_home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(sqlite_home))
+        assert main(["run", "--source", str(source), "--storage", str(tmp_path / "sqlite_out"), "--workers", "1"]) == 0
+    postgres_files, sqlite_files = written_files(tmp_path / "pg_out"), written_files(tmp_path / "sqlite_out")
+    from trajectory_assets.defs.exports import EXPORT_KINDS
+
+    assert len([name for name in postgres_files if name.startswith("exports/")]) == len(EXPORT_KINDS) * 4 + 1
+    assert postgres_files == sqlite_files
+
+
+def test_a_second_call_on_the_same_instance_adds_runs_and_drops_removed_batches(tmp_path, postgres_home):
+    source = rollout_folder(tmp_path / "in", files=3)
+    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
+    (source / "part_0.jsonl").unlink()
+    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
+    with dg.DagsterInstance.get() as instance:
+        assert len(instance.get_dynamic_partitions("rollout_batches")) == 2
+        assert len([r for r in instance.get_runs() if r.job_name == "build_training_datasets"]) == 2
+    manifest = yaml.safe_load((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
+    assert len(manifest["batches"]) == 2

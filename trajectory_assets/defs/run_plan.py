@@ -1,0 +1,61 @@
+"""How batches are grouped into runs: one rule for the sensor, the CLI and UI backfills.
+
+A run pays a fixed start-up (a process importing the code location, about 2 s here), so one
+run per source file spends most of its time starting. A run takes a contiguous range of
+batch partitions instead; the batches of a tick (or of a CLI call) are split into about as
+many ranges as runs may run at once, so every core has one. The batch step reports each
+batch's own events (``batch_events.py``), so grouping changes nothing that the UI shows
+per batch.
+"""
+
+import math
+import os
+from collections.abc import Collection, Sequence
+
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PARTITION_NAME_TAG,
+)
+
+# the most batches one run takes (also the batch assets' backfill policy, for backfills
+# launched from the UI): enough to amortise start-up, few enough that a failed run is cheap
+# to redo and that a large backlog still spreads over every run slot
+BATCHES_PER_RUN = 50
+BATCHES_TAG = "trajectory/batches"  # every run that ingests batches names them
+
+
+def group_batches(order: Sequence[str], wanted: Collection[str], runs: int) -> list[list[str]]:
+    """Ranges of ``order`` (the partitions as the instance orders them, which is how Dagster
+    resolves a range) that hold exactly the ``wanted`` batches: the contiguous stretches of
+    them, cut into pieces of equal size so that there are about ``runs`` pieces, none longer
+    than ``BATCHES_PER_RUN``."""
+    wanted = set(wanted)
+    stretches: list[list[str]] = [[]]
+    for key in order:
+        if key in wanted:
+            stretches[-1].append(key)
+        elif stretches[-1]:
+            stretches.append([])
+    stretches = [stretch for stretch in stretches if stretch]
+    total = sum(len(stretch) for stretch in stretches)
+    size = max(1, min(BATCHES_PER_RUN, math.ceil(total / max(1, runs))))
+    return [stretch[start:start + size] for stretch in stretches for start in range(0, len(stretch), size)]
+
+
+def batch_run_tags(group: Sequence[str]) -> dict[str, str]:
+    """The tags of a run of these batches: Dagster's partition (one batch) or partition range
+    tags, and the batches by name."""
+    if len(group) == 1:
+        partition = {PARTITION_NAME_TAG: group[0]}
+    else:
+        partition = {ASSET_PARTITION_RANGE_START_TAG: group[0], ASSET_PARTITION_RANGE_END_TAG: group[-1]}
+    return {**partition, BATCHES_TAG: ",".join(group)}
+
+
+def run_slots(instance) -> int:
+    """How many runs the instance lets run at once (its run queue's limit, in dagster.yaml);
+    one per CPU where it sets none."""
+    queue = instance.get_concurrency_config().run_queue_config
+    limit = queue.max_concurrent_runs if queue is not None else -1
+    return limit if limit > 0 else (os.cpu_count() or 1)
