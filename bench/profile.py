@@ -110,12 +110,14 @@ def profile_family(family: str, storage: Path) -> Counter:
     """One family's step, in this process, with its parts timed; what is left is reading the
     payloads, curating and planning, and the manifests."""
     from trajectory_assets import memory
-    from trajectory_assets.datasets import exports as builders
+    from trajectory_assets.datasets import families as builders
+    from trajectory_assets.datasets.registry import family_specs
     from trajectory_assets.defs import exports as step
+    from trajectory_assets.io import export_files
     from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 
     spent: Counter = Counter()
-    patched = [(step, "ChunkedContract"), (step._SplitSink, "write"), (builders, "_render_all"),
+    patched = [(step, "ChunkedContract"), (export_files._SplitFile, "write"), (builders, "_render_all"),
                (memory, "release_memory")]
     originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
 
@@ -124,11 +126,11 @@ def profile_family(family: str, storage: Path) -> Counter:
             _timed(spent, "contract checks", super().check)(chunk)
 
     step.ChunkedContract = TimedContract
-    step._SplitSink.write = _timed(spent, "writing files", step._SplitSink.write)
+    export_files._SplitFile.write = _timed(spent, "writing files", export_files._SplitFile.write)
     builders._render_all = _timed(spent, "rendering every format", builders._render_all)
     memory.release_memory = _timed(spent, "memory release", memory.release_memory)
 
-    kinds = [kind for kind in step.EXPORT_KINDS if kind.family == family]
+    kinds = family_specs(family)
     start = clock()
     try:
         list(step._materialize_family(family, kinds, stored_batches_context(storage),
@@ -162,9 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{args.size} MB corpus, `trajectory-assets run`, seconds (from the runs it recorded):")
     for part, seconds in phases.items():
         print(f"  {part:36s} {seconds:6.1f}")
-    from trajectory_assets.datasets.exports import FAMILIES
+    from trajectory_assets.datasets.registry import EXPORT_FAMILIES
 
-    for family in FAMILIES:
+    for family in EXPORT_FAMILIES:
         spent = profile_family(family, storage)
         whole = spent.pop("whole step")
         print(f"{family} family step alone: {whole:.1f} s ({args.clock})")

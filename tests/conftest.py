@@ -96,12 +96,12 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
 
 def trajectory_frame(rows: list[dict[str, Any]], source_id: str = "src.jsonl"):
     """The validated-trajectory table (as the exports read it) for in-memory rollout rows."""
-    import pandas as pd
     import pyarrow as pa
 
     from trajectory_assets.formats.jsonutil import dumps, sha256_hex
     from trajectory_assets.formats.records import convert_record
-    from trajectory_assets.ingest import TRAJECTORY_ARROW_SCHEMA, trajectory_row
+    from trajectory_assets.datasets.trajectories import trajectory_row
+    from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
     from trajectory_assets.io.sources import SourceFile
 
     source = SourceFile(uri=f"/data/{source_id}", source_id=source_id)

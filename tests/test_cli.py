@@ -63,10 +63,10 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path)]) == 0
     first, again = written_files(sample_run), written_files(tmp_path)
-    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.datasets.registry import EXPORTS
 
     # every export's two splits, manifest and card, and LLaMA-Factory's dataset_info.json
-    assert len([name for name in first if name.startswith("exports/")]) == len(EXPORT_KINDS) * 4 + 1
+    assert len([name for name in first if name.startswith("exports/")]) == len(EXPORTS) * 4 + 1
     assert first.keys() == again.keys()
     assert [name for name in first if first[name] != again[name]] == []
 
@@ -111,9 +111,9 @@ def test_every_run_is_recorded_in_the_instance(tmp_path, temporary_instance, cap
     # plain progress lines (not a terminal): every batch, then every export as it is written
     printed = capsys.readouterr().out
     assert printed.count("\nbatch ") == 3 and "batch 3/3 " in printed and "records/s)" in printed
-    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.datasets.registry import EXPORTS
 
-    assert printed.count("exported ") == len(EXPORT_KINDS)
+    assert printed.count("exported ") == len(EXPORTS)
 
 
 def test_empty_source_still_writes_every_export_file(tmp_path):

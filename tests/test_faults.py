@@ -1,7 +1,6 @@
 """Faults mid-run: a killed process leaves no half-written file under its final name, the
 next run completes normally; storage that goes away fails the run with a clear message."""
 
-import json
 import os
 import signal
 import subprocess
@@ -158,7 +157,7 @@ def test_only_storage_faults_pass_through_to_the_retry_policy():
     import dagster as dg
     from botocore.exceptions import EndpointConnectionError
 
-    from trajectory_assets.defs.batches import STORAGE_RETRY, storage_faults_only
+    from trajectory_assets.defs.retries import STORAGE_RETRY, storage_faults_only
     from trajectory_assets.io.storage import StorageError
 
     assert STORAGE_RETRY.max_retries == 3 and STORAGE_RETRY.backoff == dg.Backoff.EXPONENTIAL

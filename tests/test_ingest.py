@@ -6,7 +6,7 @@ import json
 import pyarrow as pa
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
-from trajectory_assets.ingest import ingest
+from trajectory_assets.datasets.trajectories import ingest
 from trajectory_assets.io.sources import discover
 
 
@@ -106,9 +106,9 @@ def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatc
 
 
 def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, monkeypatch):
-    import trajectory_assets.ingest as ingest_module
+    import trajectory_assets.datasets.trajectories as trajectories
 
-    real_row = ingest_module.trajectory_row
+    real_row = trajectories.trajectory_row
 
     def bad_row(*args, **kwargs):
         row = real_row(*args, **kwargs)
@@ -116,7 +116,7 @@ def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, mo
             row["role_shape"] = "x"  # a converter bug the contract must catch
         return row
 
-    monkeypatch.setattr(ingest_module, "trajectory_row", bad_row)
+    monkeypatch.setattr(trajectories, "trajectory_row", bad_row)
     path = write_jsonl(tmp_path / "x.jsonl", [make_rollout(), make_rollout(request_input="other")])
     summary, table, rejected = run_ingest(path)
     assert table["source_line"].tolist() == [1]

@@ -40,11 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=None,
         help="runs at once (default: the instance's run queue limit, concurrency.runs in dagster.yaml)",
     )
-    run.add_argument(
-        "--exports",
-        help="comma-separated exports to build (default: all): sft, dpo, grpo, sft_hermes, trl_sft, trl_dpo, "
-        "trl_grpo, verl, llama_factory, nemo_rl_sft, nemo_rl_dpo, on_policy_tokens",
-    )
+    from trajectory_assets.datasets.registry import EXPORTS  # no Dagster: --help stays quick
+
+    run.add_argument("--exports", help="comma-separated exports to build (default: all): "
+                                       + ", ".join(spec.name for spec in EXPORTS))
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
     return _run(args)
@@ -60,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.tokens import TokenizerError, load_counter
-    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
     from trajectory_assets.defs.run_plan import run_slots
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
     from trajectory_assets.definitions import PROJECT_ROOT
@@ -72,10 +71,10 @@ def _run(args: argparse.Namespace) -> int:
     config_file = str(Path(args.config).resolve()) if args.config else None
     # fail fast, in one line, on what the user can fix
     exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
-    unknown = sorted(set(exports or []) - {kind.name for kind in EXPORT_KINDS})
+    unknown = sorted(set(exports or []) - set(EXPORTS_BY_NAME))
     if unknown or exports == []:
         print(f"trajectory-assets: unknown export(s) {unknown or args.exports!r}; choose from "
-              f"{', '.join(kind.name for kind in EXPORT_KINDS)}", file=sys.stderr)
+              f"{', '.join(EXPORTS_BY_NAME)}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     try:
         config = load_config(args.config)
@@ -124,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     for name, rows in stats["exports"].items():
         if exports is not None and name not in exports:
             continue  # another run's export, still in the storage
-        print(f"{name}: {rows['train']} train, {rows['validation']} validation -> {store.uri(f'exports/{name}')}")
+        print(f"{name}: {rows['train']} train, {rows['validation']} validation -> {store.uri(layout.export_folder(name))}")
     print(f"quarantine: {store.uri(layout.QUARANTINE)}")
     print(f"report: {store.uri(layout.STATS_MARKDOWN)}")
     print(f"page:   {store.uri(layout.REPORT_PAGE)} (plots, samples of every export, quarantine)")

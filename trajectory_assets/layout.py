@@ -34,18 +34,23 @@ def batch_quarantine(key: str) -> str:
     return f"quarantine/batches/{key}.jsonl"
 
 
+def export_folder(export: str) -> str:
+    """One export's folder: its splits, manifest, card and index files (a Hub-ready dataset)."""
+    return f"exports/{export}"
+
+
 def export_file(export: str, split: str, file_format: str = "jsonl") -> str:
-    return f"exports/{export}/{split}.{file_format}"
+    return f"{export_folder(export)}/{split}.{file_format}"
 
 
 def export_manifest(export: str) -> str:
-    return f"exports/{export}/manifest.json"
+    return f"{export_folder(export)}/manifest.json"
 
 
 def export_card(export: str) -> str:
-    return f"exports/{export}/README.md"
+    return f"{export_folder(export)}/README.md"
 
 
 def export_extra(export: str, name: str) -> str:
     """A trainer's own index file beside the data (LLaMA-Factory's dataset_info.json)."""
-    return f"exports/{export}/{name}"
+    return f"{export_folder(export)}/{name}"

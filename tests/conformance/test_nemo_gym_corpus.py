@@ -83,17 +83,17 @@ def test_streaming_in_tiny_chunks_changes_no_output(corpus_run, tmp_path, monkey
     import pyarrow.parquet as pq
 
     from tests.conftest import written_files
-    from trajectory_assets import ingest
+    from trajectory_assets.datasets import trajectories
     from trajectory_assets.io import trajectory_table
 
     folder, storage = corpus_run
-    monkeypatch.setattr(ingest, "BATCH_ROWS", 2)
+    monkeypatch.setattr(trajectories, "BATCH_ROWS", 2)
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 3)
     assert main(["run", "--source", str(folder), "--storage", str(tmp_path)]) == 0
     default, tiny = written_files(storage), written_files(tmp_path)
-    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.datasets.registry import EXPORTS
 
-    assert sum(name.startswith("exports/") for name in default) == len(EXPORT_KINDS) * 4 + 1
+    assert sum(name.startswith("exports/") for name in default) == len(EXPORTS) * 4 + 1
     assert default.keys() == tiny.keys()
     parquet_exports = {name.split("/")[1] for name in default if name.endswith(".parquet")}
     assert parquet_exports == {"trl_sft", "trl_dpo", "trl_grpo", "verl", "nemo_rl_dpo", "on_policy_tokens"}
@@ -176,11 +176,11 @@ def test_the_corpus_token_data_becomes_on_policy_token_rows(corpus_run):
     import pandas as pd
 
     from trajectory_assets.config import SftConfig, SplitConfig
-    from trajectory_assets.datasets.exports import build_on_policy_tokens
+    from trajectory_assets.datasets.registry import build
 
     _, storage = corpus_run
     frame = pd.DataFrame(corpus_trajectories(storage))
-    result = build_on_policy_tokens(frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.0))
+    result = build("on_policy_tokens", frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.0))
     rows = [json.loads(line) for line in result.rows["line"]]
     # the five competitive_coding_challenges rollouts (their rewards are below the SFT default)
     assert len(rows) == 5 and result.rows["aligned"].all()

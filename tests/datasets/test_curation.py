@@ -10,14 +10,14 @@ import pytest
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import ConfigError, SftConfig, SplitConfig, load_config
 from trajectory_assets.datasets.curation import balance, filter_trajectories, near_duplicates, rank
-from trajectory_assets.datasets.exports import build_sft
+from trajectory_assets.datasets.registry import build
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 NO_FILTERS = dict(min_reward=None, exclude_unanswered_tool_calls=False, dedup="none")
 
 
 def kept_answers(frame, config):
-    return [json.loads(line)["messages"][-1]["content"] for line in build_sft(frame, config, ALL_TRAIN).rows["line"]]
+    return [json.loads(line)["messages"][-1]["content"] for line in build("sft", frame, config, ALL_TRAIN).rows["line"]]
 
 
 def turns(n, answer="done", **extra):
@@ -30,7 +30,7 @@ def turns(n, answer="done", **extra):
 
 def test_turn_limits_count_assistant_turns():
     frame = trajectory_frame([turns(1, "one"), turns(2, "two"), turns(4, "four")])
-    result = build_sft(frame, SftConfig(min_turns=2, max_turns=3, **NO_FILTERS), ALL_TRAIN)
+    result = build("sft", frame, SftConfig(min_turns=2, max_turns=3, **NO_FILTERS), ALL_TRAIN)
     assert kept_answers(frame, SftConfig(min_turns=2, max_turns=3, **NO_FILTERS)) == ["two"]
     assert result.excluded == {"too_few_turns": 1, "too_many_turns": 1}
 
@@ -62,7 +62,7 @@ def test_tool_error_rate_uses_the_batch_runner_failure_rule():
         calls("all", ["Error: denied", '{"success": false}']),
         turns(1, "no tools"),
     ])
-    result = build_sft(frame, SftConfig(max_tool_error_rate=0.5, **NO_FILTERS), ALL_TRAIN)
+    result = build("sft", frame, SftConfig(max_tool_error_rate=0.5, **NO_FILTERS), ALL_TRAIN)
     assert [json.loads(x)["messages"][-1]["content"] for x in result.rows["line"]] == ["clean", "half", "no tools"]
     assert result.excluded == {"tool_error_rate": 1}
     assert list(frame["tool_errors"]) == [0, 1, 2, 0] and list(frame["tool_results"]) == [2, 2, 2, 0]
@@ -71,10 +71,10 @@ def test_tool_error_rate_uses_the_batch_runner_failure_rule():
 def test_exact_dedup_keeps_the_first_of_identical_conversations_whatever_their_reward():
     rows = [turns(1, "same", reward=1.0), turns(1, "same", reward=0.7), turns(1, "other")]
     frame = trajectory_frame(rows)
-    deduped = build_sft(frame, SftConfig(min_reward=None), ALL_TRAIN)
+    deduped = build("sft", frame, SftConfig(min_reward=None), ALL_TRAIN)
     assert len(deduped.rows) == 2 and deduped.excluded == {"duplicate_content": 1}
     assert json.loads(deduped.rows["line"][0])["reward"] == 1.0  # the first in table order
-    assert len(build_sft(frame, SftConfig(min_reward=None, dedup="none"), ALL_TRAIN).rows) == 3
+    assert len(build("sft", frame, SftConfig(min_reward=None, dedup="none"), ALL_TRAIN).rows) == 3
 
 
 def test_near_dedup_drops_a_conversation_that_differs_by_one_word():
@@ -82,10 +82,10 @@ def test_near_dedup_drops_a_conversation_that_differs_by_one_word():
     rows = [turns(1, text), turns(1, text.replace("word150", "changed")), turns(1, "something else entirely")]
     frame = trajectory_frame(rows)
     # the prompts differ ("q <answer>"), so exact dedup alone keeps all three
-    assert len(build_sft(frame, SftConfig(min_reward=None, dedup="exact"), ALL_TRAIN).rows) == 3
-    near = build_sft(frame, SftConfig(min_reward=None, dedup="near"), ALL_TRAIN)
+    assert len(build("sft", frame, SftConfig(min_reward=None, dedup="exact"), ALL_TRAIN).rows) == 3
+    near = build("sft", frame, SftConfig(min_reward=None, dedup="near"), ALL_TRAIN)
     assert len(near.rows) == 2 and near.excluded == {"near_duplicate": 1}
-    strict = build_sft(frame, SftConfig(min_reward=None, dedup="near", near_duplicate_threshold=1.0), ALL_TRAIN)
+    strict = build("sft", frame, SftConfig(min_reward=None, dedup="near", near_duplicate_threshold=1.0), ALL_TRAIN)
     assert len(strict.rows) == 3
 
 
@@ -102,23 +102,23 @@ def test_cap_per_task_type_is_exact_and_independent_of_row_order():
     rows = [turns(1, f"a{i}", metadata={"task_type": "math"}) for i in range(10)]
     rows += [turns(1, f"b{i}", metadata={"task_type": "code"}) for i in range(3)]
     config = SftConfig(max_per_task_type=4, **NO_FILTERS)
-    result = build_sft(trajectory_frame(rows), config, ALL_TRAIN)
+    result = build("sft", trajectory_frame(rows), config, ALL_TRAIN)
     types = [json.loads(line)["task_type"] for line in result.rows["line"]]
     assert types.count("math") == 4 and types.count("code") == 3
     assert result.excluded == {"task_type_cap": 6}
     shuffled = rows[:]
     random.Random(7).shuffle(shuffled)
-    again = build_sft(trajectory_frame(shuffled), config, ALL_TRAIN)
+    again = build("sft", trajectory_frame(shuffled), config, ALL_TRAIN)
     assert set(again.rows["trajectory_id"]) == set(result.rows["trajectory_id"])
 
 
 def test_sampling_is_deterministic_and_follows_the_fraction():
     frame = trajectory_frame([turns(1, f"answer {i}") for i in range(400)])
     config = SftConfig(sample_fraction=0.25, **NO_FILTERS)
-    first = build_sft(frame, config, ALL_TRAIN)
-    assert list(first.rows["trajectory_id"]) == list(build_sft(frame, config, ALL_TRAIN).rows["trajectory_id"])
+    first = build("sft", frame, config, ALL_TRAIN)
+    assert list(first.rows["trajectory_id"]) == list(build("sft", frame, config, ALL_TRAIN).rows["trajectory_id"])
     assert 70 <= len(first.rows) <= 130 and first.excluded["sampled_out"] == 400 - len(first.rows)
-    other_seed = build_sft(frame, SftConfig(sample_fraction=0.25, seed="other", **NO_FILTERS), ALL_TRAIN)
+    other_seed = build("sft", frame, SftConfig(sample_fraction=0.25, seed="other", **NO_FILTERS), ALL_TRAIN)
     assert set(other_seed.rows["trajectory_id"]) != set(first.rows["trajectory_id"])
 
 

@@ -7,31 +7,8 @@ import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.datasets.exports import (
-    FrameTable,
-    build_dpo,
-    build_grpo,
-    build_llama_factory,
-    build_on_policy_tokens,
-    build_nemo_rl_dpo,
-    build_nemo_rl_sft,
-    build_sft,
-    build_sft_hermes,
-    build_trl_dpo,
-    build_trl_grpo,
-    build_trl_sft,
-    build_verl,
-    collect,
-    iter_dpo,
-    iter_grpo,
-    iter_llama_factory,
-    iter_sft,
-    iter_trl_dpo,
-    iter_trl_grpo,
-    iter_trl_sft,
-    iter_verl,
-    split_of,
-)
+from trajectory_assets.datasets.families import FrameTable, collect, split_of
+from trajectory_assets.datasets.registry import build, iter_export
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 
@@ -52,7 +29,7 @@ def test_sft_default_filter_keeps_completed_unmasked_rows_at_or_above_threshold(
     incomplete = task(3, 1.0)
     incomplete["response"]["status"] = "incomplete"
     frame = trajectory_frame([task(0, 1.0), task(1, 0.49), task(2, 0.5), incomplete, task(4, 1.0, mask_sample=True)])
-    result = build_sft(frame, SftConfig(), ALL_TRAIN)
+    result = build("sft", frame, SftConfig(), ALL_TRAIN)
     assert [r["reward"] for r in rows_of(result)] == [1.0, 0.5]
     assert dict(result.excluded) == {"below_min_reward": 1, "not_completed": 1, "mask_sample": 1}
 
@@ -60,7 +37,7 @@ def test_sft_default_filter_keeps_completed_unmasked_rows_at_or_above_threshold(
 def test_sft_threshold_and_filters_are_configurable():
     frame = trajectory_frame([task(0, -5.0), task(1, 0.2, mask_sample=True)])
     config = SftConfig(min_reward=None, exclude_mask_sample=False)
-    assert len(build_sft(frame, config, ALL_TRAIN).rows) == 2
+    assert len(build("sft", frame, config, ALL_TRAIN).rows) == 2
 
 
 def test_sft_rows_are_chat_messages_with_tools_and_lineage():
@@ -68,7 +45,7 @@ def test_sft_rows_are_chat_messages_with_tools_and_lineage():
                        metadata={"task_type": "lookup"})
     row["responses_create_params"]["tools"] = [{"type": "function", "name": "f", "parameters": {}}]
     frame = trajectory_frame([row])
-    (line,) = rows_of(build_sft(frame, SftConfig(), ALL_TRAIN))
+    (line,) = rows_of(build("sft", frame, SftConfig(), ALL_TRAIN))
     assert list(line) == ["messages", "tools", "reward", "task_type", "trajectory_id", "task_key"]
     assert [m["role"] for m in line["messages"]] == ["user", "assistant", "tool", "assistant"]
     assert line["tools"] == [{"type": "function", "function": {"name": "f", "parameters": {}}}]
@@ -78,7 +55,7 @@ def test_sft_rows_are_chat_messages_with_tools_and_lineage():
 
 def test_sft_drops_runs_ending_on_an_unanswered_call_by_default():
     frame = trajectory_frame([make_rollout([call_item("f", "{}", "c1")])])
-    result = build_sft(frame, SftConfig(), ALL_TRAIN)
+    result = build("sft", frame, SftConfig(), ALL_TRAIN)
     assert result.rows.empty and result.excluded == {"unanswered_tool_calls": 1}
 
 
@@ -87,7 +64,7 @@ def test_sft_drops_runs_ending_on_an_unanswered_call_by_default():
 
 def test_dpo_pairs_best_against_worst_of_a_task_with_shared_prompt():
     frame = trajectory_frame([task(0, 0.5, "mid"), task(0, 1.0, "best"), task(0, 0.0, "worst")])
-    (pair,) = rows_of(build_dpo(frame, DpoConfig(), ALL_TRAIN))
+    (pair,) = rows_of(build("dpo", frame, DpoConfig(), ALL_TRAIN))
     assert pair["prompt"] == [{"role": "user", "content": "task 0"}]
     assert pair["chosen"] == [{"role": "assistant", "content": "best"}]
     assert pair["rejected"] == [{"role": "assistant", "content": "worst"}]
@@ -98,34 +75,34 @@ def test_dpo_pairs_best_against_worst_of_a_task_with_shared_prompt():
 
 def test_dpo_exactly_two_follows_the_seed_rule():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b"), task(1, 1.0, "a"), task(1, 0.5, "b"), task(1, 0.0, "c")])
-    result = build_dpo(frame, DpoConfig(pairing="exactly_two"), ALL_TRAIN)
+    result = build("dpo", frame, DpoConfig(pairing="exactly_two"), ALL_TRAIN)
     assert len(result.rows) == 1
     assert result.excluded == {"task_without_exactly_two_rollouts": 1}
 
 
 def test_dpo_drops_ties_and_pairs_below_margin():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 1.0, "b"), task(1, 0.55, "a"), task(1, 0.5, "b")])
-    result = build_dpo(frame, DpoConfig(min_margin=0.1), ALL_TRAIN)
+    result = build("dpo", frame, DpoConfig(min_margin=0.1), ALL_TRAIN)
     assert result.rows.empty
     assert result.excluded == {"tied_rewards": 1, "below_min_margin": 1}
 
 
 def test_dpo_ties_are_dropped_even_with_zero_margin():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 1.0, "b")])
-    assert build_dpo(frame, DpoConfig(min_margin=0.0), ALL_TRAIN).rows.empty
+    assert build("dpo", frame, DpoConfig(min_margin=0.0), ALL_TRAIN).rows.empty
 
 
 def test_dpo_never_pairs_rollouts_of_different_prompts():
     other = make_rollout([message_item("x")], request_input="different", reward=0.0, _ng_task_index=0)
     frame = trajectory_frame([task(0, 1.0), other])
-    result = build_dpo(frame, DpoConfig(), ALL_TRAIN)
+    result = build("dpo", frame, DpoConfig(), ALL_TRAIN)
     assert result.rows.empty and result.excluded == {"no_shared_prompt": 1}
 
 
 def test_dpo_single_rollout_tasks_and_ineligible_rows_are_counted():
     masked = task(1, 0.0, "b", mask_sample=True)
     frame = trajectory_frame([task(0, 1.0), task(1, 1.0, "a"), masked])
-    result = build_dpo(frame, DpoConfig(), ALL_TRAIN)
+    result = build("dpo", frame, DpoConfig(), ALL_TRAIN)
     assert result.excluded == {"mask_sample": 1, "single_rollout_task": 2}
 
 
@@ -134,7 +111,7 @@ def test_dpo_single_rollout_tasks_and_ineligible_rows_are_counted():
 
 def test_grpo_one_row_per_task_with_request_and_agent_ref():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b"), task(1, 1.0)])
-    rows = rows_of(build_grpo(frame, GrpoConfig(), ALL_TRAIN))
+    rows = rows_of(build("grpo", frame, GrpoConfig(), ALL_TRAIN))
     assert len(rows) == 2
     assert rows[0]["responses_create_params"] == {"input": "task 0"}
     assert rows[0]["agent_ref"] == {"type": "responses_api_agents", "name": "agent"}  # ng_prepare_data's form
@@ -144,15 +121,15 @@ def test_grpo_one_row_per_task_with_request_and_agent_ref():
 
 def test_grpo_without_agent_uses_the_configured_default_or_skips():
     frame = trajectory_frame([make_rollout()])
-    skipped = build_grpo(frame, GrpoConfig(), ALL_TRAIN)
+    skipped = build("grpo", frame, GrpoConfig(), ALL_TRAIN)
     assert skipped.rows.empty and skipped.excluded == {"no_agent_ref": 1}
-    (row,) = rows_of(build_grpo(frame, GrpoConfig(default_agent_ref="fallback"), ALL_TRAIN))
+    (row,) = rows_of(build("grpo", frame, GrpoConfig(default_agent_ref="fallback"), ALL_TRAIN))
     assert row["agent_ref"] == {"type": "responses_api_agents", "name": "fallback"}
 
 
 def test_grpo_string_agent_ref_becomes_the_dict_form():
     frame = trajectory_frame([make_rollout(agent_ref="named")])
-    (row,) = rows_of(build_grpo(frame, GrpoConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("grpo", frame, GrpoConfig(), ALL_TRAIN))
     assert row["agent_ref"] == {"type": "responses_api_agents", "name": "named"}
 
 
@@ -172,7 +149,7 @@ def test_split_is_deterministic_per_task_and_follows_the_fraction():
 
 def test_all_rollouts_of_a_task_share_a_split():
     frame = trajectory_frame([task(i % 7, 1.0, f"answer {i}") for i in range(40)])
-    rows = build_sft(frame, SftConfig(), SplitConfig(validation_fraction=0.5)).rows
+    rows = build("sft", frame, SftConfig(), SplitConfig(validation_fraction=0.5)).rows
     assert rows.groupby("task_key")["split"].nunique().max() == 1
 
 
@@ -193,17 +170,17 @@ class OneRowChunks:
             yield chunk.iloc[[position]]
 
 
-@pytest.mark.parametrize("builder, config", [
-    (iter_sft, SftConfig()), (iter_dpo, DpoConfig()), (iter_grpo, GrpoConfig(zero_variance_groups="keep")),
-    (iter_dpo, DpoConfig(pairing="all_pairs_with_margin")), (iter_trl_sft, SftConfig()), (iter_trl_dpo, DpoConfig()),
-    (iter_trl_grpo, GrpoConfig()), (iter_verl, GrpoConfig()), (iter_llama_factory, SftConfig()),
-    (iter_sft, SftConfig(dedup="near", max_per_task_type=2, sample_fraction=0.8)),
+@pytest.mark.parametrize("name, config", [
+    ("sft", SftConfig()), ("dpo", DpoConfig()), ("grpo", GrpoConfig(zero_variance_groups="keep")),
+    ("dpo", DpoConfig(pairing="all_pairs_with_margin")), ("trl_sft", SftConfig()), ("trl_dpo", DpoConfig()),
+    ("trl_grpo", GrpoConfig()), ("verl", GrpoConfig()), ("llama_factory", SftConfig()),
+    ("sft", SftConfig(dedup="near", max_per_task_type=2, sample_fraction=0.8)),
 ])
-def test_chunked_reading_gives_the_same_rows_as_one_frame(builder, config):
+def test_chunked_reading_gives_the_same_rows_as_one_frame(name, config):
     rows = [task(i % 4, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.0, 0.25, 1.0, 0.0])]
     frame = trajectory_frame(rows)
-    whole = collect(builder(FrameTable(frame), config, ALL_TRAIN))
-    chunked = collect(builder(OneRowChunks(frame), config, ALL_TRAIN))
+    whole = collect(iter_export(name, FrameTable(frame), config, ALL_TRAIN))
+    chunked = collect(iter_export(name, OneRowChunks(frame), config, ALL_TRAIN))
     assert len(whole.rows) > 0
     assert sorted(chunked.rows["line"]) == sorted(whole.rows["line"])
     assert chunked.excluded == whole.excluded
@@ -216,7 +193,7 @@ def test_all_pairs_with_margin_keeps_the_widest_pairs_up_to_the_cap():
     rewards = {"r1": 1.0, "r2": 0.6, "r3": 0.0, "r4": 0.55}
     frame = trajectory_frame([task(0, reward, answer) for answer, reward in rewards.items()])
     config = DpoConfig(pairing="all_pairs_with_margin", max_pairs_per_task=4)
-    result = build_dpo(frame, config, ALL_TRAIN)
+    result = build("dpo", frame, config, ALL_TRAIN)
     margins = [round(row["quality_difference"], 6) for row in rows_of(result)]
     # six pairs; 0.6 vs 0.55 is below the margin, and the narrowest of the rest (0.4) is over the cap
     assert margins == [1.0, 0.6, 0.55, 0.45]
@@ -227,20 +204,20 @@ def test_all_pairs_with_margin_keeps_the_widest_pairs_up_to_the_cap():
 
 def test_all_pairs_counts_ties_once_and_never_pairs_them():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 1.0, "b"), task(0, 0.0, "c")])
-    result = build_dpo(frame, DpoConfig(pairing="all_pairs_with_margin"), ALL_TRAIN)
+    result = build("dpo", frame, DpoConfig(pairing="all_pairs_with_margin"), ALL_TRAIN)
     assert len(result.rows) == 2 and result.excluded == {"tied_rewards": 1}
 
 
 def test_best_vs_worst_breaks_reward_ties_by_trajectory_id_not_file_order():
     rows = [task(0, 1.0, "a"), task(0, 1.0, "b"), task(0, 0.0, "c")]
-    first = rows_of(build_dpo(trajectory_frame(rows), DpoConfig(), ALL_TRAIN))
-    second = rows_of(build_dpo(trajectory_frame([rows[1], rows[0], rows[2]]), DpoConfig(), ALL_TRAIN))
+    first = rows_of(build("dpo", trajectory_frame(rows), DpoConfig(), ALL_TRAIN))
+    second = rows_of(build("dpo", trajectory_frame([rows[1], rows[0], rows[2]]), DpoConfig(), ALL_TRAIN))
     assert first[0]["chosen_id"] == second[0]["chosen_id"] == min(first[0]["chosen_id"], second[0]["chosen_id"])
 
 
 def test_dpo_rows_carry_their_provenance():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b")])
-    (row,) = rows_of(build_dpo(frame, DpoConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("dpo", frame, DpoConfig(), ALL_TRAIN))
     ids = dict(zip(frame["trajectory_id"], frame["reward"]))
     assert ids[row["chosen_id"]] == 1.0 and ids[row["rejected_id"]] == 0.0
     assert row["pairing"] == "best_vs_worst" and row["task_key"] == frame["task_key"][0]
@@ -252,18 +229,18 @@ def test_dpo_rows_carry_their_provenance():
 def test_grpo_zero_variance_groups_are_dropped_flagged_or_kept():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 1.0, "b"), task(1, 1.0, "a"), task(1, 0.0, "b"),
                               task(2, 0.0)])
-    dropped = build_grpo(frame, GrpoConfig(), ALL_TRAIN)
+    dropped = build("grpo", frame, GrpoConfig(), ALL_TRAIN)
     # task 2 has one rollout: no evidence of zero variance, so it stays
     assert [row["num_rollouts"] for row in rows_of(dropped)] == [2, 1]
     assert dropped.excluded == {"zero_variance_group": 1}
-    flagged = rows_of(build_grpo(frame, GrpoConfig(zero_variance_groups="flag"), ALL_TRAIN))
+    flagged = rows_of(build("grpo", frame, GrpoConfig(zero_variance_groups="flag"), ALL_TRAIN))
     assert [row["zero_variance"] for row in flagged] == [True, False, False]
-    assert len(rows_of(build_grpo(frame, GrpoConfig(zero_variance_groups="keep"), ALL_TRAIN))) == 3
+    assert len(rows_of(build("grpo", frame, GrpoConfig(zero_variance_groups="keep"), ALL_TRAIN))) == 3
 
 
 def test_grpo_rows_report_pass_rate_and_reward_spread():
     frame = trajectory_frame([task(0, r, f"x{i}") for i, r in enumerate([1.0, 1.0, 0.0, 0.5])])
-    (row,) = rows_of(build_grpo(frame, GrpoConfig(pass_threshold=0.5), ALL_TRAIN))
+    (row,) = rows_of(build("grpo", frame, GrpoConfig(pass_threshold=0.5), ALL_TRAIN))
     assert row["pass_rate"] == 0.75 and row["mean_reward"] == 0.625
     assert abs(row["reward_std"] - 0.414578) < 1e-6
 
@@ -278,7 +255,7 @@ def test_the_same_prompt_in_two_collections_never_lands_in_both_splits():
     second = trajectory_frame([task(i, 0.0, "b") for i in range(30)], source_id="b.jsonl")
     frame = pd.concat([first, second], ignore_index=True)
     assert set(first["task_key"]).isdisjoint(second["task_key"])  # task indices are scoped to their file
-    rows = build_sft(frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.5)).rows
+    rows = build("sft", frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.5)).rows
     assert rows.groupby("prompt_key")["split"].nunique().max() == 1
     assert set(rows["split"]) == {"train", "validation"}
 
@@ -302,7 +279,7 @@ def tool_rollout(**extra):
 
 
 def test_trl_sft_keeps_tool_calls_with_argument_objects_and_tools_as_objects():
-    (row,) = rows_of(build_trl_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("trl_sft", trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
     call = row["messages"][1]["tool_calls"][0]
     assert call["function"] == {"name": "lookup", "arguments": {"city": "Paris"}}
@@ -311,7 +288,7 @@ def test_trl_sft_keeps_tool_calls_with_argument_objects_and_tools_as_objects():
 
 
 def test_the_seed_sft_keeps_openai_argument_strings():
-    (row,) = rows_of(build_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("sft", trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
     assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
 
 
@@ -319,25 +296,25 @@ def test_a_call_whose_arguments_are_no_json_object_is_counted_by_template_flavor
     rows = [make_rollout([call_item("f", arguments, f"c{i}"), output_item(f"c{i}", "r"), message_item("ok")],
                          request_input=f"q{i}") for i, arguments in enumerate(["{oops", "[1, 2]", '"text"', "{}"])]
     config = SftConfig(exclude_quality_flags=[])
-    for build in (build_trl_sft, build_nemo_rl_sft, build_llama_factory):
-        result = build(trajectory_frame(rows), config, ALL_TRAIN)
-        assert len(result.rows) == 1 and result.excluded == {"unparseable_tool_arguments": 3}, build
-    assert len(build_sft(trajectory_frame(rows), config, ALL_TRAIN).rows) == 4  # the seed writes them as they are
+    for name in ("trl_sft", "nemo_rl_sft", "llama_factory"):
+        result = build(name, trajectory_frame(rows), config, ALL_TRAIN)
+        assert len(result.rows) == 1 and result.excluded == {"unparseable_tool_arguments": 3}, name
+    assert len(build("sft", trajectory_frame(rows), config, ALL_TRAIN).rows) == 4  # the seed writes them as they are
 
 
 def test_trl_sft_counts_conversations_with_images_instead_of_writing_them():
     image = make_rollout(request_input=[{"role": "user", "content": [
         {"type": "input_text", "text": "what is this?"}, {"type": "input_image", "image_url": "data:x"}]}])
-    result = build_trl_sft(trajectory_frame([image, make_rollout()]), SftConfig(), ALL_TRAIN)
+    result = build("trl_sft", trajectory_frame([image, make_rollout()]), SftConfig(), ALL_TRAIN)
     assert len(result.rows) == 1 and result.excluded == {"non_text_content": 1}
 
 
 def test_trl_dpo_and_grpo_rows():
     frame = trajectory_frame([task(0, 1.0, "a", expected_answer=42), task(0, 0.0, "b", expected_answer=42)])
-    (pair,) = rows_of(build_trl_dpo(frame, DpoConfig(), ALL_TRAIN))
+    (pair,) = rows_of(build("trl_dpo", frame, DpoConfig(), ALL_TRAIN))
     assert pair["prompt"] == [{"role": "user", "content": "task 0"}] and pair["tools"] is None
     assert pair["chosen"][0]["role"] == "assistant" and pair["rejected"][0]["content"] == "b"
-    (prompt_row,) = rows_of(build_trl_grpo(frame, GrpoConfig(), ALL_TRAIN))
+    (prompt_row,) = rows_of(build("trl_grpo", frame, GrpoConfig(), ALL_TRAIN))
     assert prompt_row["prompt"] == [{"role": "user", "content": "task 0"}]
     assert prompt_row["ground_truth"] == "42" and prompt_row["agent_name"] == "agent"
 
@@ -348,7 +325,7 @@ def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
 
     frame = trajectory_frame([task(0, 1.0, "a", expected_answer="yes"), task(0, 0.0, "b", expected_answer="yes"),
                               tool_rollout(agent_ref={"name": "weather"})])
-    rows = rows_of(build_verl(frame, GrpoConfig(), ALL_TRAIN))
+    rows = rows_of(build("verl", frame, GrpoConfig(), ALL_TRAIN))
     table = table_from_records(rows, VERL_ARROW_SCHEMA)
     assert table.num_rows == 2
     assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "yes"}
@@ -359,7 +336,7 @@ def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
 
 
 def test_nemo_rl_sft_rows_are_openai_format_with_argument_objects():
-    (row,) = rows_of(build_nemo_rl_sft(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("nemo_rl_sft", trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
     assert list(row)[:2] == ["messages", "tools"]
     assert row["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert row["messages"][-1]["role"] == "assistant"
@@ -369,14 +346,14 @@ def test_nemo_rl_sft_counts_conversations_that_do_not_end_with_the_assistant():
     ends_on_result = make_rollout([call_item("f", "{}", "c1"), output_item("c1", "r")], request_input="q")
     frame = trajectory_frame([ends_on_result, make_rollout()])
     config = SftConfig(exclude_unanswered_tool_calls=False)
-    result = build_nemo_rl_sft(frame, config, ALL_TRAIN)
+    result = build("nemo_rl_sft", frame, config, ALL_TRAIN)
     assert len(result.rows) == 1 and result.excluded == {"ends_without_assistant_turn": 1}
-    assert len(build_trl_sft(frame, config, ALL_TRAIN).rows) == 2  # TRL trains on it as it is
+    assert len(build("trl_sft", frame, config, ALL_TRAIN).rows) == 2  # TRL trains on it as it is
 
 
 def test_nemo_rl_dpo_rows_rank_the_chosen_completion_first():
     frame = trajectory_frame([task(0, 0.0, "worse"), task(0, 1.0, "better")])
-    (row,) = rows_of(build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("nemo_rl_dpo", frame, DpoConfig(), ALL_TRAIN))
     assert list(row)[:3] == ["context", "completions", "tools"]
     assert row["context"] == [{"role": "user", "content": "task 0"}]
     assert row["completions"] == [
@@ -390,13 +367,13 @@ def test_nemo_rl_dpo_counts_a_completion_that_ends_on_a_tool_result():
     cut_short = make_rollout([call_item("f", "{}", "c1"), output_item("c1", "r")], request_input="task 0",
                              reward=0.0, _ng_task_index=0)
     frame = trajectory_frame([task(0, 1.0, "done"), cut_short])
-    result = build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN)
+    result = build("nemo_rl_dpo", frame, DpoConfig(), ALL_TRAIN)
     assert result.rows.empty and result.excluded == {"completion_ends_without_assistant_turn": 1}
-    assert len(build_trl_dpo(frame, DpoConfig(), ALL_TRAIN).rows) == 1
+    assert len(build("trl_dpo", frame, DpoConfig(), ALL_TRAIN).rows) == 1
 
 
 def test_llama_factory_rows_alternate_as_sharegpt_requires():
-    (row,) = rows_of(build_llama_factory(trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
+    (row,) = rows_of(build("llama_factory", trajectory_frame([tool_rollout()]), SftConfig(), ALL_TRAIN))
     assert [turn["from"] for turn in row["conversations"]] == ["human", "function_call", "observation", "gpt"]
     assert json.loads(row["conversations"][1]["value"]) == [{"name": "lookup", "arguments": {"city": "Paris"}}]
     assert json.loads(row["tools"])[0]["name"] == "lookup"
@@ -405,30 +382,31 @@ def test_llama_factory_rows_alternate_as_sharegpt_requires():
 def test_every_sft_flavor_follows_the_same_curation():
     rows = [task(i, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.2, 0.9, 0.0])]
     frame = trajectory_frame(rows)
-    ids = [set(build(frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])
-           for build in (build_sft, build_trl_sft, build_llama_factory, build_sft_hermes, build_nemo_rl_sft)]
+    ids = [set(build(name, frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])
+           for name in ("sft", "trl_sft", "llama_factory", "sft_hermes", "nemo_rl_sft")]
     assert all(ids_of_one == ids[0] for ids_of_one in ids) and len(ids[0]) == 2
 
 
 @pytest.mark.parametrize("pairing", ["best_vs_worst", "exactly_two", "all_pairs_with_margin"])
 def test_tasks_whose_rollouts_all_tie_make_no_pairs(pairing):
     frame = trajectory_frame([task(i, 0.5, f"answer {j}") for i in range(3) for j in range(2)])
-    result = build_dpo(frame, DpoConfig(pairing=pairing), ALL_TRAIN)
+    result = build("dpo", frame, DpoConfig(pairing=pairing), ALL_TRAIN)
     assert result.rows.empty and result.excluded == {"tied_rewards": 3}
 
 
 @pytest.mark.parametrize("family", ["sft", "dpo", "grpo"])
 def test_a_family_renders_each_format_as_it_would_alone(family):
-    from trajectory_assets.datasets.exports import FAMILIES
+    from trajectory_assets.datasets.registry import family_specs, iter_family
 
     rows = [task(i % 3, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.25, 0.75])]
     rows.append(tool_rollout(agent_ref={"name": "weather"}))
     frame = trajectory_frame(rows)
-    builder, formats = FAMILIES[family]
+    specs = family_specs(family)
     config = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig()}[family]
-    together = list(builder(FrameTable(frame), config, ALL_TRAIN, formats))
-    for name, fmt in formats.items():
-        alone = collect(frames[name] for frames in builder(FrameTable(frame), config, ALL_TRAIN, {name: fmt}))
+    together = list(iter_family(family, FrameTable(frame), config, ALL_TRAIN, specs))
+    for spec in specs:
+        name = spec.name
+        alone = collect(iter_export(name, FrameTable(frame), config, ALL_TRAIN))
         joint = collect(frames[name] for frames in together)
         assert len(alone.rows) > 0, name
         assert list(joint.rows["line"]) == list(alone.rows["line"]) and joint.excluded == alone.excluded, name
@@ -461,26 +439,26 @@ def long_and_short():
 
 
 def test_every_sft_row_carries_its_token_count(words):
-    frames = [build(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, None))
-              for build in (build_sft, build_trl_sft, build_nemo_rl_sft, build_llama_factory, build_sft_hermes)]
+    frames = [build(name, long_and_short(), SftConfig(), ALL_TRAIN, budget(words, None))
+              for name in ("sft", "trl_sft", "nemo_rl_sft", "llama_factory", "sft_hermes")]
     for frame in frames:
         assert frame.tokens.tolist() == [10.0, 21.0]
-    assert np.isnan(build_sft(long_and_short(), SftConfig(), ALL_TRAIN).tokens).all()  # no tokenizer
+    assert np.isnan(build("sft", long_and_short(), SftConfig(), ALL_TRAIN).tokens).all()  # no tokenizer
 
 
 def test_over_budget_rows_leave_every_sft_format_alike(words):
-    for build in (build_sft, build_trl_sft, build_nemo_rl_sft, build_llama_factory, build_sft_hermes):
-        result = build(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 20))
-        assert result.tokens.tolist() == [10.0] and result.excluded == {"over_token_budget": 1}, build
+    for name in ("sft", "trl_sft", "nemo_rl_sft", "llama_factory", "sft_hermes"):
+        result = build(name, long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 20))
+        assert result.tokens.tolist() == [10.0] and result.excluded == {"over_token_budget": 1}, name
 
 
 def test_truncation_cuts_a_conversation_after_its_last_assistant_turn_that_fits(words):
-    result = build_trl_sft(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
+    result = build("trl_sft", long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
     short, cut = rows_of(result)
     assert [m["role"] for m in cut["messages"]] == ["user", "assistant"]  # the call that fits, not its result
     assert result.tokens.tolist() == [10.0, 10.0] and result.truncated == 1 and not result.excluded
     assert result.rows["role_shape"].tolist() == ["ua", "uc"]
-    seed = build_sft(long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
+    seed = build("sft", long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
     assert [m["role"] for m in rows_of(seed)[1]["messages"]] == ["user", "assistant"]
 
 
@@ -488,18 +466,18 @@ def test_with_a_tokenizer_the_recorded_usage_does_not_filter(words):
     huge_usage = make_rollout([message_item("yes")], request_input="q", reward=1.0)
     huge_usage["response"]["usage"] = {"total_tokens": 10**6}
     frame = trajectory_frame([huge_usage])
-    assert build_sft(frame, SftConfig(max_tokens=100), ALL_TRAIN).excluded == {"too_many_tokens": 1}
-    assert len(build_sft(frame, SftConfig(max_tokens=100), ALL_TRAIN, budget(words, 100)).rows) == 1
+    assert build("sft", frame, SftConfig(max_tokens=100), ALL_TRAIN).excluded == {"too_many_tokens": 1}
+    assert len(build("sft", frame, SftConfig(max_tokens=100), ALL_TRAIN, budget(words, 100)).rows) == 1
 
 
 def test_a_pair_is_measured_by_its_longer_side_and_each_side_is_cut_alone(words):
     long_side = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
                               message_item("It is sunny.")], request_input="task 0", reward=1.0, _ng_task_index=0)
     frame = trajectory_frame([long_side, task(0, 0.0, "no idea")])
-    (tokens,) = build_trl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, None)).tokens
+    (tokens,) = build("trl_dpo", frame, DpoConfig(), ALL_TRAIN, budget(words, None)).tokens
     assert tokens == 17.0  # prompt 4 + call 5 + result 3 + answer 5; the other side is 4 + 4
-    assert build_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, 16)).excluded == {"over_token_budget": 1}
-    cut = build_nemo_rl_dpo(frame, DpoConfig(), ALL_TRAIN, budget(words, 16, truncate=True))
+    assert build("dpo", frame, DpoConfig(), ALL_TRAIN, budget(words, 16)).excluded == {"over_token_budget": 1}
+    cut = build("nemo_rl_dpo", frame, DpoConfig(), ALL_TRAIN, budget(words, 16, truncate=True))
     (row,) = rows_of(cut)
     assert [m["role"] for m in row["completions"][0]["completion"]] == ["assistant"] and cut.truncated == 1
     assert row["completions"][1]["completion"] == [{"role": "assistant", "content": "no idea"}]
@@ -507,24 +485,27 @@ def test_a_pair_is_measured_by_its_longer_side_and_each_side_is_cut_alone(words)
 
 def test_a_task_is_measured_by_its_prompt_with_the_generation_prompt(words):
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b"), task(1, 1.0, "a"), task(1, 0.5, "b")])
-    tokens = build_verl(frame, GrpoConfig(), ALL_TRAIN, budget(words, None)).tokens
+    tokens = build("verl", frame, GrpoConfig(), ALL_TRAIN, budget(words, None)).tokens
     assert tokens.tolist() == [5.0, 5.0]  # "<|im_start|>user task N <|im_end|>" + "<|im_start|>assistant"
-    for build in (build_grpo, build_trl_grpo, build_verl):
-        assert build(frame, GrpoConfig(), ALL_TRAIN, budget(words, 4)).excluded == {"over_token_budget": 2}
+    for name in ("grpo", "trl_grpo", "verl"):
+        assert build(name, frame, GrpoConfig(), ALL_TRAIN, budget(words, 4)).excluded == {"over_token_budget": 2}
 
 
 def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
     """A format that writes more of a trajectory than its messages (token data, say) must not
     write a cut row whole: the item says it was cut."""
-    from trajectory_assets.datasets.exports import SFT_FRAME, Format, iter_sft_family
+    import dataclasses
+
+    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME, iter_family
 
     def probe(item):
         return {"trajectory_id": item.row.trajectory_id, "task_key": item.row.task_key,
                 "prompt_key": item.row.prompt_key, "role_shape": item.row.role_shape, "reward": 1.0,
                 "line": json.dumps({"cut_short": item.cut_short, "messages": len(item.messages)})}
 
-    frames = iter_sft_family(FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, {"probe": Format(probe, SFT_FRAME)},
-                             budget(words, 12, truncate=True))
+    probe_spec = dataclasses.replace(EXPORTS_BY_NAME["sft"], name="probe", render=probe)
+    frames = iter_family("sft", FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, [probe_spec],
+                         budget(words, 12, truncate=True))
     probed = collect(frames["probe"] for frames in frames)
     assert rows_of(probed) == [{"cut_short": False, "messages": 2}, {"cut_short": True, "messages": 2}]
 
@@ -535,7 +516,7 @@ def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token
     from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
 
     frame = trajectory_frame([tool_rollout(), task(0, 1.0, "no tokens here")])
-    result = build_on_policy_tokens(frame, SftConfig(), ALL_TRAIN)
+    result = build("on_policy_tokens", frame, SftConfig(), ALL_TRAIN)
     (row,) = rows_of(result)
     assert result.excluded == {"no_token_data": 1}
     assert row["calls"] == [
@@ -548,4 +529,4 @@ def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token
     assert pa.Table.from_pylist([row], schema=TOKENS_ARROW_SCHEMA).num_rows == 1
     assert list(result.rows[["calls", "generated_tokens", "aligned"]].iloc[0]) == [2, 3, True]
     # the same trajectories as every SFT flavor
-    assert set(result.rows["trajectory_id"]) <= set(build_sft(frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])
+    assert set(result.rows["trajectory_id"]) <= set(build("sft", frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])

@@ -13,7 +13,7 @@ from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
 from tests.fixtures.hermes_rows import SYSTEM, call, cli_row, gpt, human, response
 from trajectory_assets.cli import main
-from trajectory_assets.defs.exports import EXPORT_KINDS
+from trajectory_assets.datasets.registry import EXPORTS
 
 # every way a record's text could try to become markup, script or a template
 HOSTILE = [
@@ -130,11 +130,11 @@ def test_the_page_has_every_export_its_samples_and_the_quarantine(hostile_run):
     page = parse((hostile_run / "reports" / "index.html").read_text())
     manifests = {path.parent.name: json.loads(path.read_text())
                  for path in (hostile_run / "exports").glob("*/manifest.json")}
-    assert sorted(manifests) == sorted(kind.name for kind in EXPORT_KINDS)
+    assert sorted(manifests) == sorted(kind.name for kind in EXPORTS)
     # every export with rows has samples (these rollouts carry no token data: on_policy_tokens has none)
     exports = sorted(name for name, manifest in manifests.items() if sum(manifest["rows"].values()))
     sampled = [attrs["data-export"] for tag, attrs in page.elements if "data-export" in attrs]
-    assert sorted(set(sampled)) == exports and len(exports) == len(EXPORT_KINDS) - 1
+    assert sorted(set(sampled)) == exports and len(exports) == len(EXPORTS) - 1
     shapes = {attrs["data-export"]: attrs["data-shape"] for tag, attrs in page.elements if "data-shape" in attrs}
     assert shapes["sft"] == shapes["trl_sft"] == "chat" and shapes["sft_hermes"] == "sharegpt"
     assert shapes["dpo"] == shapes["trl_dpo"] == "preference"
@@ -157,7 +157,7 @@ def test_a_run_where_every_record_was_rejected_still_gets_its_page(tmp_path):
     stale.write_bytes(b"old")
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 0
     html = (tmp_path / "out" / "reports" / "index.html").read_text()
-    assert "No data to plot." in html and html.count("No rows.") == len(EXPORT_KINDS)
+    assert "No data to plot." in html and html.count("No rows.") == len(EXPORTS)
     assert 'id="reason-invalid_json"' in html and 'id="reason-not_a_rollout"' in html
     assert not stale.exists()
 

@@ -231,9 +231,9 @@ def test_the_report_page_of_a_real_run_renders_plots_and_every_export(dagster_de
         quarantine = page.locator("#quarantine ~ .sample pre").count()
         page.screenshot(path=str(ARTIFACTS / "report_quarantine.png"))
     assert len(figures) == 6 and all(width > 100 for _, width in figures), figures
-    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.datasets.registry import EXPORTS
 
-    assert len(exports) == len(EXPORT_KINDS) and all(rendered.values()), rendered
+    assert len(exports) == len(EXPORTS) and all(rendered.values()), rendered
     assert quarantine == 2  # the sample's two rejected records, raw
     assert watched.console_errors == [] and watched.page_errors == [] and watched.dialogs == []
     assert [request for request in watched.requests if not request.startswith("data:")] == [page_file.as_uri()]

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import SAMPLE, make_rollout, message_item, write_jsonl
 from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, build_definitions
-from trajectory_assets.defs.exports import EXPORT_KINDS
+from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME
 from trajectory_assets.defs.run_plan import batch_run_tags
 from trajectory_assets.defs.runner import sync_batches
 from trajectory_assets.io.sources import batch_key, discover
@@ -54,7 +54,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     batch_partitions = {e.event_specific_data.materialization.partition for e in events
                         if e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "raw_rollouts"}
     assert len(batch_partitions) == 3  # one partition per sample file, all three in one run
-    exports = [kind.asset_name for kind in EXPORT_KINDS]
+    exports = [kind.asset_name for kind in EXPORTS]
     assert set(exports) == {f"{name}_dataset" for name in (
         "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory", "nemo_rl_sft",
         "nemo_rl_dpo", "on_policy_tokens")}
@@ -72,7 +72,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert checks == {check: True for check in expected_checks}
     stats = json.loads((tmp_path / "reports" / "stats.json").read_text())
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"] == 14
-    for kind in EXPORT_KINDS:
+    for kind in EXPORTS:
         assert sum(stats["exports"][kind.name].values()) > 0, f"the bundled sample must yield {kind.name} rows"
 
 
@@ -109,13 +109,13 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs.ingest import ingest_batches
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 
-    sft = export_defs.EXPORT_KINDS[0]
+    sft = EXPORTS_BY_NAME["sft"]
 
     def buggy_render(item):
-        return {**sft.format.render(item), "role_shape": "x"}  # what a bug in the renderer would produce
+        return {**sft.render(item), "role_shape": "x"}  # what a bug in the renderer would produce
 
-    buggy = dataclasses.replace(sft, format=dataclasses.replace(sft.format, render=buggy_render))
-    healthy = next(kind for kind in export_defs.EXPORT_KINDS if kind.name == "trl_sft")
+    buggy = dataclasses.replace(sft, render=buggy_render)
+    healthy = EXPORTS_BY_NAME["trl_sft"]
     buggy_sft = export_defs.build_family_asset("sft", [buggy, healthy])
     resources = {
         "sources": RolloutSources(paths=[str(SAMPLE)]),
@@ -179,7 +179,7 @@ def test_a_tokenizer_measures_every_export_and_enforces_each_family_budget(tmp_p
     run, checks, _, _ = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
     assert run.success and all(checks.values())
     assert {check for (_, check) in checks} >= {"token_budget"}
-    for kind in EXPORT_KINDS:
+    for kind in EXPORTS:
         manifest = json.loads((tmp_path / "out" / "exports" / kind.name / "manifest.json").read_text())
         budget, tokens = manifest["token_budget"], manifest["distributions"]["tokens"]
         assert budget["tokenizer"] == tokenizer and budget["max_tokens"] == {"sft": 40, "dpo": 60, "grpo": 30}[
@@ -200,11 +200,11 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
 
     from tests.fixtures.tokenizer import save_word_tokenizer
     from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.datasets.exports import ExportFrame
+    from trajectory_assets.datasets.families import ExportFrame
     from trajectory_assets.defs.exports import _BrokenExport, _ExportWriter
     from trajectory_assets.io.storage import Storage
 
-    kind = next(kind for kind in EXPORT_KINDS if kind.name == "trl_grpo")
+    kind = next(kind for kind in EXPORTS if kind.name == "trl_grpo")
     config = PipelineConfig.model_validate({"tokenizer": save_word_tokenizer(tmp_path / "t"),
                                             "grpo": {"max_tokens": 10}})
     writer = _ExportWriter(Storage(str(tmp_path / "out")), kind, config)

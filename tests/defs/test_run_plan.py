@@ -62,7 +62,7 @@ def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary
 
     from tests.conftest import SAMPLE
     from trajectory_assets.definitions import INGEST_JOB, RunSettings, build_definitions
-    from trajectory_assets.defs.batches import STORAGE_POOL
+    from trajectory_assets.defs.retries import STORAGE_POOL
     from trajectory_assets.defs.runner import sync_batches
     from trajectory_assets.io.sources import batch_key, discover
 

@@ -2,7 +2,8 @@ import pytest
 
 from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
-from trajectory_assets.ingest import TRAJECTORY_ARROW_SCHEMA, ingest
+from trajectory_assets.datasets.trajectories import ingest
+from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.sources import discover
 from trajectory_assets.io.storage import Storage, StorageError
 from trajectory_assets.io.trajectory_table import StoredTrajectories

@@ -11,7 +11,7 @@ from schemas.trajectory import TrajectorySchema
 from schemas.validation import validate
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.datasets.exports import build_dpo, build_grpo, build_sft
+from trajectory_assets.datasets.registry import build
 
 ID = "a" * 32
 KEY = "b" * 24
@@ -79,7 +79,7 @@ def sft_rows(**overrides):
 
 
 def test_sft_contract_on_built_rows(trajectories):
-    rows = build_sft(trajectories, SftConfig(), SplitConfig()).rows
+    rows = build("sft", trajectories, SftConfig(), SplitConfig()).rows
     assert len(rows) == 2 and validate(SftSchema, rows).passed
 
 
@@ -99,7 +99,7 @@ def test_sft_contract_rejects(overrides, check):
 def dpo_frame():
     rows = [make_rollout([message_item(text)], request_input="q", reward=reward, _ng_task_index=0)
             for text, reward in (("good", 1.0), ("bad", 0.0))]
-    return build_dpo(trajectory_frame(rows), DpoConfig(), SplitConfig()).rows
+    return build("dpo", trajectory_frame(rows), DpoConfig(), SplitConfig()).rows
 
 
 def test_dpo_contract_on_built_rows():
@@ -131,7 +131,7 @@ def test_dpo_contract_rejects_pairing_a_trajectory_with_itself():
 
 
 def test_grpo_contract():
-    rows = build_grpo(trajectory_frame([make_rollout(agent_ref="a")]), GrpoConfig(), SplitConfig()).rows
+    rows = build("grpo", trajectory_frame([make_rollout(agent_ref="a")]), GrpoConfig(), SplitConfig()).rows
     assert validate(GrpoSchema, rows).passed
     assert "greater_than_or_equal_to" in failed_checks(GrpoSchema, rows.assign(input_items=0))
     assert "str_length" in failed_checks(GrpoSchema, rows.assign(agent_name=""))
@@ -142,10 +142,10 @@ def test_grpo_contract():
 def test_sft_hermes_contract():
     from schemas.sft_hermes import SftHermesSchema
     from tests.fixtures import hermes_rows
-    from trajectory_assets.datasets.exports import build_sft_hermes
+
 
     frame = trajectory_frame([hermes_rows.tool_run(), make_rollout()])
-    rows = build_sft_hermes(frame, SftConfig(), SplitConfig()).rows
+    rows = build("sft_hermes", frame, SftConfig(), SplitConfig()).rows
     assert rows["from_shape"].tolist() == ["shgtg", "shg"]
     assert validate(SftHermesSchema, rows).passed
     assert "str_matches" in failed_checks(SftHermesSchema, rows.assign(from_shape="hsg"))  # system not first

@@ -21,7 +21,7 @@ if not MISSING:
     import pyarrow.parquet as pq
     import yaml
 
-    from trajectory_assets.defs.exports import EXPORT_KINDS
+    from trajectory_assets.datasets.registry import EXPORTS
     from trajectory_assets.formats.arrow_rows import hf_features
 
     datasets.disable_progress_bars()
@@ -79,15 +79,15 @@ def decode_json_fields(value: Any, schema_or_type: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("name", [kind.name for kind in EXPORT_KINDS] if not MISSING else [])
+@pytest.mark.parametrize("name", [kind.name for kind in EXPORTS] if not MISSING else [])
 def test_the_card_declares_the_features_datasets_itself_would_write(name):
-    kind = next(kind for kind in EXPORT_KINDS if kind.name == name)
+    kind = next(kind for kind in EXPORTS if kind.name == name)
     assert hf_features(kind.arrow_schema) == datasets.Features.from_arrow_schema(kind.arrow_schema)._to_yaml_list()
 
 
 def test_every_export_folder_loads_with_load_dataset_alone(run_exports, hf_cache):
     problems = []
-    for kind in EXPORT_KINDS:
+    for kind in EXPORTS:
         folder = run_exports / kind.name
         manifest = json.loads((folder / "manifest.json").read_text())
         header = front_matter(folder)

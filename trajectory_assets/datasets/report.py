@@ -17,7 +17,7 @@ import pandas as pd
 
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.datasets import plots
-from trajectory_assets.datasets.exports import TrajectoryTable
+from trajectory_assets.datasets.families import TrajectoryTable
 from trajectory_assets.datasets.report_data import (
     MESSAGE_COLUMNS,
     ExportScan,

@@ -11,155 +11,30 @@ template and the family's token budget enforced (``datasets/tokens.py``).
 """
 
 
-import contextlib
-import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import dagster as dg
 import numpy as np
 import orjson
-import pandera.pandas as pa
-import pyarrow
-import pyarrow.parquet as pq
 
-from schemas.dpo import DpoSchema
-from schemas.grpo import GrpoSchema
-from schemas.llama_factory import LlamaFactorySchema
-from schemas.nemo_rl import NemoRlDpoSchema, NemoRlSftSchema
-from schemas.sft import SftSchema
-from schemas.sft_hermes import SftHermesSchema
-from schemas.token_data import TokensSchema
-from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
 from schemas.validation import ChunkedContract
-from schemas.verl import VerlSchema
 from trajectory_assets import code_version, layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.datasets import exports
 from trajectory_assets.datasets.card import render_card
+from trajectory_assets.datasets.families import SPLITS, ExportFrame
 from trajectory_assets.datasets.manifest import build_manifest, describe
+from trajectory_assets.datasets.registry import EXPORT_FAMILIES, ExportSpec, family_specs, iter_family
 from trajectory_assets.datasets.tokens import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
-from trajectory_assets.defs.batches import (
-    STORAGE_POOL,
-    STORAGE_RETRY,
-    read_summary,
-    registered_batches,
-    storage_faults_only,
-    stored_trajectories,
-)
+from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
-from trajectory_assets.formats.arrow_rows import hf_features, table_from_records
-from trajectory_assets.formats.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
-from trajectory_assets.formats.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
-from trajectory_assets.formats.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA
-from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
-from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
-from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
+from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
+from trajectory_assets.formats.arrow_rows import hf_features
+from trajectory_assets.io.export_files import StagedExport
 from trajectory_assets.io.storage import Storage
 from trajectory_assets.memory import chunk_memory, release_memory
-
-GROUP = "exports"
-FLAVORS_GROUP = "trainer_flavors"
-
-
-@dataclass(frozen=True)
-class ExportKind:
-    name: str  # also the folder under exports/
-    family: str  # sft / dpo / grpo: the config section that curates it and the step that builds it
-    format: exports.Format
-    description: str
-    contract: type[pa.DataFrameModel]
-    # export field -> the validated_trajectories columns it is made from (shown in the UI)
-    lineage: dict[str, list[str]]
-    # the Arrow types of its rows: Parquet is written with them, and the dataset card declares
-    # them to HF datasets for JSON lines too
-    arrow_schema: pyarrow.Schema
-    group: str = GROUP
-    file_format: str = "jsonl"  # or "parquet"
-    # numeric frame columns whose distribution the manifest and the card report
-    measures: tuple[str, ...] = ()
-    # name -> content of a trainer's index file written beside the splits
-    index_files: Callable[[str], dict[str, bytes]] | None = None
-
-    @property
-    def asset_name(self) -> str:
-        return f"{self.name}_dataset"
-
-    @cached_property  # asked for every chunk; the contract does not change
-    def checks_margin(self) -> bool:
-        return "quality_difference" in self.contract.to_schema().columns
-
-
-SFT_LINEAGE = {"messages": ["messages"], "tools": ["tools"], "reward": ["reward"], "task_type": ["task_type"],
-               "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}
-DPO_LINEAGE = {"prompt": ["messages"], "chosen": ["messages"], "rejected": ["messages"], "tools": ["tools"],
-               "reward_chosen": ["reward"], "reward_rejected": ["reward"], "quality_difference": ["reward"],
-               "chosen_id": ["trajectory_id"], "rejected_id": ["trajectory_id"], "task_key": ["task_key"]}
-TASK_LINEAGE = {"task_key": ["task_key"], "trajectory_ids": ["trajectory_id"], "mean_reward": ["reward"],
-                "pass_rate": ["reward"], "agent_ref": ["agent_ref", "agent_name"]}
-DPO_MEASURES = ("quality_difference", "reward_chosen", "reward_rejected")
-
-
-def _llama_factory_index(export: str) -> dict[str, bytes]:
-    files = {split: f"{split}.jsonl" for split in exports.SPLITS}
-    return {"dataset_info.json": orjson.dumps(dataset_info(f"trajectory_assets_{export}", files),
-                                              option=orjson.OPT_INDENT_2)}
-
-
-def _kind(name: str, family: str, *args, **kwargs) -> ExportKind:
-    return ExportKind(name, family, exports.FAMILIES[family][1][name], *args, **kwargs)
-
-
-EXPORT_KINDS = (
-    _kind("sft", "sft", "Supervised fine-tuning rows {messages, tools?, reward?, task_type?} in Chat Completions "
-          "form.", SftSchema, SFT_LINEAGE, SFT_SCHEMA, measures=("reward",)),
-    _kind("dpo", "dpo", "Preference pairs {prompt, chosen, rejected, quality_difference, reward_chosen, "
-          "reward_rejected} from rollouts of the same task.", DpoSchema, DPO_LINEAGE, DPO_SCHEMA,
-          measures=DPO_MEASURES),
-    _kind("sft_hermes", "sft", "The SFT rows (same curation) rendered as Hermes ShareGPT: <think>, <tool_call> "
-          "and <tool_response> markup and the function-calling system prompt.", SftHermesSchema,
-          {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-          SFT_HERMES_SCHEMA),
-    _kind("grpo", "grpo", "One NeMo Gym RL input row {responses_create_params, agent_ref} per task.", GrpoSchema,
-          {"responses_create_params": ["request"], **TASK_LINEAGE}, GRPO_SCHEMA, measures=("mean_reward",)),
-    _kind("trl_sft", "sft", "TRL conversational SFT: {messages (argument objects), tools} for trl.SFTTrainer.",
-          TrlSftSchema, SFT_LINEAGE, TRL_SFT_SCHEMA, group=FLAVORS_GROUP, file_format="parquet",
-          measures=("reward",)),
-    _kind("trl_dpo", "dpo", "TRL explicit-prompt conversational preferences {prompt, chosen, rejected, tools} for "
-          "trl.DPOTrainer.", TrlDpoSchema, DPO_LINEAGE, TRL_DPO_SCHEMA, group=FLAVORS_GROUP, file_format="parquet",
-          measures=DPO_MEASURES),
-    _kind("trl_grpo", "grpo", "TRL prompt-only rows {prompt, ...}: the other columns reach the reward functions.",
-          TrlGrpoSchema, {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"],
-                          **TASK_LINEAGE},
-          TRL_GRPO_SCHEMA, group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
-    _kind("verl", "grpo", "verl RL Parquet {data_source, agent_name, prompt, ability, reward_model, extra_info "
-          "(tools_kwargs, interaction_kwargs, ...)}, one row per task.", VerlSchema,
-          {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
-           "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
-           "extra_info": ["task_key", "trajectory_id", "reward", "tools", "metadata"]},
-          VERL_ARROW_SCHEMA, group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
-    _kind("llama_factory", "sft", "LLaMA-Factory ShareGPT {conversations, system, tools} with dataset_info.json.",
-          LlamaFactorySchema, {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
-                               "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-          LLAMA_FACTORY_SCHEMA, group=FLAVORS_GROUP, index_files=_llama_factory_index),
-    _kind("nemo_rl_sft", "sft", "NeMo RL SFT openai_format {messages (argument objects), tools}, ending with the "
-          "assistant's turn.", NemoRlSftSchema, SFT_LINEAGE, NEMO_RL_SFT_SCHEMA, group=FLAVORS_GROUP,
-          measures=("reward",)),
-    _kind("nemo_rl_dpo", "dpo", "NeMo RL DPO preferences {context, completions: [{rank, completion}], tools}.",
-          NemoRlDpoSchema, {"context": ["messages"], "completions": ["messages", "reward"],
-                            **{k: v for k, v in DPO_LINEAGE.items() if k not in ("prompt", "chosen", "rejected")}},
-          NEMO_RL_DPO_SCHEMA, group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES),
-    _kind("on_policy_tokens", "sft", "The SFT trajectories (same curation) at the token level, for on-policy "
-          "distillation: per model call the prompt's and the generation's token ids and the policy's log "
-          "probabilities, as NeMo Gym recorded them. Trajectories without token data are left out.",
-          TokensSchema, {"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"],
-                         "model": ["model"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-          TOKENS_ARROW_SCHEMA, group=FLAVORS_GROUP, file_format="parquet",
-          measures=("generated_tokens", "calls")),
-)
 
 
 @dataclass
@@ -181,60 +56,6 @@ class _BrokenExport(Exception):
         self.summary = summary
 
 
-class _Discarded(Exception):
-    """Thrown into an export's open files so they are removed instead of committed."""
-
-
-class _HashingWriter:
-    """Counts and hashes the bytes on their way to the file (what the manifest records)."""
-
-    def __init__(self, handle) -> None:
-        self.handle = handle
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-        self.closed = False
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        self.handle.write(data)
-        self.sha256.update(data)
-        self.size += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        pass
-
-
-@dataclass
-class _SplitSink:
-    """One split's file: JSON lines as they are, or Parquet row groups built from them."""
-
-    out: _HashingWriter
-    arrow_schema: pyarrow.Schema | None
-    rows: int = 0
-    parquet: pq.ParquetWriter | None = field(default=None)
-
-    def __post_init__(self) -> None:
-        if self.arrow_schema is not None:
-            self.parquet = pq.ParquetWriter(self.out, self.arrow_schema, compression="zstd")
-
-    def write(self, lines: list[str]) -> None:
-        if self.parquet is not None:
-            records = [orjson.loads(line) for line in lines]
-            self.parquet.write_table(table_from_records(records, self.arrow_schema))
-        else:
-            self.out.write("\n".join([*lines, ""]).encode())  # the trailing "" ends the last line: no extra copy
-        self.rows += len(lines)
-
-    def close(self) -> None:
-        if self.parquet is not None:
-            self.parquet.close()  # writes the footer (an empty split is still a valid file)
-            self.parquet = None
-
-
 class _ExportWriter:
     """One export's split files, fed chunk by chunk through the contract.
 
@@ -243,9 +64,9 @@ class _ExportWriter:
     chunks (uniqueness in the contract, split leaks, DPO margin) are tracked over flat keys only.
     """
 
-    def __init__(self, store: Storage, kind: ExportKind, config: PipelineConfig) -> None:
+    def __init__(self, store: Storage, kind: ExportSpec, config: PipelineConfig) -> None:
         self.store, self.kind, self.config = store, kind, config
-        self.prompts_by_split: dict[str, set[str]] = {split: set() for split in exports.SPLITS}
+        self.prompts_by_split: dict[str, set[str]] = {split: set() for split in SPLITS}
         self.below_margin = 0
         self.over_budget = 0  # rows written longer than the family's max_tokens (the token_budget check)
         self.truncated = 0
@@ -255,15 +76,9 @@ class _ExportWriter:
         self.first_line: str | None = None
         self.input_keys: set[str] = set()  # top-level fields beyond the schema's (GRPO's verifier inputs)
         self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "tokens", "line_chars")}
-        self.files = contextlib.ExitStack()
-        self.sinks: dict[str, _SplitSink] = {}
-        parquet_schema = kind.arrow_schema if kind.file_format == "parquet" else None
-        for split in exports.SPLITS:
-            handle = self.files.enter_context(store.open_write(layout.export_file(kind.name, split, kind.file_format)))
-            self.sinks[split] = _SplitSink(_HashingWriter(handle), parquet_schema)
-            self.files.callback(self.sinks[split].close)  # before its file is committed or discarded
+        self.files = StagedExport(store, kind.name, SPLITS, kind.file_format, kind.arrow_schema)
 
-    def add(self, frame: exports.ExportFrame) -> None:
+    def add(self, frame: ExportFrame) -> None:
         self.excluded.update(frame.excluded)
         self.truncated += frame.truncated
         rows = frame.rows
@@ -278,16 +93,16 @@ class _ExportWriter:
         self.measured["line_chars"].append(rows["line"].str.len().to_numpy(dtype=float))
         if "input_keys" in rows:
             self.input_keys.update(key for keys in rows["input_keys"].unique() for key in keys.split(",") if key)
-        for split, sink in self.sinks.items():
+        for split in SPLITS:
             in_split = rows["split"] == split
             lines = rows.loc[in_split, "line"].tolist()
             self.prompts_by_split[split].update(rows.loc[in_split, "prompt_key"])
             if lines:
-                sink.write(lines)
+                self.files.write(split, lines)
                 self.first_line = self.first_line or lines[0]
 
     def discard(self) -> None:
-        self.files.__exit__(_Discarded, _Discarded(), None)
+        self.files.discard()
 
     def finish(self) -> _Written:
         """Checks, then commits the files; raises :class:`_BrokenExport` (nothing written) if a check failed."""
@@ -312,19 +127,14 @@ class _ExportWriter:
             raise _BrokenExport(checks, contract.summary(5))
         # the manifest is about to describe new files: never leave the old one beside them
         self.store.remove(layout.export_manifest(self.kind.name))
-        self.files.close()  # closes the sinks, then renames every split into place
-        files = {
-            f"{split}.{self.kind.file_format}": {"sha256": sink.out.sha256.hexdigest(), "bytes": sink.out.size,
-                                                 "rows": sink.rows}
-            for split, sink in self.sinks.items()
-        }
+        files = self.files.commit()
         distributions = {name: describe(np.concatenate(parts) if parts else np.empty(0))
                          for name, parts in self.measured.items()}
-        return _Written({split: sink.rows for split, sink in self.sinks.items()}, files, self.excluded,
-                        distributions, checks, self.first_line, self.truncated, self.input_keys)
+        return _Written(self.files.rows, files, self.excluded, distributions, checks, self.first_line,
+                        self.truncated, self.input_keys)
 
 
-def _check_specs(kind: ExportKind) -> list[dg.AssetCheckSpec]:
+def _check_specs(kind: ExportSpec) -> list[dg.AssetCheckSpec]:
     specs = [
         dg.AssetCheckSpec("contract", asset=kind.asset_name, blocking=True,
                           description=f"every row satisfies {kind.contract.__name__}"),
@@ -345,8 +155,10 @@ def _check_specs(kind: ExportKind) -> list[dg.AssetCheckSpec]:
 FAMILY_PRIORITY = {"sft": 2, "dpo": 1, "grpo": 0}
 
 
-def build_family_asset(family: str, kinds: list[ExportKind]) -> dg.AssetsDefinition:
-    """One step for the exports of a family; any subset of them can be materialized."""
+def build_family_asset(family: str, kinds: list[ExportSpec] | None = None) -> dg.AssetsDefinition:
+    """One step for the exports of a family (all of the registry's by default); any subset of
+    them can be materialized."""
+    kinds = family_specs(family) if kinds is None else kinds
 
     @dg.multi_asset(
         name=f"{family}_exports",
@@ -377,21 +189,19 @@ def build_family_asset(family: str, kinds: list[ExportKind]) -> dg.AssetsDefinit
     return _family
 
 
-def _materialize_family(family: str, kinds: list[ExportKind], context: dg.AssetExecutionContext,
+def _materialize_family(family: str, kinds: list[ExportSpec], context: dg.AssetExecutionContext,
                         storage: TrajectoryStorage, settings: PipelineSettings) -> Iterator:
     config = settings.load()
     store = storage.open()
     batches = registered_batches(context)
     table = stored_trajectories(store, batches)
-    builder, _ = exports.FAMILIES[family]
     budget = _token_budget(config, family)
     writers: dict[str, _ExportWriter] = {}
     try:
         for kind in kinds:
             writers[kind.name] = _ExportWriter(store, kind, config)
-        formats = {kind.name: kind.format for kind in kinds}
         with chunk_memory() as release:
-            for frames in builder(table, getattr(config, family), config.split, formats, budget):
+            for frames in iter_family(family, table, getattr(config, family), config.split, kinds, budget):
                 while frames:  # popped, so each format's rows are freed as soon as they are written
                     name, frame = frames.popitem()
                     writers[name].add(frame)
@@ -433,7 +243,7 @@ def _token_budget(config: PipelineConfig, family: str) -> TokenBudget | None:
     return TokenBudget(counter, section.max_tokens, section.over_token_budget == "truncate")
 
 
-def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[str], sources: list[dict],
+def _publish(store: Storage, kind: ExportSpec, written: _Written, batches: list[str], sources: list[dict],
              config: PipelineConfig) -> dg.MaterializeResult:
     """Writes an export's index files, card and (last) manifest; its Dagster materialization."""
     manifest = build_manifest(
@@ -461,7 +271,7 @@ def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[
         asset_key=kind.asset_name,
         metadata={
             "dagster/row_count": sum(written.rows.values()),
-            "dagster/uri": store.uri(f"exports/{kind.name}"),
+            "dagster/uri": store.uri(layout.export_folder(kind.name)),
             "train_rows": written.rows["train"],
             "validation_rows": written.rows["validation"],
             "excluded": dg.MetadataValue.json(manifest["excluded"]),
@@ -483,7 +293,7 @@ def _publish(store: Storage, kind: ExportKind, written: _Written, batches: list[
     )
 
 
-def _token_budget_summary(kind: ExportKind, written: _Written, config: PipelineConfig) -> dict:
+def _token_budget_summary(kind: ExportSpec, written: _Written, config: PipelineConfig) -> dict:
     section = getattr(config, kind.family)
     return {
         "tokenizer": config.tokenizer,
@@ -494,7 +304,4 @@ def _token_budget_summary(kind: ExportKind, written: _Written, config: PipelineC
     }
 
 
-export_assets = [
-    build_family_asset(family, [kind for kind in EXPORT_KINDS if kind.family == family])
-    for family in exports.FAMILIES
-]
+export_assets = [build_family_asset(family) for family in EXPORT_FAMILIES]

@@ -20,12 +20,13 @@ from schemas.trajectory import TrajectorySchema
 from schemas.validation import ChunkedContract, validate
 from trajectory_assets import __version__, layout
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
-from trajectory_assets.defs.batches import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
+from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
 from trajectory_assets.defs.contracts import column_schema, contract_metadata
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 from trajectory_assets.defs.run_plan import BATCHES_PER_RUN
 from trajectory_assets.formats.redaction import Redactor
-from trajectory_assets.ingest import CONTRACT_COLUMNS, QUARANTINE_FIELDS, TRAJECTORY_ARROW_SCHEMA, ingest
+from trajectory_assets.datasets.trajectories import CONTRACT_COLUMNS, QUARANTINE_FIELDS, ingest
+from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, describe_batch, discover
 from trajectory_assets.io.storage import Storage, StorageError
 from trajectory_assets.io.trajectory_table import CHUNK_ROWS
@@ -222,7 +223,7 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
 
 def _counts(key: str, store: Storage, summary: dict) -> dict:
     """The batch's counts as ingest recorded them, and the rows its files really hold."""
-    with store.fs.open(store.path(layout.batch_trajectories(key)), "rb") as handle:
+    with store.open_read(layout.batch_trajectories(key)) as handle:
         rows_written = pq.ParquetFile(handle).metadata.num_rows
     return {
         "records_read": summary["records_read"],

@@ -9,16 +9,10 @@ import orjson
 from trajectory_assets import code_version, layout
 from trajectory_assets.datasets.report import MAIN_PLOTS, build_report
 from trajectory_assets.datasets.report_data import QuarantineExamples
-from trajectory_assets.defs.batches import (
-    STORAGE_POOL,
-    STORAGE_RETRY,
-    read_summary,
-    registered_batches,
-    storage_faults_only,
-    stored_trajectories,
-)
-from trajectory_assets.defs.exports import EXPORT_KINDS
+from trajectory_assets.datasets.registry import EXPORTS
+from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
 from trajectory_assets.io.export_files import StoredExport
 
 
@@ -26,7 +20,7 @@ from trajectory_assets.io.export_files import StoredExport
     group_name="reports",
     code_version=code_version(),
     kinds={"html", "markdown"},
-    deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORT_KINDS)],
+    deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORTS)],
     automation_condition=dg.AutomationCondition.eager(),
     retry_policy=STORAGE_RETRY,
     pool=STORAGE_POOL,
@@ -61,7 +55,7 @@ def _write_report(
     # every export in the storage (a run may have built only some of them)
     manifests = {
         kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))
-        for kind in EXPORT_KINDS
+        for kind in EXPORTS
         if store.exists(layout.export_manifest(kind.name))
     }
     exports = {name: StoredExport(store, name, manifest) for name, manifest in manifests.items()}

@@ -30,7 +30,7 @@ from dagster._core.definitions.selector import JobSubsetSelector
 from trajectory_assets import layout
 from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
 from trajectory_assets.defs.batches import read_summary
-from trajectory_assets.defs.exports import EXPORT_KINDS
+from trajectory_assets.datasets.registry import EXPORTS
 from trajectory_assets.defs.run_plan import batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
@@ -121,7 +121,7 @@ def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, st
 
 def dataset_assets(exports: list[str] | None = None) -> list[dg.AssetKey]:
     """The datasets job's assets for these exports (all by default), the report included."""
-    chosen = [kind for kind in EXPORT_KINDS if exports is None or kind.name in exports]
+    chosen = [kind for kind in EXPORTS if exports is None or kind.name in exports]
     return [dg.AssetKey(kind.asset_name) for kind in chosen] + [dg.AssetKey("stats_report")]
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+from trajectory_assets.formats.token_data import TOKEN_DATA_TYPE
+
 
 class Rejection(Exception):
     """A record that cannot become a valid trajectory.
@@ -48,3 +52,52 @@ class Trajectory:
     non_finite_values: int = 0  # NaN / Infinity in the record outside the reward (stored as null)
     quality_flags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# One row of the validated-trajectories table per Trajectory: the columns of every batch's
+# Parquet file (``datasets/trajectories.py`` builds the rows, ``io/trajectory_table.py`` reads them).
+TRAJECTORY_ARROW_SCHEMA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("source_format", pa.string()),
+        ("source_uri", pa.string()),
+        ("source_id", pa.string()),
+        ("source_line", pa.int64()),
+        ("task_key", pa.string()),
+        ("prompt_key", pa.string()),
+        ("task_index", pa.int64()),
+        ("rollout_index", pa.int64()),
+        ("rollout_id", pa.string()),
+        ("agent_name", pa.string()),
+        ("agent_ref", pa.string()),
+        ("model", pa.string()),
+        ("task_type", pa.string()),
+        ("reward", pa.float64()),
+        ("reward_components", pa.string()),
+        ("completed", pa.bool_()),
+        ("status", pa.string()),
+        ("mask_sample", pa.bool_()),
+        ("messages", pa.string()),
+        ("prompt_length", pa.int64()),
+        ("role_shape", pa.string()),
+        ("tools", pa.string()),
+        ("num_messages", pa.int64()),
+        ("num_assistant_turns", pa.int64()),
+        ("num_tool_calls", pa.int64()),
+        ("unanswered_tool_calls", pa.int64()),
+        ("tool_results", pa.int64()),
+        ("tool_errors", pa.int64()),
+        ("has_reasoning", pa.bool_()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("total_tokens", pa.int64()),
+        ("messages_chars", pa.int64()),
+        ("content_hash", pa.string()),
+        ("unknown_items", pa.int64()),
+        ("quality_flags", pa.string()),
+        ("request", pa.string()),
+        ("task_inputs", pa.string()),
+        ("token_data", TOKEN_DATA_TYPE),
+        ("metadata", pa.string()),
+    ]
+)

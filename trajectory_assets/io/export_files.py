@@ -1,4 +1,5 @@
-"""An export's split files, read back row by row for the report.
+"""An export's split files: written as one staged set (:class:`StagedExport`), read back row
+by row for the report (:class:`StoredExport`).
 
 Which files an export has, their format and row counts come from its manifest, so any
 export (a flavor added later included) is read the same way. JSON lines are parsed line
@@ -11,11 +12,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from typing import Any
 
+import contextlib
+import hashlib
+
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajectory_assets import layout
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.formats.arrow_rows import table_from_records
+from trajectory_assets.io.storage import StagedFile, Storage
 
 BATCH_ROWS = 4096
 
@@ -56,11 +62,7 @@ class StoredExport:
                     break
 
     def _open(self, split: str, extension: str):
-        relative = layout.export_file(self.name, split, extension)
-        try:
-            return self.store.fs.open(self.store.path(relative), "rb")
-        except FileNotFoundError:
-            raise StorageError(f"{self.store.uri(relative)} does not exist: materialize its export first") from None
+        return self.store.open_read(layout.export_file(self.name, split, extension))
 
     def _lines(self, split: str, extension: str) -> Iterator[bytes]:
         with self._open(split, extension) as handle:
@@ -94,3 +96,97 @@ class StoredExport:
                     for offset, row in zip(inside, table.to_pylist()):
                         yield split, start + offset, row
                 start += size
+
+
+class _HashingWriter:
+    """Counts and hashes the bytes on their way to the file (what the manifest records)."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self.handle.write(data)
+        self.sha256.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+
+class _SplitFile:
+    """One split's staged file: JSON lines as they are, or Parquet row groups built from them."""
+
+    def __init__(self, staged: StagedFile, arrow_schema: pa.Schema | None) -> None:
+        self.staged = staged
+        self.out = _HashingWriter(staged.handle)
+        self.rows = 0
+        self.parquet = pq.ParquetWriter(self.out, arrow_schema, compression="zstd") if arrow_schema else None
+        self.arrow_schema = arrow_schema
+
+    def write(self, lines: list[str]) -> None:
+        if self.parquet is not None:
+            records = [orjson.loads(line) for line in lines]
+            self.parquet.write_table(table_from_records(records, self.arrow_schema))
+        else:
+            self.out.write("\n".join([*lines, ""]).encode())  # the trailing "" ends the last line: no extra copy
+        self.rows += len(lines)
+
+    def close(self) -> None:
+        if self.parquet is not None:
+            self.parquet.close()  # writes the footer (an empty split is still a valid file)
+            self.parquet = None
+
+
+class StagedExport:
+    """One export's split files, written chunk by chunk under temporary names.
+
+    Nothing is visible until :meth:`commit` puts every split in place; :meth:`discard`
+    leaves the previous export untouched (a failed check writes nothing).
+    """
+
+    def __init__(self, store: Storage, name: str, splits: tuple[str, ...], file_format: str,
+                 arrow_schema: pa.Schema) -> None:
+        self.file_format = file_format
+        self.splits: dict[str, _SplitFile] = {}
+        parquet_schema = arrow_schema if file_format == "parquet" else None
+        try:
+            for split in splits:
+                staged = store.stage(layout.export_file(name, split, file_format))
+                self.splits[split] = _SplitFile(staged, parquet_schema)
+        except BaseException:
+            self.discard()
+            raise
+
+    def write(self, split: str, lines: list[str]) -> None:
+        self.splits[split].write(lines)
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {split: file.rows for split, file in self.splits.items()}
+
+    def commit(self) -> dict[str, dict]:
+        """Puts every split in place; returns file name -> its sha256, bytes and rows (for the manifest)."""
+        try:
+            for file in self.splits.values():
+                file.close()
+                file.staged.commit()
+        except BaseException:
+            self.discard()  # the splits not committed yet
+            raise
+        return {f"{split}.{self.file_format}": {"sha256": file.out.sha256.hexdigest(), "bytes": file.out.size,
+                                                "rows": file.rows}
+                for split, file in self.splits.items()}
+
+    def discard(self) -> None:
+        for file in self.splits.values():
+            with contextlib.suppress(Exception):  # a writer left open would write its footer when collected
+                file.close()
+            file.staged.discard()

@@ -47,44 +47,30 @@ class Storage:
     def exists(self, relative: str) -> bool:
         return self.fs.exists(self.path(relative))
 
+    def stage(self, relative: str) -> StagedFile:
+        """A file being written to ``relative``, made visible only by its ``commit()``."""
+        return StagedFile(self, relative)
+
     @contextlib.contextmanager
     def open_write(self, relative: str) -> Iterator[IO[bytes]]:
         """A binary handle whose bytes replace ``relative`` only if the ``with`` block ends
-        normally. On an exception the previous file or object stays as it was: a local
-        temporary sibling is removed, an object upload is discarded (a multipart upload
-        aborted) instead of being committed, as fsspec's own ``__exit__`` would do."""
-        final = self.path(relative)
-        if self._local:
-            target = f"{final}.tmp-{uuid.uuid4().hex}"
-            try:
-                self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
-                with self.fs.open(target, "wb") as handle:
-                    yield handle
-                os.replace(target, final)
-            except BaseException as error:
-                with contextlib.suppress(OSError):
-                    os.remove(target)
-                if isinstance(error, OSError):
-                    raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
-                raise
-            return
+        normally; on an exception the previous file or object stays as it was."""
+        staged = self.stage(relative)
         try:
-            self.fs.makedirs(posixpath.dirname(final), exist_ok=True)
-            handle = self.fs.open(final, "wb")
-        except OSError as error:
-            raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
-        try:
-            yield handle
-        except BaseException:
-            _discard(handle)
-            raise
-        try:
-            handle.close()  # the upload completes (the object appears) only here
+            yield staged.handle
         except BaseException as error:
-            _discard(handle)  # e.g. completing a multipart upload failed: abort it
+            staged.discard()
             if isinstance(error, OSError):
                 raise StorageError(f"cannot write {self.uri(relative)}: {error}") from error
             raise
+        staged.commit()
+
+    def open_read(self, relative: str) -> IO[bytes]:
+        """A binary handle on a stored file (for readers that stream it)."""
+        try:
+            return self.fs.open(self.path(relative), "rb")
+        except FileNotFoundError:
+            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.open_write(relative) as handle:
@@ -102,11 +88,8 @@ class Storage:
             self.fs.invalidate_cache(self.path(relative))
 
     def read_bytes(self, relative: str) -> bytes:
-        try:
-            with self.fs.open(self.path(relative), "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
+        with self.open_read(relative) as handle:
+            return handle.read()
 
     def read_jsonl(self, relative: str) -> list:
         return [orjson.loads(line) for line in self.read_bytes(relative).split(b"\n") if line]
@@ -124,18 +107,55 @@ class Storage:
         """The file's rows as frames of at most ``batch_rows`` rows, each indexed from 0, so a
         file of any size is read in bounded memory. An empty file gives one empty frame: it
         still has the columns and their types."""
+        with self.open_read(relative) as handle:
+            parquet = pq.ParquetFile(handle)
+            empty = True
+            for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
+                empty = False
+                yield batch.to_pandas()
+            if empty:
+                table = parquet.schema_arrow.empty_table()
+                yield (table.select(columns) if columns is not None else table).to_pandas()
+
+
+class StagedFile:
+    """A file being written. Its bytes replace the stored file only on :meth:`commit`;
+    :meth:`discard` (or a failed commit) leaves the previous file or object as it was.
+
+    On a local disk the bytes go to a temporary sibling that ``commit`` renames into place;
+    an object store (s3fs) makes an object visible only once its upload completes, so
+    ``commit`` completes it and ``discard`` aborts it, as fsspec's own ``__exit__`` would.
+    """
+
+    def __init__(self, store: Storage, relative: str) -> None:
+        self.store, self.relative = store, relative
+        self.final = store.path(relative)
+        self.temporary = f"{self.final}.tmp-{uuid.uuid4().hex}" if store._local else None
         try:
-            with self.fs.open(self.path(relative), "rb") as handle:
-                parquet = pq.ParquetFile(handle)
-                empty = True
-                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
-                    empty = False
-                    yield batch.to_pandas()
-                if empty:
-                    table = parquet.schema_arrow.empty_table()
-                    yield (table.select(columns) if columns is not None else table).to_pandas()
-        except FileNotFoundError:
-            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
+            store.fs.makedirs(posixpath.dirname(self.final), exist_ok=True)
+            self.handle: IO[bytes] = store.fs.open(self.temporary or self.final, "wb")
+        except OSError as error:
+            raise StorageError(f"cannot write {store.uri(relative)}: {error}") from error
+
+    def commit(self) -> None:
+        try:
+            self.handle.close()  # an object upload completes (the object appears) only here
+            if self.temporary is not None:
+                os.replace(self.temporary, self.final)
+        except BaseException as error:
+            self.discard()  # e.g. completing a multipart upload failed: abort it
+            if isinstance(error, OSError):
+                raise StorageError(f"cannot write {self.store.uri(self.relative)}: {error}") from error
+            raise
+
+    def discard(self) -> None:
+        if self.temporary is None:
+            _discard(self.handle)
+            return
+        with contextlib.suppress(OSError):
+            self.handle.close()
+        with contextlib.suppress(OSError):
+            os.remove(self.temporary)
 
 
 def _discard(handle: IO[bytes]) -> None:

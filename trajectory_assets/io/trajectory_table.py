@@ -1,6 +1,6 @@
 """The validated trajectories of every batch as one table, read in chunks.
 
-Implements ``datasets.exports.TrajectoryTable`` over the per-batch Parquet files, so the
+Implements ``datasets.families.TrajectoryTable`` over the per-batch Parquet files, so the
 cross-batch assets never hold more than one chunk of message payloads at a time.
 
 Batches are ingested one by one, so a record copied into two files (a re-synced bucket,
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajectory_assets import layout
-from trajectory_assets.ingest import TRAJECTORY_ARROW_SCHEMA
+from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.storage import Storage, StorageError
 
 # rows per chunk of message payloads: an SFT chunk is rendered in four formats at once, so it
@@ -54,7 +54,7 @@ class StoredTrajectories:
 
     def _tables(self, columns: list[str], wanted: pa.Array | None) -> Iterator[pa.Table]:
         for key in self.batches:
-            with self.store.fs.open(self.store.path(layout.batch_trajectories(key)), "rb") as handle:
+            with self.store.open_read(layout.batch_trajectories(key)) as handle:
                 for batch in pq.ParquetFile(handle).iter_batches(batch_size=self.chunk_rows, columns=columns):
                     table = pa.Table.from_batches([batch])
                     if wanted is not None:

@@ -169,16 +169,15 @@ def plan_sft(table: TrajectoryTable, config: SftConfig,
     return balance(kept, config, "trajectory_id", excluded), excluded
 
 
-@dataclass(frozen=True)
-class Format:
-    """One way to write a family's units: a renderer (unit -> flat columns + ``line``) and
-    the dtypes of those flat columns, which are what the format's contract checks. A format
-    that needs more of the trajectory than its family reads names those columns, so they
-    are only read when it is built."""
+class Format(Protocol):
+    """One way to write a family's units (an ``ExportSpec`` of ``registry.py`` is one): a
+    renderer (unit -> flat columns + ``line``) and the dtypes of those flat columns, which are
+    what the format's contract checks. A format that needs more of the trajectory than its
+    family reads names those ``columns``, so they are only read when it is built."""
 
     render: Callable[..., dict[str, Any]]
     frame: dict[str, Any]
-    columns: tuple[str, ...] = ()
+    columns: tuple[str, ...]
 
 
 def _payload_columns(family_columns: list[str], formats: dict[str, Format]) -> list[str]:
@@ -286,7 +285,7 @@ def _lineage(row) -> dict[str, str]:
     return {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "prompt_key": row.prompt_key}
 
 
-def _sft_record(item: SftItem) -> dict[str, Any]:
+def sft_record(item: SftItem) -> dict[str, Any]:
     row = item.row
     record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}  # copied as stored, not re-encoded
     if row.tools is not None:
@@ -303,7 +302,7 @@ def _sft_record(item: SftItem) -> dict[str, Any]:
 FROM_LETTER = {"system": "s", "human": "h", "gpt": "g", "tool": "t"}
 
 
-def _sft_hermes_record(item: SftItem) -> dict[str, Any]:
+def sft_hermes_record(item: SftItem) -> dict[str, Any]:
     row = item.row
     if HERMES_MARKUP_FLAG in row.quality_flags.split(","):
         raise Unrepresentable(HERMES_MARKUP_FLAG)
@@ -316,24 +315,24 @@ def _sft_hermes_record(item: SftItem) -> dict[str, Any]:
     }
 
 
-def _trl_sft_record(item: SftItem) -> dict[str, Any]:
+def trl_sft_record(item: SftItem) -> dict[str, Any]:
     return item.template_row
 
 
-def _nemo_rl_sft_record(item: SftItem) -> dict[str, Any]:
+def nemo_rl_sft_record(item: SftItem) -> dict[str, Any]:
     """NeMo RL's openai_format: the TRL row, which must end with the assistant's turn."""
     require_final_assistant(item.messages, "ends_without_assistant_turn")
     return item.template_row
 
 
-def _llama_factory_record(item: SftItem) -> dict[str, Any]:
+def llama_factory_record(item: SftItem) -> dict[str, Any]:
     row = item.row
     record = to_llama_factory(item.messages, item.tools)
     record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
     return {**_lineage(row), "turn_shape": turn_shape(record["conversations"]), "line": orjson.dumps(record).decode()}
 
 
-def _tokens_record(item: SftItem) -> dict[str, Any]:
+def tokens_record(item: SftItem) -> dict[str, Any]:
     row = item.row
     if row.token_data is None or len(row.token_data) == 0:
         raise Unrepresentable("no_token_data")  # served without token capture
@@ -354,26 +353,6 @@ def _tokens_record(item: SftItem) -> dict[str, Any]:
         "contiguous": line["contiguous"],
         "line": orjson.dumps(line).decode(),
     }
-
-
-SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
-             "line": str}
-SFT_HERMES_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "from_shape": str,
-                    "line": str}
-TRL_SFT_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "role_shape": str, "reward": float,
-                 "value_types": str, "tools_type": str, "line": str}
-LLAMA_FACTORY_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "turn_shape": str, "line": str}
-TOKENS_FRAME = {"trajectory_id": str, "task_key": str, "prompt_key": str, "reward": float, "calls": "int64",
-                "generated_tokens": "int64", "aligned": bool, "contiguous": bool, "line": str}
-
-SFT_FORMATS = {
-    "sft": Format(_sft_record, SFT_FRAME),
-    "sft_hermes": Format(_sft_hermes_record, SFT_HERMES_FRAME),
-    "trl_sft": Format(_trl_sft_record, TRL_SFT_FRAME),
-    "llama_factory": Format(_llama_factory_record, LLAMA_FACTORY_FRAME),
-    "on_policy_tokens": Format(_tokens_record, TOKENS_FRAME, columns=("token_data", "model")),
-    "nemo_rl_sft": Format(_nemo_rl_sft_record, TRL_SFT_FRAME),
-}
 
 
 # ------------------------------------------------------------------ DPO family
@@ -559,20 +538,20 @@ def _pair_record(item: PairItem, prompt, chosen, rejected, tools) -> dict[str, A
     }
 
 
-def _dpo_record(item: PairItem) -> dict[str, Any]:
+def dpo_record(item: PairItem) -> dict[str, Any]:
     prompt, chosen, rejected, columns = item.parts
     tools = None if item.tools_json is None else orjson.Fragment(item.tools_json)
     return {**columns, "line": orjson.dumps(_pair_record(item, prompt, chosen, rejected, tools)).decode()}
 
 
-def _trl_dpo_record(item: PairItem) -> dict[str, Any]:
+def trl_dpo_record(item: PairItem) -> dict[str, Any]:
     prompt, chosen, rejected, _ = item.template_parts
     # always present (null without tools), so the column has one type
     record = {**_pair_record(item, prompt, chosen, rejected, item.tools), "tools": item.tools}
     return _template_pair_columns(item, record)
 
 
-def _nemo_rl_dpo_record(item: PairItem) -> dict[str, Any]:
+def nemo_rl_dpo_record(item: PairItem) -> dict[str, Any]:
     """NeMo RL's preference format: ``context`` and two ranked ``completions``, chosen first."""
     prompt, chosen, rejected, _ = item.template_parts
     pair = item.pair
@@ -592,21 +571,6 @@ def _template_pair_columns(item: PairItem, record: dict) -> dict[str, Any]:
         "tools_type": type(item.tools).__name__,
         "line": orjson.dumps(record).decode(),
     }
-
-
-DPO_FRAME = {
-    "task_key": str, "prompt_key": str, "chosen_id": str, "rejected_id": str, "prompt_shape": str, "chosen_shape": str,
-    "rejected_shape": str, "reward_chosen": float, "reward_rejected": float, "quality_difference": float,
-    "line": str,
-}
-TRL_DPO_FRAME = {**{k: v for k, v in DPO_FRAME.items() if k != "line"}, "value_types": str,
-                 "tools_type": str, "line": str}
-
-DPO_FORMATS = {
-    "dpo": Format(_dpo_record, DPO_FRAME),
-    "trl_dpo": Format(_trl_dpo_record, TRL_DPO_FRAME),
-    "nemo_rl_dpo": Format(_nemo_rl_dpo_record, TRL_DPO_FRAME),
-}
 
 
 # ------------------------------------------------------------------ GRPO family
@@ -714,7 +678,7 @@ def _fit_task(budget: TokenBudget, item: TaskItem) -> tuple[TaskItem, int, bool]
     return item, budget.prompt(item.prompt, item.tools), False
 
 
-def _grpo_record(item: TaskItem) -> dict[str, Any]:
+def grpo_record(item: TaskItem) -> dict[str, Any]:
     task, payload = item.task, item.payload
     if payload.request is None:
         raise Unrepresentable("no_request")
@@ -736,8 +700,8 @@ def _grpo_record(item: TaskItem) -> dict[str, Any]:
     }
 
 
-def _trl_grpo_record(item: TaskItem) -> dict[str, Any]:
-    task, payload = item.task, item.payload
+def trl_grpo_record(item: TaskItem) -> dict[str, Any]:
+    task = item.task
     prompt = template_messages(item.prompt)
     # every column besides prompt reaches TRL's reward functions as a keyword argument
     line = {"prompt": prompt, "tools": item.tools, "ground_truth": item.ground_truth,
@@ -753,7 +717,7 @@ def _trl_grpo_record(item: TaskItem) -> dict[str, Any]:
     }
 
 
-def _verl_record(item: TaskItem) -> dict[str, Any]:
+def verl_record(item: TaskItem) -> dict[str, Any]:
     task, prompt = item.task, item.prompt
     row = verl_row(
         prompt=prompt,
@@ -782,71 +746,9 @@ def _verl_record(item: TaskItem) -> dict[str, Any]:
     }
 
 
-GRPO_FRAME = {"task_key": str, "prompt_key": str, "agent_name": str, "input_items": "int64", "input_keys": str,
-              "mean_reward": float, "line": str}
-TRL_GRPO_FRAME = {"task_key": str, "prompt_key": str, "prompt_shape": str, "mean_reward": float, "value_types": str,
-                  "tools_type": str, "line": str}
-VERL_FRAME = {"task_key": str, "prompt_key": str, "data_source": str, "ability": str, "prompt_shape": str,
-              "index": "int64", "mean_reward": float, "value_types": str, "line": str}
-
-GRPO_FORMATS = {
-    "grpo": Format(_grpo_record, GRPO_FRAME),
-    "trl_grpo": Format(_trl_grpo_record, TRL_GRPO_FRAME),
-    "verl": Format(_verl_record, VERL_FRAME),
+# family (also its config section) -> its builder
+FAMILY_BUILDERS: dict[str, Callable[..., Iterator[dict[str, ExportFrame]]]] = {
+    "sft": iter_sft_family,
+    "dpo": iter_dpo_family,
+    "grpo": iter_grpo_family,
 }
-
-# family (also its config section) -> (its builder, its formats)
-FAMILIES: dict[str, tuple[Callable[..., Iterator[dict[str, ExportFrame]]], dict[str, Format]]] = {
-    "sft": (iter_sft_family, SFT_FORMATS),
-    "dpo": (iter_dpo_family, DPO_FORMATS),
-    "grpo": (iter_grpo_family, GRPO_FORMATS),
-}
-
-
-def _one_format(family: str, name: str) -> Callable[..., Iterator[ExportFrame]]:
-    builder, formats = FAMILIES[family]
-
-    def iter_export(table: TrajectoryTable, config: Any, split: SplitConfig,
-                    budget: TokenBudget | None = None) -> Iterator[ExportFrame]:
-        for frames in builder(table, config, split, {name: formats[name]}, budget):
-            yield frames[name]
-
-    iter_export.__doc__ = f"The {name} export alone (family {family})."
-    return iter_export
-
-
-iter_sft = _one_format("sft", "sft")
-iter_sft_hermes = _one_format("sft", "sft_hermes")
-iter_trl_sft = _one_format("sft", "trl_sft")
-iter_llama_factory = _one_format("sft", "llama_factory")
-iter_on_policy_tokens = _one_format("sft", "on_policy_tokens")
-iter_nemo_rl_sft = _one_format("sft", "nemo_rl_sft")
-iter_dpo = _one_format("dpo", "dpo")
-iter_trl_dpo = _one_format("dpo", "trl_dpo")
-iter_nemo_rl_dpo = _one_format("dpo", "nemo_rl_dpo")
-iter_grpo = _one_format("grpo", "grpo")
-iter_trl_grpo = _one_format("grpo", "trl_grpo")
-iter_verl = _one_format("grpo", "verl")
-
-
-def _over_frame(builder: Callable[..., Iterator[ExportFrame]]) -> Callable[..., ExportFrame]:
-    def build(trajectories: pd.DataFrame, config: Any, split: SplitConfig,
-              budget: TokenBudget | None = None) -> ExportFrame:
-        return collect(builder(FrameTable(trajectories), config, split, budget))
-
-    build.__doc__ = "The export over one in-memory DataFrame, collected into one ExportFrame."
-    return build
-
-
-build_sft = _over_frame(iter_sft)
-build_sft_hermes = _over_frame(iter_sft_hermes)
-build_trl_sft = _over_frame(iter_trl_sft)
-build_llama_factory = _over_frame(iter_llama_factory)
-build_on_policy_tokens = _over_frame(iter_on_policy_tokens)
-build_nemo_rl_sft = _over_frame(iter_nemo_rl_sft)
-build_dpo = _over_frame(iter_dpo)
-build_trl_dpo = _over_frame(iter_trl_dpo)
-build_nemo_rl_dpo = _over_frame(iter_nemo_rl_dpo)
-build_grpo = _over_frame(iter_grpo)
-build_trl_grpo = _over_frame(iter_trl_grpo)
-build_verl = _over_frame(iter_verl)

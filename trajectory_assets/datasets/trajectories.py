@@ -29,56 +29,10 @@ from trajectory_assets.config import ConversionConfig
 from trajectory_assets.formats.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.formats.nemo_gym import task_inputs_of
 from trajectory_assets.formats.records import convert_record
-from trajectory_assets.formats.token_data import TOKEN_DATA_TYPE
 from trajectory_assets.formats.redaction import Redactor
-from trajectory_assets.formats.trajectory import Rejection, Trajectory
+from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
 from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
 
-TRAJECTORY_ARROW_SCHEMA = pa.schema(
-    [
-        ("trajectory_id", pa.string()),
-        ("source_format", pa.string()),
-        ("source_uri", pa.string()),
-        ("source_id", pa.string()),
-        ("source_line", pa.int64()),
-        ("task_key", pa.string()),
-        ("prompt_key", pa.string()),
-        ("task_index", pa.int64()),
-        ("rollout_index", pa.int64()),
-        ("rollout_id", pa.string()),
-        ("agent_name", pa.string()),
-        ("agent_ref", pa.string()),
-        ("model", pa.string()),
-        ("task_type", pa.string()),
-        ("reward", pa.float64()),
-        ("reward_components", pa.string()),
-        ("completed", pa.bool_()),
-        ("status", pa.string()),
-        ("mask_sample", pa.bool_()),
-        ("messages", pa.string()),
-        ("prompt_length", pa.int64()),
-        ("role_shape", pa.string()),
-        ("tools", pa.string()),
-        ("num_messages", pa.int64()),
-        ("num_assistant_turns", pa.int64()),
-        ("num_tool_calls", pa.int64()),
-        ("unanswered_tool_calls", pa.int64()),
-        ("tool_results", pa.int64()),
-        ("tool_errors", pa.int64()),
-        ("has_reasoning", pa.bool_()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("total_tokens", pa.int64()),
-        ("messages_chars", pa.int64()),
-        ("content_hash", pa.string()),
-        ("unknown_items", pa.int64()),
-        ("quality_flags", pa.string()),
-        ("request", pa.string()),
-        ("task_inputs", pa.string()),
-        ("token_data", TOKEN_DATA_TYPE),
-        ("metadata", pa.string()),
-    ]
-)
 QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
 # the columns the trajectory contract declares: only these are turned into pandas to check
 # them (the request, tools and metadata payloads would only cost a copy)

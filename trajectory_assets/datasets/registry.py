@@ -1,0 +1,217 @@
+"""Every export, defined once.
+
+An :class:`ExportSpec` is all there is to know about one export: its family (the config
+section that curates it and the step that builds it), its renderer, its Pandera contract,
+the Arrow schema of its rows, where its fields come from, what its manifest measures and
+what it is for. Everything else derives from :data:`EXPORTS`: the Dagster assets and their
+checks (``defs/exports.py``), the CLI's ``--exports`` choices, the frame dtypes the
+renderers fill (from the contract), the README's export table (checked by a test) and the
+definitions snapshot.
+
+Adding an export: write its renderer beside its family's in ``families.py``, its contract
+in ``schemas/``, its Arrow schema in ``formats/``, then one ``ExportSpec`` here.
+
+>>> [spec.name for spec in EXPORTS if spec.family == "dpo"]
+['dpo', 'trl_dpo', 'nemo_rl_dpo']
+>>> EXPORTS_BY_NAME["trl_sft"].asset_name
+'trl_sft_dataset'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import orjson
+import pandas as pd
+import pandera.pandas as pandera
+import pyarrow as pa
+from pandera.engines.pandas_engine import NpString
+
+from schemas.dpo import DpoSchema
+from schemas.grpo import GrpoSchema
+from schemas.llama_factory import LlamaFactorySchema
+from schemas.nemo_rl import NemoRlDpoSchema, NemoRlSftSchema
+from schemas.sft import SftSchema
+from schemas.sft_hermes import SftHermesSchema
+from schemas.token_data import TokensSchema
+from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
+from schemas.verl import VerlSchema
+from trajectory_assets.config import SplitConfig
+from trajectory_assets.datasets import families
+from trajectory_assets.datasets.families import ExportFrame, FrameTable, TrajectoryTable, collect
+from trajectory_assets.datasets.tokens import TokenBudget
+from trajectory_assets.formats.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
+from trajectory_assets.formats.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
+from trajectory_assets.formats.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA
+from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
+from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
+from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
+
+SEED_GROUP = "exports"  # the formats of the seed specs
+FLAVORS_GROUP = "trainer_flavors"  # the same units in the form a trainer reads
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    name: str  # also the folder under exports/ and the CLI's name for it
+    family: str  # sft / dpo / grpo
+    # the family's unit (SftItem, PairItem, TaskItem) -> the contract's flat columns + ``line``;
+    # raises Unrepresentable for a unit this format cannot express
+    render: Callable[[Any], dict[str, Any]]
+    contract: type[pandera.DataFrameModel]
+    # the Arrow types of its rows: Parquet is written with them, and the dataset card declares
+    # them to HF datasets for JSON lines too
+    arrow_schema: pa.Schema
+    # export field -> the validated_trajectories columns it is made from (shown in the UI)
+    lineage: dict[str, list[str]]
+    description: str
+    group: str = SEED_GROUP
+    file_format: str = "jsonl"  # or "parquet"
+    # numeric frame columns whose distribution the manifest and the card report
+    measures: tuple[str, ...] = ()
+    # trajectory columns it needs beyond what its family reads (read only when it is built)
+    columns: tuple[str, ...] = ()
+    # name -> content of a trainer's index file written beside the splits
+    index_files: Callable[[str], dict[str, bytes]] | None = None
+
+    @property
+    def asset_name(self) -> str:
+        return f"{self.name}_dataset"
+
+    @cached_property  # asked for every chunk; the contract does not change
+    def checks_margin(self) -> bool:
+        return "quality_difference" in self.contract.to_schema().columns
+
+    @cached_property
+    def frame(self) -> dict[str, Any]:
+        """The dtypes of the renderer's flat columns: the contract's columns but ``split``
+        (added from ``prompt_key``). Strings are cast with ``str``, as the contract reads them."""
+        columns = self.contract.to_schema().columns
+        return {name: str if isinstance(column.dtype, NpString) else str(column.dtype)
+                for name, column in columns.items() if name != "split"}
+
+
+SFT_LINEAGE = {"messages": ["messages"], "tools": ["tools"], "reward": ["reward"], "task_type": ["task_type"],
+               "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}
+DPO_LINEAGE = {"prompt": ["messages"], "chosen": ["messages"], "rejected": ["messages"], "tools": ["tools"],
+               "reward_chosen": ["reward"], "reward_rejected": ["reward"], "quality_difference": ["reward"],
+               "chosen_id": ["trajectory_id"], "rejected_id": ["trajectory_id"], "task_key": ["task_key"]}
+TASK_LINEAGE = {"task_key": ["task_key"], "trajectory_ids": ["trajectory_id"], "mean_reward": ["reward"],
+                "pass_rate": ["reward"], "agent_ref": ["agent_ref", "agent_name"]}
+DPO_MEASURES = ("quality_difference", "reward_chosen", "reward_rejected")
+
+
+def _llama_factory_index(export: str) -> dict[str, bytes]:
+    files = {split: f"{split}.jsonl" for split in families.SPLITS}
+    return {"dataset_info.json": orjson.dumps(dataset_info(f"trajectory_assets_{export}", files),
+                                              option=orjson.OPT_INDENT_2)}
+
+
+EXPORTS: tuple[ExportSpec, ...] = (
+    ExportSpec(
+        "sft", "sft", families.sft_record, SftSchema, SFT_SCHEMA, SFT_LINEAGE,
+        "Supervised fine-tuning rows {messages, tools?, reward?, task_type?} in Chat Completions form.",
+        measures=("reward",)),
+    ExportSpec(
+        "dpo", "dpo", families.dpo_record, DpoSchema, DPO_SCHEMA, DPO_LINEAGE,
+        "Preference pairs {prompt, chosen, rejected, quality_difference, reward_chosen, reward_rejected} from "
+        "rollouts of the same task.",
+        measures=DPO_MEASURES),
+    ExportSpec(
+        "sft_hermes", "sft", families.sft_hermes_record, SftHermesSchema, SFT_HERMES_SCHEMA,
+        {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+        "The SFT rows (same curation) rendered as Hermes ShareGPT: <think>, <tool_call> and <tool_response> "
+        "markup and the function-calling system prompt."),
+    ExportSpec(
+        "grpo", "grpo", families.grpo_record, GrpoSchema, GRPO_SCHEMA,
+        {"responses_create_params": ["request"], **TASK_LINEAGE},
+        "One NeMo Gym RL input row {responses_create_params, agent_ref} per task.",
+        measures=("mean_reward",)),
+    ExportSpec(
+        "trl_sft", "sft", families.trl_sft_record, TrlSftSchema, TRL_SFT_SCHEMA, SFT_LINEAGE,
+        "TRL conversational SFT: {messages (argument objects), tools} for trl.SFTTrainer.",
+        group=FLAVORS_GROUP, file_format="parquet", measures=("reward",)),
+    ExportSpec(
+        "trl_dpo", "dpo", families.trl_dpo_record, TrlDpoSchema, TRL_DPO_SCHEMA, DPO_LINEAGE,
+        "TRL explicit-prompt conversational preferences {prompt, chosen, rejected, tools} for trl.DPOTrainer.",
+        group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES),
+    ExportSpec(
+        "trl_grpo", "grpo", families.trl_grpo_record, TrlGrpoSchema, TRL_GRPO_SCHEMA,
+        {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"], **TASK_LINEAGE},
+        "TRL prompt-only rows {prompt, ...}: the other columns reach the reward functions.",
+        group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
+    ExportSpec(
+        "verl", "grpo", families.verl_record, VerlSchema, VERL_ARROW_SCHEMA,
+        {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
+         "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
+         "extra_info": ["task_key", "trajectory_id", "reward", "tools", "metadata"]},
+        "verl RL Parquet {data_source, agent_name, prompt, ability, reward_model, extra_info (tools_kwargs, "
+        "interaction_kwargs, ...)}, one row per task.",
+        group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
+    ExportSpec(
+        "llama_factory", "sft", families.llama_factory_record, LlamaFactorySchema, LLAMA_FACTORY_SCHEMA,
+        {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
+         "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+        "LLaMA-Factory ShareGPT {conversations, system, tools} with dataset_info.json.",
+        group=FLAVORS_GROUP, index_files=_llama_factory_index),
+    ExportSpec(
+        "nemo_rl_sft", "sft", families.nemo_rl_sft_record, NemoRlSftSchema, NEMO_RL_SFT_SCHEMA, SFT_LINEAGE,
+        "NeMo RL SFT openai_format {messages (argument objects), tools}, ending with the assistant's turn.",
+        group=FLAVORS_GROUP, measures=("reward",)),
+    ExportSpec(
+        "nemo_rl_dpo", "dpo", families.nemo_rl_dpo_record, NemoRlDpoSchema, NEMO_RL_DPO_SCHEMA,
+        {"context": ["messages"], "completions": ["messages", "reward"],
+         **{k: v for k, v in DPO_LINEAGE.items() if k not in ("prompt", "chosen", "rejected")}},
+        "NeMo RL DPO preferences {context, completions: [{rank, completion}], tools}.",
+        group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES),
+    ExportSpec(
+        "on_policy_tokens", "sft", families.tokens_record, TokensSchema, TOKENS_ARROW_SCHEMA,
+        {"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"], "model": ["model"],
+         "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+        "The SFT trajectories (same curation) at the token level, for on-policy distillation: per model call the "
+        "prompt's and the generation's token ids and the policy's log probabilities, as NeMo Gym recorded them. "
+        "Trajectories without token data are left out.",
+        group=FLAVORS_GROUP, file_format="parquet", measures=("generated_tokens", "calls"),
+        columns=("token_data", "model")),
+)
+EXPORTS_BY_NAME: dict[str, ExportSpec] = {spec.name: spec for spec in EXPORTS}
+EXPORT_FAMILIES: tuple[str, ...] = tuple(families.FAMILY_BUILDERS)
+
+
+def family_specs(family: str) -> list[ExportSpec]:
+    return [spec for spec in EXPORTS if spec.family == family]
+
+
+def iter_family(family: str, table: TrajectoryTable, config: Any, split: SplitConfig, specs: list[ExportSpec],
+                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    """Per chunk, one frame per export of the family in ``specs`` (planned and read once for all)."""
+    builder = families.FAMILY_BUILDERS[family]
+    yield from builder(table, config, split, {spec.name: spec for spec in specs}, budget)
+
+
+def iter_export(name: str, table: TrajectoryTable, config: Any, split: SplitConfig,
+                budget: TokenBudget | None = None) -> Iterator[ExportFrame]:
+    """One export alone, chunk by chunk."""
+    spec = EXPORTS_BY_NAME[name]
+    for frames in iter_family(spec.family, table, config, split, [spec], budget):
+        yield frames[name]
+
+
+def build(name: str, trajectories: pd.DataFrame, config: Any, split: SplitConfig,
+          budget: TokenBudget | None = None) -> ExportFrame:
+    """One export over an in-memory trajectory frame, collected into one frame (tests, small data).
+
+    ``config`` is the export's family section (``SftConfig``, ``DpoConfig``, ``GrpoConfig``).
+    """
+    return collect(iter_export(name, FrameTable(trajectories), config, split, budget))
+
+
+def markdown_table() -> str:
+    """The README's table of exports (a test keeps the README equal to it)."""
+    lines = ["| export | family | file | group | what it is |", "|---|---|---|---|---|"]
+    for spec in EXPORTS:
+        lines.append(f"| `{spec.name}` | {spec.family} | {spec.file_format} | {spec.group} | {spec.description} |")
+    return "\n".join(lines)

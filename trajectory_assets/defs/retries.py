@@ -1,0 +1,44 @@
+"""How every asset that touches storage retries, and the pool that bounds how many run at once."""
+
+import contextlib
+from collections.abc import Iterator
+
+import dagster as dg
+
+from trajectory_assets.io.storage import StorageError
+
+
+# Storage errors and timeouts (an endpoint that goes away for a moment, a reset
+# connection) are retried with backoff, 1 s, 2 s then 4 s (on top of botocore's and s3fs's
+# own retries); then the step fails with the last error. Only storage exceptions are
+# retried: a bad record is a quarantine row and a failed check is a result (neither
+# raises), and a config or source that cannot be used, or a bug, is a
+# `dg.Failure(allow_retries=False)` (see `storage_faults_only`).
+STORAGE_RETRY = dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL)
+# Every step that reads or writes the storage (or the sources) holds a slot of this pool
+# while it runs, so many runs at once cannot flood an object store; the limit is the
+# instance's (`concurrency: pools:` in dagster.yaml).
+STORAGE_POOL = "trajectory_storage"
+
+_STORAGE_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "s3fs", "fsspec", "gcsfs", "adlfs")
+
+
+def is_storage_fault(error: BaseException) -> bool:
+    """An error of the storage or the network (worth retrying), not of our code or data."""
+    return isinstance(error, (OSError, TimeoutError, StorageError)) or any(
+        type(error).__module__.startswith(module) for module in _STORAGE_MODULES
+    )
+
+
+@contextlib.contextmanager
+def storage_faults_only() -> Iterator[None]:
+    """Around an asset body under `STORAGE_RETRY`: anything but a storage fault fails the
+    step at once (re-running the same code on the same bytes would fail the same way)."""
+    try:
+        yield
+    except (dg.Failure, dg.DagsterError):
+        raise
+    except Exception as error:
+        if is_storage_fault(error):
+            raise
+        raise dg.Failure(description=f"{type(error).__name__}: {error}", allow_retries=False) from error
