@@ -20,30 +20,6 @@ import yaml
 
 from trajectory_assets.datasets.markdown import table
 
-# what each export is, in a trainer's words
-PURPOSE = {
-    "sft": "Supervised fine-tuning conversations in OpenAI Chat Completions form (the NeMo Gym seed SFT format).",
-    "sft_hermes": "The SFT conversations rendered as Hermes Agent ShareGPT (`<think>`, `<tool_call>`, "
-                  "`<tool_response>` markup and the function-calling system prompt).",
-    "dpo": "Preference pairs `{prompt, chosen, rejected}` from rollouts of the same task (the seed DPO format).",
-    "grpo": "One NeMo Gym RL input per task `{responses_create_params, agent_ref}` (the seed GRPO format).",
-    "trl_sft": "TRL conversational SFT: `messages` (tool-call arguments as JSON objects) plus `tools` "
-               "(`trl.SFTTrainer`).",
-    "trl_dpo": "TRL explicit-prompt conversational preferences `{prompt, chosen, rejected}` plus `tools` "
-               "(`trl.DPOTrainer`).",
-    "trl_grpo": "TRL prompt-only rows `{prompt}`; every other column reaches the reward functions "
-                "(`trl.GRPOTrainer`).",
-    "verl": "verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
-    "llama_factory": "LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in "
-                     "`dataset_info.json`.",
-    "nemo_rl_sft": "NeMo RL SFT `openai_format`: `messages` (arguments as JSON objects, ending with the "
-                   "assistant's turn) plus `tools`; load with `use_preserving_dataset: true`.",
-    "nemo_rl_dpo": "NeMo RL DPO preferences: `context` plus two `completions` `{rank, completion}` (rank 0 "
-                   "preferred, no ties) and `tools`.",
-    "on_policy_tokens": "The SFT trajectories at the token level, for on-policy distillation: per model call the "
-                        "prompt's and the generation's token ids and the policy's log probabilities, as NeMo Gym "
-                        "recorded them (`contiguous`: every call extends the tokens before it, as NeMo RL needs).",
-}
 # what a row's token count measures, per family
 MEASURED = {
     "sft": "the whole conversation with its tools",
@@ -52,14 +28,15 @@ MEASURED = {
 }
 
 
-def render_card(manifest: dict[str, Any]) -> str:
+def render_card(manifest: dict[str, Any], purpose: str) -> str:
+    """``purpose``: what the export is, in a trainer's words (its registry description)."""
     name = manifest["export"]
     rows = manifest["rows"]
     lines = [
         front_matter(manifest),
         f"# {name}",
         "",
-        PURPOSE.get(name, ""),
+        purpose,
         "",
         f"- rows: **{sum(rows.values())}** (train {rows.get('train', 0)}, validation {rows.get('validation', 0)});"
         f" format: {manifest['format']}",

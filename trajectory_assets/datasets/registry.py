@@ -113,67 +113,67 @@ def _llama_factory_index(export: str) -> dict[str, bytes]:
 EXPORTS: tuple[ExportSpec, ...] = (
     ExportSpec(
         "sft", "sft", families.sft_record, SftSchema, SFT_SCHEMA, SFT_LINEAGE,
-        "Supervised fine-tuning rows {messages, tools?, reward?, task_type?} in Chat Completions form.",
+        "Supervised fine-tuning conversations in OpenAI Chat Completions form (the NeMo Gym seed SFT format).",
         measures=("reward",)),
     ExportSpec(
         "dpo", "dpo", families.dpo_record, DpoSchema, DPO_SCHEMA, DPO_LINEAGE,
-        "Preference pairs {prompt, chosen, rejected, quality_difference, reward_chosen, reward_rejected} from "
-        "rollouts of the same task.",
+        "Preference pairs `{prompt, chosen, rejected}` from rollouts of the same task (the seed DPO format).",
         measures=DPO_MEASURES),
     ExportSpec(
         "sft_hermes", "sft", families.sft_hermes_record, SftHermesSchema, SFT_HERMES_SCHEMA,
         {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-        "The SFT rows (same curation) rendered as Hermes ShareGPT: <think>, <tool_call> and <tool_response> "
-        "markup and the function-calling system prompt."),
+        "The SFT conversations rendered as Hermes Agent ShareGPT (`<think>`, `<tool_call>`, `<tool_response>` markup "
+        "and the function-calling system prompt)."),
     ExportSpec(
         "grpo", "grpo", families.grpo_record, GrpoSchema, GRPO_SCHEMA,
         {"responses_create_params": ["request"], **TASK_LINEAGE},
-        "One NeMo Gym RL input row {responses_create_params, agent_ref} per task.",
+        "One NeMo Gym RL input per task `{responses_create_params, agent_ref}` (the seed GRPO format).",
         measures=("mean_reward",)),
     ExportSpec(
         "trl_sft", "sft", families.trl_sft_record, TrlSftSchema, TRL_SFT_SCHEMA, SFT_LINEAGE,
-        "TRL conversational SFT: {messages (argument objects), tools} for trl.SFTTrainer.",
+        "TRL conversational SFT: `messages` (tool-call arguments as JSON objects) plus `tools` (`trl.SFTTrainer`).",
         group=FLAVORS_GROUP, file_format="parquet", measures=("reward",)),
     ExportSpec(
         "trl_dpo", "dpo", families.trl_dpo_record, TrlDpoSchema, TRL_DPO_SCHEMA, DPO_LINEAGE,
-        "TRL explicit-prompt conversational preferences {prompt, chosen, rejected, tools} for trl.DPOTrainer.",
+        "TRL explicit-prompt conversational preferences `{prompt, chosen, rejected}` plus `tools` (`trl.DPOTrainer`).",
         group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES),
     ExportSpec(
         "trl_grpo", "grpo", families.trl_grpo_record, TrlGrpoSchema, TRL_GRPO_SCHEMA,
         {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"], **TASK_LINEAGE},
-        "TRL prompt-only rows {prompt, ...}: the other columns reach the reward functions.",
+        "TRL prompt-only rows `{prompt}`; every other column reaches the reward functions (`trl.GRPOTrainer`).",
         group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
     ExportSpec(
         "verl", "grpo", families.verl_record, VerlSchema, VERL_ARROW_SCHEMA,
         {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
          "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
          "extra_info": ["task_key", "trajectory_id", "reward", "tools", "metadata"]},
-        "verl RL Parquet {data_source, agent_name, prompt, ability, reward_model, extra_info (tools_kwargs, "
-        "interaction_kwargs, ...)}, one row per task.",
+        "verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
         group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",)),
     ExportSpec(
         "llama_factory", "sft", families.llama_factory_record, LlamaFactorySchema, LLAMA_FACTORY_SCHEMA,
         {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
          "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-        "LLaMA-Factory ShareGPT {conversations, system, tools} with dataset_info.json.",
+        "LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in `dataset_info.json`.",
         group=FLAVORS_GROUP, index_files=_llama_factory_index),
     ExportSpec(
         "nemo_rl_sft", "sft", families.nemo_rl_sft_record, NemoRlSftSchema, NEMO_RL_SFT_SCHEMA, SFT_LINEAGE,
-        "NeMo RL SFT openai_format {messages (argument objects), tools}, ending with the assistant's turn.",
+        "NeMo RL SFT `openai_format`: `messages` (arguments as JSON objects, ending with the assistant's turn) plus "
+        "`tools`; load with `use_preserving_dataset: true`.",
         group=FLAVORS_GROUP, measures=("reward",)),
     ExportSpec(
         "nemo_rl_dpo", "dpo", families.nemo_rl_dpo_record, NemoRlDpoSchema, NEMO_RL_DPO_SCHEMA,
         {"context": ["messages"], "completions": ["messages", "reward"],
          **{k: v for k, v in DPO_LINEAGE.items() if k not in ("prompt", "chosen", "rejected")}},
-        "NeMo RL DPO preferences {context, completions: [{rank, completion}], tools}.",
+        "NeMo RL DPO preferences: `context` plus two `completions` `{rank, completion}` (rank 0 preferred, no ties) "
+        "and `tools`.",
         group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES),
     ExportSpec(
         "on_policy_tokens", "sft", families.tokens_record, TokensSchema, TOKENS_ARROW_SCHEMA,
         {"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"], "model": ["model"],
          "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-        "The SFT trajectories (same curation) at the token level, for on-policy distillation: per model call the "
-        "prompt's and the generation's token ids and the policy's log probabilities, as NeMo Gym recorded them. "
-        "Trajectories without token data are left out.",
+        "The SFT trajectories at the token level, for on-policy distillation: per model call the prompt's and the "
+        "generation's token ids and the policy's log probabilities, as NeMo Gym recorded them (`contiguous`: every "
+        "call extends the tokens before it, as NeMo RL needs).",
         group=FLAVORS_GROUP, file_format="parquet", measures=("generated_tokens", "calls"),
         columns=("token_data", "model")),
 )
@@ -211,7 +211,10 @@ def build(name: str, trajectories: pd.DataFrame, config: Any, split: SplitConfig
 
 def markdown_table() -> str:
     """The README's table of exports (a test keeps the README equal to it)."""
-    lines = ["| export | family | file | group | what it is |", "|---|---|---|---|---|"]
+    lines = ["| asset | family | files in `exports/<export>/` | fields | what it is |", "|---|---|---|---|---|"]
     for spec in EXPORTS:
-        lines.append(f"| `{spec.name}` | {spec.family} | {spec.file_format} | {spec.group} | {spec.description} |")
+        extra = "".join(f", `{name}`" for name in (spec.index_files(spec.name) if spec.index_files else {}))
+        fields = ", ".join(f"`{name}`" for name in spec.arrow_schema.names)
+        lines.append(f"| `{spec.asset_name}` | {spec.family} | `{{train,validation}}.{spec.file_format}`{extra} "
+                     f"| {fields} | {spec.description} |")
     return "\n".join(lines)

@@ -85,7 +85,7 @@ class IngestSummary:
 
 def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: SourceFile, line: int) -> dict[str, Any]:
     messages_json = dumps(trajectory.messages).decode()
-    tools_json = _json_or_none(trajectory.tools)
+    tools_json = _dumps_or_none(trajectory.tools)
     agent_ref = trajectory.metadata.pop("agent_ref", None)
     tool_results, tool_errors = tool_result_counts(trajectory.messages)
     return {
@@ -105,7 +105,7 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "model": trajectory.model,
         "task_type": trajectory.task_type,
         "reward": trajectory.reward,
-        "reward_components": _json_or_none(trajectory.reward_components),
+        "reward_components": _dumps_or_none(trajectory.reward_components),
         "completed": trajectory.completed,
         "status": trajectory.status,
         "mask_sample": trajectory.mask_sample,
@@ -129,8 +129,8 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "content_hash": sha256_hex(f"{messages_json}\n{tools_json or ''}".encode()),
         "unknown_items": trajectory.unknown_items,
         "quality_flags": ",".join(trajectory.quality_flags),
-        "request": _json_or_none(trajectory.request),
-        "task_inputs": _json_or_none(trajectory.task_inputs),
+        "request": _dumps_or_none(trajectory.request),
+        "task_inputs": _dumps_or_none(trajectory.task_inputs),
         "token_data": trajectory.token_data,
         "metadata": dumps(trajectory.metadata).decode(),
     }
@@ -302,7 +302,7 @@ def read_task_inputs(
     return inputs, skipped + (stats.partial_record is not None)
 
 
-def _json_or_none(value: Any) -> str | None:
+def _dumps_or_none(value: Any) -> str | None:
     return None if value is None else dumps(value).decode()
 
 

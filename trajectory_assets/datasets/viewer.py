@@ -491,7 +491,7 @@ def _sharegpt(turns: Any, system: Any, tools: list[str], budget: _Budget) -> Con
         elif role == "tool":
             blocks = TOOL_RESPONSE_BLOCK.findall(value) or value.split(TOOL_RESULT_JOINER)
             for block in blocks:
-                response = _json_or_none(block)
+                response = _parse_json_or_none(block)
                 if isinstance(response, Mapping) and "content" in response:  # Hermes: {tool_call_id, name, content}
                     content = response["content"]
                     builder.result(label, content if isinstance(content, str) else _pretty(content),
@@ -509,12 +509,12 @@ def _sharegpt_assistant(builder: _Builder, label: str, value: str) -> None:
     calls = TOOL_CALL_BLOCK.findall(visible)
     visible = TOOL_CALL_BLOCK.sub("", visible)
     if label == "function_call":  # LLaMA-Factory: the value is a JSON list (or object) of {name, arguments}
-        parsed = _json_or_none(visible.strip())
+        parsed = _parse_json_or_none(visible.strip())
         if parsed is not None:
             calls, visible = (parsed if isinstance(parsed, list) else [parsed]), ""
     turn = builder.assistant(label, visible, reasoning)
     for raw in calls:
-        call = _json_or_none(raw) if isinstance(raw, str) else raw
+        call = _parse_json_or_none(raw) if isinstance(raw, str) else raw
         if isinstance(call, Mapping):
             builder.call(turn, call.get("name"), call.get("arguments", {}), call.get("id"))
         else:
@@ -526,7 +526,8 @@ def _call_name(raw: Any) -> str:
     return found.group(1) if found else "?"
 
 
-def _json_or_none(text: str) -> Any:
+def _parse_json_or_none(text: str) -> Any:
+    """The JSON value of a text, or None when it is not JSON (shown as text, then)."""
     try:
         return orjson.loads(text.strip())
     except orjson.JSONDecodeError:

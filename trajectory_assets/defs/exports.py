@@ -264,7 +264,7 @@ def _publish(store: Storage, kind: ExportSpec, written: _Written, batches: list[
     )
     for name, content in (kind.index_files(kind.name) if kind.index_files else {}).items():
         store.write_bytes(layout.export_extra(kind.name, name), content)
-    store.write_bytes(layout.export_card(kind.name), render_card(manifest).encode())
+    store.write_bytes(layout.export_card(kind.name), render_card(manifest, kind.description).encode())
     # last: a manifest beside the files means the set is complete
     store.write_bytes(layout.export_manifest(kind.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
     return dg.MaterializeResult(

@@ -175,7 +175,7 @@ class _Call:
 class _Response:
     def __init__(self, block: str) -> None:
         self.raw = block
-        response = _json_or_none(block)
+        response = _parse_json_or_none(block)
         if isinstance(response, dict) and "content" in response:
             named_id, name, content = response.get("tool_call_id"), response.get("name"), response["content"]
         else:
@@ -395,7 +395,9 @@ def _task_type(record: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _json_or_none(text: str) -> Any:
+def _parse_json_or_none(text: str) -> Any:
+    """The JSON value of a text a model wrote, or None when it is not JSON. The standard
+    library's parser: it also reads the NaN and Infinity Python's json module writes."""
     try:
         return json.loads(text)
     except ValueError:
@@ -429,7 +431,7 @@ def render_hermes(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
             turns.append({"from": "gpt", "value": _render_assistant(message, call_names)})
         elif role == "tool":
             content = _text(message["content"])
-            parsed = _json_or_none(content) if content.lstrip()[:1] in ("{", "[") else None
+            parsed = _parse_json_or_none(content) if content.lstrip()[:1] in ("{", "[") else None
             response = {"tool_call_id": message["tool_call_id"], "name": call_names.get(message["tool_call_id"], ""),
                         "content": parsed if parsed is not None else content}
             pending_responses.append(f"<tool_response>\n{json.dumps(response, ensure_ascii=False)}\n</tool_response>")
@@ -444,7 +446,7 @@ def _render_assistant(message: dict[str, Any], call_names: dict[str, str]) -> st
     parts = [_text(message.get("content") or "")] if message.get("content") else []
     for call in message.get("tool_calls", []):
         call_names[call["id"]] = call["function"]["name"]
-        arguments = _json_or_none(call["function"]["arguments"])
+        arguments = _parse_json_or_none(call["function"]["arguments"])
         body = {"name": call["function"]["name"], "arguments": arguments if isinstance(arguments, dict) else {}}
         parts.append(f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>")
     return value + "\n".join(parts)

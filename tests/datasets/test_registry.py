@@ -1,0 +1,58 @@
+"""The export registry: one spec per export, and everything else derived from it."""
+
+from pathlib import Path
+
+import pytest
+
+from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME, build, markdown_table
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_table_is_the_registry():
+    readme = README.read_text()
+    begin, end = "<!-- exports table: generated from datasets/registry.py -->\n", "\n<!-- end of the exports table -->"
+    assert begin in readme and end in readme
+    assert readme.split(begin, 1)[1].split(end, 1)[0] == markdown_table()
+
+
+def test_names_and_assets_are_unique():
+    assert len(EXPORTS_BY_NAME) == len(EXPORTS)
+    assert len({spec.asset_name for spec in EXPORTS}) == len(EXPORTS)
+
+
+@pytest.mark.parametrize("spec", EXPORTS, ids=lambda spec: spec.name)
+def test_frame_dtypes_are_the_contracts_columns_but_the_split(spec):
+    columns = spec.contract.to_schema().columns
+    assert "split" in columns and "line" in spec.frame
+    assert set(spec.frame) == set(columns) - {"split"}
+    for name, dtype in spec.frame.items():
+        expected = columns[name].dtype
+        assert dtype is str if str(expected) == "str" else dtype == str(expected), name
+
+
+@pytest.mark.parametrize("spec", EXPORTS, ids=lambda spec: spec.name)
+def test_every_spec_is_built_by_its_name_and_passes_its_contract(spec):
+    from schemas.validation import validate
+    from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+    from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
+
+    rows = [make_rollout([message_item(f"answer {i}")], request_input=f"task {i % 2}", reward=float(i // 2),
+                         agent_ref={"name": "agent"})
+            for i in range(4)]
+    rows.append(make_rollout([call_item("f", "{}", "c1"), output_item("c1", "r"), message_item("ok")], reward=1.0))
+    config = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig()}[spec.family]
+    frame = build(spec.name, trajectory_frame(rows), config, SplitConfig())
+    assert set(frame.rows.columns) == set(spec.frame) | {"split"}
+    assert validate(spec.contract, frame.rows).passed
+    if spec.name != "on_policy_tokens":  # the fixtures carry no token data
+        assert len(frame.rows) > 0
+
+
+def test_the_cli_offers_exactly_the_registry(capsys):
+    from trajectory_assets.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    offered = " ".join(capsys.readouterr().out.split()).split("(default: all): ", 1)[1]
+    assert [name.strip(" ,") for name in offered.split()][:len(EXPORTS)] == list(EXPORTS_BY_NAME)
