@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trajectory_assets import layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.datasets.tokens import TokenizerError, load_counter
+    from trajectory_assets.datasets.token_budget import TokenizerError, load_counter
     from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
     from trajectory_assets.defs.run_plan import run_slots
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources

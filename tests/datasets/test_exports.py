@@ -418,13 +418,13 @@ def test_a_family_renders_each_format_as_it_would_alone(family):
 @pytest.fixture(scope="module")
 def words(tmp_path_factory):
     from tests.fixtures.tokenizer import save_word_tokenizer
-    from trajectory_assets.datasets.tokens import load_counter
+    from trajectory_assets.datasets.token_budget import load_counter
 
     return load_counter(save_word_tokenizer(tmp_path_factory.mktemp("tokenizer")))
 
 
 def budget(counter, max_tokens, truncate=False):
-    from trajectory_assets.datasets.tokens import TokenBudget
+    from trajectory_assets.datasets.token_budget import TokenBudget
 
     return TokenBudget(counter, max_tokens, truncate)
 

@@ -8,7 +8,7 @@ Every export works the same way, so memory stays bounded by a chunk:
    (one per task), and balances them (cap per task_type, sample);
 2. **fetch** the message payloads of only the planned trajectories, chunk by chunk;
 3. **measure** each unit with the configured tokenizer's chat template, when there is one
-   (``datasets/tokens.py``): over the family's ``max_tokens`` it is left out or cut at a turn
+   (``datasets/token_budget.py``): over the family's ``max_tokens`` it is left out or cut at a turn
    boundary, for every format of the family alike;
 4. **render** each unit in every requested :class:`Format` of the family: the seed formats
    (SFT, Hermes ShareGPT SFT, DPO, NeMo Gym GRPO input) and the trainer flavors (TRL,
@@ -47,7 +47,7 @@ from trajectory_assets.datasets.curation import (
     filter_trajectories,
     near_duplicates,
 )
-from trajectory_assets.datasets.tokens import TokenBudget
+from trajectory_assets.datasets.token_budget import TokenBudget
 from trajectory_assets.formats.chat import divergence_point, role_shape
 from trajectory_assets.formats.hermes import render_hermes
 from trajectory_assets.formats.jsonutil import sha256_hex

@@ -42,7 +42,7 @@ from schemas.verl import VerlSchema
 from trajectory_assets.config import SplitConfig
 from trajectory_assets.datasets import families
 from trajectory_assets.datasets.families import ExportFrame, FrameTable, TrajectoryTable, collect
-from trajectory_assets.datasets.tokens import TokenBudget
+from trajectory_assets.datasets.token_budget import TokenBudget
 from trajectory_assets.formats.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
 from trajectory_assets.formats.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
 from trajectory_assets.formats.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA

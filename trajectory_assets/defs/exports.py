@@ -7,7 +7,7 @@ most of an export's cost). Each export is still its own asset with its own contr
 manifest and card, and is committed or discarded on its own: one that fails a check writes
 nothing, while the others of its family are written. Each line is checked by its contract
 before it is written. With a ``tokenizer`` configured, every row is measured with its chat
-template and the family's token budget enforced (``datasets/tokens.py``).
+template and the family's token budget enforced (``datasets/token_budget.py``).
 """
 
 
@@ -26,7 +26,7 @@ from trajectory_assets.datasets.card import render_card
 from trajectory_assets.datasets.families import SPLITS, ExportFrame
 from trajectory_assets.datasets.manifest import build_manifest, describe
 from trajectory_assets.datasets.registry import EXPORT_FAMILIES, ExportSpec, family_specs, iter_family
-from trajectory_assets.datasets.tokens import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
+from trajectory_assets.datasets.token_budget import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.contracts import column_schema, contract_check_result
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage

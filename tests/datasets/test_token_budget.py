@@ -6,7 +6,7 @@ import pytest
 
 from tests.fixtures.tokenizer import save_word_tokenizer
 from trajectory_assets.config import ConfigError, load_config
-from trajectory_assets.datasets.tokens import TokenBudget, TokenizerError, load_counter, renderable
+from trajectory_assets.datasets.token_budget import TokenBudget, TokenizerError, load_counter, renderable
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 
 # with the word tokenizer: "<|im_start|>role" + one token per word + "<|im_end|>"
