@@ -1,4 +1,4 @@
-"""Stream sources into validated trajectory rows and quarantine rows. No Dagster here.
+"""One batch: stream its sources into validated trajectory rows and quarantine rows. No Dagster here.
 
 Every non-blank line of every source becomes exactly one of: a trajectory row or a
 quarantine row (``records_read == records_valid + records_rejected``). A source that
