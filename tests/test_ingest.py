@@ -124,3 +124,5 @@ def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, mo
     assert "role_shape" in rejected[0]["detail"]
     assert (summary.records_valid, summary.records_rejected) == (1, 1)
     assert summary.sources[0].valid == 1 and summary.sources[0].rejected == 1
+    # the contract ran once per row; its result is what the trajectory_contract check reports
+    assert (summary.contract_rows_checked, summary.contract_violations) == (2, 1)

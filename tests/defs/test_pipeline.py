@@ -363,3 +363,17 @@ def test_a_failed_check_is_not_retried_away_by_a_storage_fault_in_the_same_run(t
         assert f"batch {keys['b.jsonl']}: connection reset by peer" in failure.description
     finally:
         context.__exit__(None, None, None)
+
+
+def test_the_trajectory_contract_check_reports_the_ingest_result():
+    """Rows that failed the contract in ingest are quarantined; the check passes only when
+    the file holds exactly the rows that passed it."""
+    from trajectory_assets.defs.ingest import _trajectory_contract
+
+    summary = {"contract_rows_checked": 5, "contract_violations": 1}
+    passed, metadata, _ = _trajectory_contract(summary, {"trajectory_rows_written": 4})
+    assert passed and metadata["quarantined_as_contract_violation"] == 1 and metadata["rows_passed"] == 4
+    passed, _, description = _trajectory_contract(summary, {"trajectory_rows_written": 5})
+    assert not passed and "exactly the rows" in description
+    passed, _, description = _trajectory_contract({}, {"trajectory_rows_written": 0})
+    assert not passed and "materialize the batch again" in description

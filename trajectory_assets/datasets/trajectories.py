@@ -66,6 +66,11 @@ class IngestSummary:
     records_rejected: int = 0
     sources_failed: int = 0
     non_finite_values: int = 0  # NaN / Infinity outside rewards in valid records (stored as null)
+    # the trajectory contract runs once per row, here, before a row is written: the rows it
+    # checked, and those it sent to the quarantine (``contract_violation``). Every row written
+    # passed it, and the ``trajectory_contract`` check reports this result.
+    contract_rows_checked: int = 0
+    contract_violations: int = 0
     rejected_by_reason: Counter = field(default_factory=Counter)
     redactions_by_type: Counter = field(default_factory=Counter)
     redacted_trajectory_ids: list[str] = field(default_factory=list)
@@ -176,6 +181,8 @@ def ingest(
             contract = validate(TrajectorySchema, table.select(CONTRACT_COLUMNS).to_pandas())
             if contract.table_errors:  # a whole-table failure is a bug in the converter, not bad input
                 raise RuntimeError(f"trajectory contract failed for a whole batch: {contract.table_errors}")
+            summary.contract_rows_checked += len(rows)
+            summary.contract_violations += len(contract.failures)
             if contract.failures:
                 bad = sorted(int(i) for i in contract.failures)
                 for index in bad:
@@ -315,6 +322,8 @@ def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         merged.records_rejected += summary["records_rejected"]
         merged.sources_failed += summary["sources_failed"]
         merged.non_finite_values += summary.get("non_finite_values", 0)
+        merged.contract_rows_checked += summary.get("contract_rows_checked", 0)
+        merged.contract_violations += summary.get("contract_violations", 0)
         merged.rejected_by_reason.update(summary["rejected_by_reason"])
         merged.redactions_by_type.update(summary.get("redactions_by_type", {}))
         merged.redacted_trajectory_ids += summary.get("redacted_trajectory_ids", [])
