@@ -244,6 +244,38 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# the performance targets of issue 16, at the largest size measured: (label, measured, limit)
+FLAT_LIMIT = 1.1  # "flat in corpus size": the peak may grow by this factor from the smallest size
+
+
+def targets(results: list[dict]) -> list[tuple[str, float | None, float]]:
+    largest, smallest = results[-1]["variants"], results[0]["variants"]
+    runs = [name for name in largest if name.startswith("run")]
+
+    def peak_pss(variants: dict) -> float | None:
+        values = [variants[name]["peak_pss_tree_mib"] for name in runs]
+        return None if None in values else max(values)
+
+    flat = None if peak_pss(largest) is None or peak_pss(smallest) is None else peak_pss(largest) / peak_pss(smallest)
+    return [
+        ("run_seed / recipe (wall)", largest["run_seed"]["over_recipe"], 0.8),
+        ("run / recipe (wall)", largest["run"]["over_recipe"], 1.0),
+        ("run / floor (wall)", largest["run"]["over_floor"], 6.0),
+        ("peak PSS of the process tree, GiB", None if peak_pss(largest) is None else peak_pss(largest) / 1024, 1.0),
+        ("peak PSS, largest / smallest size", flat if len(results) > 1 else None, FLAT_LIMIT),
+    ]
+
+
+def targets_markdown(results: list[dict]) -> str:
+    size = results[-1]["corpus"]["bytes"] / 1e6
+    lines = [f"| target at {size:.0f} MB | measured | limit | met |", "|---|---|---|---|"]
+    for label, measured, limit in targets(results):
+        shown = "n/a" if measured is None else f"{measured:.2f}"
+        met = "n/a" if measured is None else ("yes" if measured <= limit else "no")
+        lines.append(f"| {label} | {shown} | ≤ {limit} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="250,500,1000", help="corpus sizes in MB, comma-separated")
@@ -257,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     (OUT / "results.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2) + "\n")
-    table = markdown(results) + "\n" + report_markdown(results)
+    table = markdown(results) + "\n" + report_markdown(results) + "\n" + targets_markdown(results)
     (OUT / "results.md").write_text(table)
     print(table)
 
