@@ -8,8 +8,11 @@ WORKDIR /opt/trajectory-assets
 # dependencies first (the layer is reused while the lock file stays the same), pinned by the
 # lock, bytecode compiled at install time (the code location imports in ~2 s instead of ~4.5 s)
 COPY requirements.lock ./
+# Hyperscan is redaction's fast prefilter where it has a wheel (x86_64; as `make setup` does):
+# without it the Aho-Corasick fallback finds the same, 3-4x slower
 RUN pip install --no-cache-dir uv==0.13.8 \
- && uv pip install --system --no-cache --compile-bytecode -r requirements.lock
+ && uv pip install --system --no-cache --compile-bytecode -r requirements.lock \
+ && if [ "$(uname -m)" = x86_64 ]; then uv pip install --system --no-cache hyperscan==0.9.1; fi
 COPY pyproject.toml workspace.yaml ./
 COPY schemas ./schemas
 COPY trajectory_assets ./trajectory_assets

@@ -140,6 +140,13 @@ class ConversionConfig(_Section):
                     "without a reasoning parser; also text that opens inside the block, as R1-style templates "
                     "leave it) becomes reasoning_content, as vLLM's deepseek_r1 reasoning parser splits it",
     )
+    request_boundary: Literal["merge", "split"] = Field(
+        "merge",
+        description="model items at the end of the request input followed by model items at the start of the "
+                    "output (a turn cut where the harness recorded the request): merge = one assistant message, "
+                    "as NeMo Gym's converter reads input followed by output; split = two assistant messages, "
+                    "the input's in the prompt",
+    )
     per_step_output: Literal["final", "reject"] = Field(
         "final",
         description="a NeMo Gym output recorded as a list of per-step transcripts (Aviary's return_transitions): "

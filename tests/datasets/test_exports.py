@@ -119,6 +119,19 @@ def test_grpo_one_row_per_task_with_request_and_agent_ref():
     assert len(rows[0]["trajectory_ids"]) == 2
 
 
+def test_grpo_requests_carry_no_token_data_from_a_prompt_recorded_in_the_output():
+    """A conversation recorded in the output becomes the request's input; the token ids a model
+    server put on those items stay in the trajectory (on_policy_tokens), not in the RL row."""
+    output = [with_tokens(message_item("Fix the bug.", role="user"), [1], [2]),
+              with_tokens(message_item("Done."), [1, 2], [3])]
+    frame = trajectory_frame([make_rollout(output, request_input=[], _ng_task_index=0, agent_ref={"name": "a"})])
+    (row,) = rows_of(build("grpo", frame, GrpoConfig(zero_variance_groups="keep"), ALL_TRAIN))
+    (item,) = row["responses_create_params"]["input"]
+    assert item["role"] == "user" and not item.keys() & {"prompt_token_ids", "generation_token_ids",
+                                                          "generation_log_probs"}
+    assert frame["token_data"].notna().all()  # kept in the trajectory table
+
+
 def test_grpo_without_agent_uses_the_configured_default_or_skips():
     frame = trajectory_frame([make_rollout()])
     skipped = build("grpo", frame, GrpoConfig(), ALL_TRAIN)

@@ -9,6 +9,7 @@ into the instance's dagster.yaml keys the way the chart's templates do it
 _postgresql.tpl of the official chart), and that is what is validated.
 """
 
+import re
 import shlex
 
 import dagster as dg
@@ -134,6 +135,9 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (PROJECT_ROOT / source).exists(), source
+    # redaction's fast prefilter, pinned as `make setup` installs it
+    hyperscan = re.search(r"HYPERSCAN := (\S+)", (PROJECT_ROOT / "Makefile").read_text()).group(1)
+    assert f"uv pip install --system --no-cache {hyperscan}" in DOCKERFILE
     lock = (PROJECT_ROOT / "requirements.lock").read_text()
     assert "dagster-k8s==0.29.27" in lock and "dagster-postgres==0.29.27" in lock and "dagster==1.13.27" in lock
     # the code location reads its sources, storage and executor from the deployment's env

@@ -433,6 +433,38 @@ def test_ids_reused_across_turns_pair_each_output_with_its_own_turn():
     assert [m["tool_call_id"] for m in trajectory.messages if m["role"] == "tool"] == ["call_0", "call_0_2"]
 
 
+def test_a_turn_cut_between_input_and_output_is_one_turn_as_nemo_gym_reads_it():
+    """The harness recorded the model's reasoning and first call in the request input and the
+    rest of that turn in the output: NeMo Gym's converter reads input then output as one
+    stream, so it is one assistant message, the model's (after the prompt)."""
+    request = [{"role": "user", "content": "Q"}, reasoning_item("plan"), call_item("f", "{}", "c1")]
+    output = [call_item("g", "{}", "c2"), output_item("c1", "one"), output_item("c2", "two"), message_item("done")]
+    trajectory = convert(make_rollout(output, request_input=request))
+    assert roles(trajectory) == ["user", "assistant", "tool", "tool", "assistant"]
+    assert trajectory.prompt_length == 1  # the merged turn is the model's, not the prompt's
+    assert trajectory.messages[1]["reasoning_content"] == "plan"
+    assert [c["id"] for c in trajectory.messages[1]["tool_calls"]] == ["c1", "c2"]
+    assert [m["content"] for m in trajectory.messages[2:4]] == ["one", "two"]
+    assert trajectory.quality_flags == [] and "late_tool_responses" not in trajectory.metadata
+
+
+def test_request_boundary_split_keeps_the_inputs_model_items_as_a_turn_in_the_prompt():
+    request = [{"role": "user", "content": "Q"}, reasoning_item("plan"), call_item("f", "{}", "c1")]
+    output = [call_item("g", "{}", "c2"), output_item("c2", "two"), message_item("done")]
+    trajectory = convert(make_rollout(output, request_input=request), request_boundary="split")
+    assert roles(trajectory) == ["user", "assistant", "assistant", "tool", "assistant"]
+    assert trajectory.prompt_length == 2
+    assert [c["id"] for c in trajectory.messages[1]["tool_calls"]] == ["c1"]
+
+
+def test_input_model_items_followed_by_a_tool_output_stay_in_the_prompt():
+    """Nothing to merge: the output starts with the result of the input's call."""
+    request = [{"role": "user", "content": "Q"}, call_item("f", "{}", "c1")]
+    trajectory = convert(make_rollout([output_item("c1", "r"), message_item("done")], request_input=request))
+    assert roles(trajectory) == ["user", "assistant", "tool", "assistant"]
+    assert trajectory.prompt_length == 2
+
+
 def test_two_calls_of_one_turn_naming_one_id_are_answered_in_order():
     output = [call_item("f", '{"n": 1}', "dup"), call_item("f", '{"n": 2}', "dup"), output_item("dup", "one"),
               output_item("dup", "two"), message_item("ok")]
@@ -625,6 +657,14 @@ MODEL_ITEMS = ("assistant", "reasoning", "call")
 
 
 @st.composite
+def split_streams(draw):
+    """An item stream cut anywhere into the request input (after the user's question) and
+    the output: NeMo Gym reads the two as one stream."""
+    items = draw(item_streams())
+    return items, draw(st.integers(min_value=0, max_value=len(items)))
+
+
+@st.composite
 def item_streams(draw):
     """Output streams as agents write them: model items in any order and number, tool
     outputs for calls made (in or out of order, twice, late) or never made, user turns."""
@@ -648,37 +688,40 @@ def item_streams(draw):
     return items
 
 
-def nemo_gym_roles(items, kept_aside=()):
+def nemo_gym_roles(items, kept_aside=(), cut=0):
     """NeMo Gym's grouping restated: one assistant message per run of items the model
-    produced. A tool output kept aside still ends the model's turn, but is no message."""
+    produced. A tool output kept aside still ends the model's turn, but is no message.
+    The first ``cut`` items sit in the request input, after the user's question."""
     roles, buffered = ["user"], False
     for position, item in enumerate(items):
+        where = f"responses_create_params.input[{position + 1}]" if position < cut else f"output[{position - cut}]"
         if item["type"] in ("reasoning", "function_call") or item.get("role") == "assistant":
             buffered = True
             continue
         if buffered:
             roles.append("assistant")
             buffered = False
-        if f"output[{position}]" not in kept_aside:
+        if where not in kept_aside:
             roles.append("tool" if item["type"] == "function_call_output" else "user")
     return roles + (["assistant"] if buffered else [])
 
 
 @settings(max_examples=400, deadline=None)
-@given(items=item_streams())
-def test_turns_match_nemo_gym_and_every_tool_output_is_a_message_or_counted(items):
+@given(stream=split_streams())
+def test_turns_match_nemo_gym_and_every_tool_output_is_a_message_or_counted(stream):
+    items, cut = stream
     outputs = sum(item["type"] == "function_call_output" for item in items)
     try:
-        trajectory = convert(make_rollout(items))
+        trajectory = convert(make_rollout(items[cut:], request_input=[{"role": "user", "content": "Q"}, *items[:cut]]))
     except Rejection as rejection:  # counted with its reason
         assert rejection.reason in ("orphan_tool_output", "no_model_output")
-        if rejection.reason == "no_model_output":
+        if rejection.reason == "no_model_output":  # the output holds nothing the model produced
             assert not any(item["type"] in ("reasoning", "function_call") or item.get("role") == "assistant"
-                           for item in items)
+                           for item in items[cut:])
         return
     kept = [entry["where"] for key in ("late_tool_responses", "unmatched_tool_responses")
             for entry in trajectory.metadata.get(key, [])]
     assert outputs == roles(trajectory).count("tool") + len(kept)
     # the same turns as NeMo Gym's reading, less the outputs kept aside (they have no valid place)
-    assert roles(trajectory) == nemo_gym_roles(items, kept)
+    assert roles(trajectory) == nemo_gym_roles(items, kept, cut)
     assert re.fullmatch(ROLE_SHAPE_PATTERN, role_shape(trajectory.messages))

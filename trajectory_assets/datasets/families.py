@@ -52,7 +52,7 @@ from trajectory_assets.formats.chat import divergence_point, role_shape
 from trajectory_assets.formats.hermes import render_hermes
 from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
-from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG
+from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG, TOKEN_KEYS
 from trajectory_assets.formats.nemo_rl import completions, require_final_assistant
 from trajectory_assets.formats.text_chat import template_messages, value_types
 from trajectory_assets.formats.token_data import contiguous, token_calls
@@ -678,11 +678,27 @@ def _fit_task(budget: TokenBudget, item: TaskItem) -> tuple[TaskItem, int, bool]
     return item, budget.prompt(item.prompt, item.tools), False
 
 
+def without_token_data(request: dict[str, Any]) -> dict[str, Any]:
+    """The request with no token ids or log probs on its input items: a request whose prompt
+    came from the output (a conversation recorded there) holds items a model server returned
+    with them, and an RL input row replays text, not a past policy's tokens (the
+    on_policy_tokens export keeps them).
+
+    >>> without_token_data({"input": [{"role": "user", "content": "q", "prompt_token_ids": [1]}]})
+    {'input': [{'role': 'user', 'content': 'q'}]}
+    """
+    items = request.get("input")
+    if not isinstance(items, list) or not any(isinstance(i, dict) and i.keys() & set(TOKEN_KEYS) for i in items):
+        return request
+    return {**request, "input": [{k: v for k, v in i.items() if k not in TOKEN_KEYS} if isinstance(i, dict) else i
+                                 for i in items]}
+
+
 def grpo_record(item: TaskItem) -> dict[str, Any]:
     task, payload = item.task, item.payload
     if payload.request is None:
         raise Unrepresentable("no_request")
-    request = orjson.loads(payload.request)
+    request = without_token_data(orjson.loads(payload.request))
     request_input = request.get("input")
     # the row ng_prepare_data would write: the request, the verifier's inputs, the agent
     line = {"responses_create_params": request, **item.task_inputs, "agent_ref": task.agent_ref,

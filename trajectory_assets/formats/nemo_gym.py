@@ -250,7 +250,7 @@ def _read_conversation(
     if transcripts is None:
         conversation = _Conversation(options, instructions)
         conversation.add_items(input_items, "responses_create_params.input")
-        input_length = conversation.end_turn()
+        input_length = _close_request(conversation, output, options)
         conversation.add_items(output, "output", offset=len(input_items), tokens=True)
         conversation.end_turn()
         return conversation, input_length, [*input_items, *output]
@@ -268,10 +268,36 @@ def _read_conversation(
         return alone, input_length, final
     conversation = _Conversation(options, instructions)
     conversation.add_items(input_items, "responses_create_params.input")
-    conversation.end_turn()
+    input_length = _close_request(conversation, final, options)
     conversation.add_items(final, where, offset=len(input_items), tokens=True)
     conversation.end_turn()
     return conversation, input_length, [*input_items, *final]
+
+
+def _close_request(conversation: _Conversation, output: list[Any], options: ConversionConfig) -> int:
+    """Ends the request input's part of the conversation; returns how many messages it holds.
+
+    NeMo Gym's converter reads the input followed by the output as one stream, so model items
+    at the end of the input and at the start of the output are one turn (``merge``, the
+    default): that message is the model's, after the prompt. Otherwise the input's model
+    items are a turn of their own, in the prompt.
+
+    >>> from trajectory_assets.config import ConversionConfig
+    >>> merged = _Conversation(ConversionConfig())
+    >>> merged.add_items([{"role": "user", "content": "q"}, {"type": "reasoning", "summary": []}], "input")
+    >>> _close_request(merged, [{"type": "function_call", "name": "f", "call_id": "c"}], ConversionConfig())
+    1
+    """
+    continues = bool(output) and isinstance(output[0], dict) and _is_model_item(output[0])
+    if options.request_boundary == "merge" and continues:
+        return len(conversation.messages)  # the open turn goes on in the output
+    return conversation.end_turn()
+
+
+def _is_model_item(item: dict[str, Any]) -> bool:
+    """An item the model produced: it goes into the current assistant turn."""
+    return item.get("type") in ("reasoning", "function_call") or (
+        item.get("type") in (None, "message") and item.get("role") == "assistant")
 
 
 def _per_step_transcripts(output: list[Any], options: ConversionConfig) -> list[list[Any]] | None:

@@ -116,6 +116,22 @@ GITLEAKS_RULES: dict[str, list[str]] = {
                     r"(?i)xoxe.xox[bp]-\d-[A-Z0-9]{163,166}",  # slack-config-access-token
                     r"(?i)xoxe-\d-[A-Z0-9]{146}"],  # slack-config-refresh-token
     "aws_bedrock_api_key": [r"ABSK[A-Za-z0-9+/]{109,269}={0,2}"],  # aws-amazon-bedrock-api-key-long-lived
+    # more of gitleaks' rules for formats with a fixed prefix (the prefilter's literal)
+    "digitalocean_token": [r"do[opr]_v1_[a-f0-9]{64}"],  # digitalocean-pat, -access-token, -refresh-token
+    "shopify_token": [r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"],  # shopify-access-token, -custom-, -private-app-, -shared-secret
+    "vault_token": [r"hvs\.[\w-]{90,120}", r"hvb\.[\w-]{138,300}"],  # vault-service-token, vault-batch-token
+    "databricks_token": [r"dapi[a-f0-9]{32}(?:-\d)?"],  # databricks-api-token
+    "grafana_token": [r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}",  # grafana-service-account-token
+                      r"glc_[A-Za-z0-9+/]{32,400}={0,3}"],  # grafana-cloud-api-token
+    "postman_token": [r"PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}"],  # postman-api-token
+    "linear_api_key": [r"lin_api_[a-zA-Z0-9]{40}"],  # linear-api-key
+    "age_secret_key": [r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"],  # age-secret-key
+    "perplexity_api_key": [r"pplx-[a-zA-Z0-9]{48}"],  # perplexity-api-key
+    "planetscale_token": [r"pscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"],  # planetscale-api-token, -oauth-token, -password
+    "pulumi_token": [r"pul-[a-f0-9]{40}"],  # pulumi-api-token
+    "prefect_token": [r"pnu_[a-zA-Z0-9]{36}"],  # prefect-api-token
+    "heroku_api_key": [r"HRKU-AA[0-9a-zA-Z_-]{58}"],  # heroku-api-key-v2
+    "notion_token": [r"ntn_[0-9]{11}[A-Za-z0-9]{35}"],  # notion-api-token
 }
 # Keys of OpenAI-compatible providers (`sk-` and 32+ random characters; OpenAI's own keys
 # carry `T3BlbkFJ` and are found above). No maintained rule set has this one: the value must

@@ -1,0 +1,26 @@
+"""The examples in the pure modules' docstrings are run, so none of them can go stale."""
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import trajectory_assets.datasets
+import trajectory_assets.formats
+import trajectory_assets.io
+
+PURE_MODULES = sorted(f"{package.__name__}.{module.name}"
+                      for package in (trajectory_assets.formats, trajectory_assets.datasets, trajectory_assets.io)
+                      for module in pkgutil.iter_modules(package.__path__))
+
+
+@pytest.mark.parametrize("name", PURE_MODULES)
+def test_every_docstring_example_holds(name):
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed"
+
+
+def test_the_examples_are_found():
+    attempted = sum(doctest.testmod(importlib.import_module(name)).attempted for name in PURE_MODULES)
+    assert attempted >= 13
