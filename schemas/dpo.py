@@ -1,7 +1,7 @@
 """Contract of DPO export lines: ``{"prompt", "chosen", "rejected", "quality_difference",
 "reward_chosen", "reward_rejected"}`` plus lineage (``chosen_id``, ``rejected_id``, ``pairing``)."""
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import SPLITS
@@ -11,34 +11,34 @@ from trajectory_assets.formats.chat import ROLE_SHAPE_PATTERN
 STARTS_WITH_ASSISTANT = r"^[ac]"
 
 
-class DpoSchema(pa.DataFrameModel):
-    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    chosen_id: Series[str] = pa.Field(str_matches=HEX_ID)
-    rejected_id: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_shape: Series[str] = pa.Field(str_contains="u")
-    chosen_shape: Series[str] = pa.Field(str_matches=STARTS_WITH_ASSISTANT)
-    rejected_shape: Series[str] = pa.Field(str_matches=STARTS_WITH_ASSISTANT)
+class DpoSchema(pandera.DataFrameModel):
+    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    chosen_id: Series[str] = pandera.Field(str_matches=HEX_ID)
+    rejected_id: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_shape: Series[str] = pandera.Field(str_contains="u")
+    chosen_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT)
+    rejected_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT)
     reward_chosen: Series[float]
     reward_rejected: Series[float]
-    quality_difference: Series[float] = pa.Field(gt=0)
-    line: Series[str] = pa.Field(str_startswith='{"prompt":[')
+    quality_difference: Series[float] = pandera.Field(gt=0)
+    line: Series[str] = pandera.Field(str_startswith='{"prompt":[')
 
-    @pa.dataframe_check(name="chosen_is_not_rejected")
+    @pandera.dataframe_check(name="chosen_is_not_rejected")
     def chosen_is_not_rejected(cls, df):
         return df["chosen_id"] != df["rejected_id"]
 
-    @pa.dataframe_check(name="difference_is_reward_gap")
+    @pandera.dataframe_check(name="difference_is_reward_gap")
     def difference_is_reward_gap(cls, df):
         gap = df["reward_chosen"] - df["reward_rejected"]
         return (gap - df["quality_difference"]).abs() <= 1e-9
 
-    @pa.dataframe_check(name="prompt_plus_chosen_follows_role_rules")
+    @pandera.dataframe_check(name="prompt_plus_chosen_follows_role_rules")
     def prompt_plus_chosen_follows_role_rules(cls, df):
         return (df["prompt_shape"] + df["chosen_shape"]).str.match(ROLE_SHAPE_PATTERN)
 
-    @pa.dataframe_check(name="prompt_plus_rejected_follows_role_rules")
+    @pandera.dataframe_check(name="prompt_plus_rejected_follows_role_rules")
     def prompt_plus_rejected_follows_role_rules(cls, df):
         return (df["prompt_shape"] + df["rejected_shape"]).str.match(ROLE_SHAPE_PATTERN)
 

@@ -1,23 +1,23 @@
 """Contract of GRPO (NeMo Gym RL input) lines: ``{"responses_create_params", "agent_ref"}``,
 one per task."""
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
 
 
-class GrpoSchema(pa.DataFrameModel):
-    task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    agent_name: Series[str] = pa.Field(str_length={"min_value": 1})
-    input_items: Series[int] = pa.Field(ge=1)
+class GrpoSchema(pandera.DataFrameModel):
+    task_key: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    agent_name: Series[str] = pandera.Field(str_length={"min_value": 1})
+    input_items: Series[int] = pandera.Field(ge=1)
     # the verifier's inputs written beside the request (NeMo Gym's materialized inputs), comma-joined
-    input_keys: Series[str] = pa.Field(str_matches=r"^(?:[^,]+(?:,[^,]+)*)?$")
-    mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    line: Series[str] = pa.Field(str_startswith='{"responses_create_params":{')
+    input_keys: Series[str] = pandera.Field(str_matches=r"^(?:[^,]+(?:,[^,]+)*)?$")
+    mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
+    line: Series[str] = pandera.Field(str_startswith='{"responses_create_params":{')
 
     class Config:
         strict = True

@@ -6,7 +6,7 @@ positions gpt/function_call, even length) with a human first turn, the same patt
 renderer refuses conversations by.
 """
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import SPLITS
@@ -14,13 +14,13 @@ from schemas.trajectory import HEX_ID
 from trajectory_assets.formats.llama_factory import TURN_SHAPE_PATTERN
 
 
-class LlamaFactorySchema(pa.DataFrameModel):
-    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    turn_shape: Series[str] = pa.Field(str_matches=TURN_SHAPE_PATTERN)
-    line: Series[str] = pa.Field(str_startswith='{"conversations":[')
+class LlamaFactorySchema(pandera.DataFrameModel):
+    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    turn_shape: Series[str] = pandera.Field(str_matches=TURN_SHAPE_PATTERN)
+    line: Series[str] = pandera.Field(str_startswith='{"conversations":[')
 
     class Config:
         strict = True

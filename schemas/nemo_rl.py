@@ -6,7 +6,7 @@ The TRL rules (text content, argument objects, role rules) plus what NeMo RL its
 completion of a pair (its loss is on the final message only).
 """
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.dpo import STARTS_WITH_ASSISTANT
@@ -17,16 +17,16 @@ ENDS_WITH_ASSISTANT = r"[ac]$"
 
 
 class NemoRlSftSchema(TrlSftSchema):
-    role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=ENDS_WITH_ASSISTANT)
+    role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=ENDS_WITH_ASSISTANT)
 
     class Config:
         strict = True
 
 
 class NemoRlDpoSchema(TrlDpoSchema):
-    chosen_shape: Series[str] = pa.Field(str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
-    rejected_shape: Series[str] = pa.Field(str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
-    line: Series[str] = pa.Field(str_startswith='{"context":[')
+    chosen_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
+    rejected_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
+    line: Series[str] = pandera.Field(str_startswith='{"context":[')
 
     class Config:
         strict = True

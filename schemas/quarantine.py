@@ -1,17 +1,19 @@
 """Contract of the quarantine: every rejected record with where it came from and why."""
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 
-class QuarantineSchema(pa.DataFrameModel):
-    source: Series[str]
-    line: Series[pa.Int64] = pa.Field(nullable=True, ge=1)  # null: the whole source failed
-    reason: Series[str] = pa.Field(str_matches=r"^[a-z][a-z0-9_]*$")
-    detail: Series[str] = pa.Field(str_length={"min_value": 1})
-    raw: Series[str]
+class QuarantineSchema(pandera.DataFrameModel):
+    source: Series[str] = pandera.Field(description="URI of the source file the record was read from")
+    line: Series[pandera.Int64] = pandera.Field(
+        nullable=True, ge=1, description="its line in the source (1-based); null when the whole source failed")
+    reason: Series[str] = pandera.Field(str_matches=r"^[a-z][a-z0-9_]*$",
+                                        description="why it was rejected, as a reason code (README: Nothing is lost)")
+    detail: Series[str] = pandera.Field(str_length={"min_value": 1}, description="what exactly was wrong, and where")
+    raw: Series[str] = pandera.Field(description="the record's raw text as read (secrets already redacted)")
 
-    @pa.dataframe_check(name="record_rows_have_raw_text")
+    @pandera.dataframe_check(name="record_rows_have_raw_text")
     def record_rows_have_raw_text(cls, df):
         return df["line"].isna() | (df["raw"].str.len() > 0)
 

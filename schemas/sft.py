@@ -4,7 +4,7 @@ Role rules from the seed: system only first, every tool message answers a call o
 assistant turn before it, at least one assistant turn.
 """
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.trajectory import HEX_ID
@@ -13,16 +13,16 @@ from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PAT
 SPLITS = ["train", "validation"]
 
 
-class SftSchema(pa.DataFrameModel):
-    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN)
-    reward: Series[float] = pa.Field(nullable=True)
-    line: Series[str] = pa.Field(str_startswith='{"messages":[')
+class SftSchema(pandera.DataFrameModel):
+    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN)
+    reward: Series[float] = pandera.Field(nullable=True)
+    line: Series[str] = pandera.Field(str_startswith='{"messages":[')
 
-    @pa.check("role_shape", name="has_assistant_turn")
+    @pandera.check("role_shape", name="has_assistant_turn")
     def has_assistant_turn(cls, shape: Series[str]) -> Series[bool]:
         return shape.str.contains(HAS_ASSISTANT_PATTERN, regex=True)
 

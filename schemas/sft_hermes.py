@@ -5,7 +5,7 @@ system prompt comes first, each tool turn answers the gpt turn right before it, 
 is at least one gpt turn.
 """
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import SPLITS
@@ -14,15 +14,15 @@ from schemas.trajectory import HEX_ID
 FROM_SHAPE_PATTERN = r"^s(?:h|gt?)*$"
 
 
-class SftHermesSchema(pa.DataFrameModel):
-    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    from_shape: Series[str] = pa.Field(str_matches=FROM_SHAPE_PATTERN)
-    line: Series[str] = pa.Field(str_startswith='{"conversations":[{"from":"system"')
+class SftHermesSchema(pandera.DataFrameModel):
+    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    from_shape: Series[str] = pandera.Field(str_matches=FROM_SHAPE_PATTERN)
+    line: Series[str] = pandera.Field(str_startswith='{"conversations":[{"from":"system"')
 
-    @pa.check("from_shape", name="has_gpt_turn")
+    @pandera.check("from_shape", name="has_gpt_turn")
     def has_gpt_turn(cls, shape: Series[str]) -> Series[bool]:
         return shape.str.contains("g", regex=False)
 

@@ -1,25 +1,25 @@
 """Contract of the token export: one row per trajectory with the token ids and log
 probabilities of its model calls (``formats/token_data.py``)."""
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
 
 
-class TokensSchema(pa.DataFrameModel):
-    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    reward: Series[float] = pa.Field(nullable=True)
-    calls: Series[int] = pa.Field(ge=1, description="model calls with token data")
-    generated_tokens: Series[int] = pa.Field(ge=1, description="tokens generated over all calls")
+class TokensSchema(pandera.DataFrameModel):
+    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    reward: Series[float] = pandera.Field(nullable=True)
+    calls: Series[int] = pandera.Field(ge=1, description="model calls with token data")
+    generated_tokens: Series[int] = pandera.Field(ge=1, description="tokens generated over all calls")
     # one log probability per generated token, in every call
-    aligned: Series[bool] = pa.Field(eq=True)
+    aligned: Series[bool] = pandera.Field(eq=True)
     contiguous: Series[bool]
-    line: Series[str] = pa.Field(str_startswith='{"trajectory_id":"')
+    line: Series[str] = pandera.Field(str_startswith='{"trajectory_id":"')
 
     class Config:
         strict = True

@@ -7,7 +7,7 @@ must be text and JSON objects, the form chat templates render right
 (``formats/text_chat.py``), and ``tools_type``: ``tools`` is a list of tool objects or null.
 """
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.dpo import DpoSchema
@@ -20,39 +20,39 @@ from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 TOOLS_TYPES = ["list", "NoneType"]
 
 
-class TrlSftSchema(pa.DataFrameModel):
-    trajectory_id: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    role_shape: Series[str] = pa.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
-    reward: Series[float] = pa.Field(nullable=True)
-    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
-    line: Series[str] = pa.Field(str_startswith='{"messages":[')
+class TrlSftSchema(pandera.DataFrameModel):
+    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
+    reward: Series[float] = pandera.Field(nullable=True)
+    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
+    tools_type: Series[str] = pandera.Field(isin=TOOLS_TYPES)
+    line: Series[str] = pandera.Field(str_startswith='{"messages":[')
 
     class Config:
         strict = True
 
 
 class TrlDpoSchema(DpoSchema):
-    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
+    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
+    tools_type: Series[str] = pandera.Field(isin=TOOLS_TYPES)
 
     class Config:
         strict = True
         unique = ["chosen_id", "rejected_id"]
 
 
-class TrlGrpoSchema(pa.DataFrameModel):
-    task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    prompt_shape: Series[str] = pa.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
-    mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[str] = pa.Field(isin=TOOLS_TYPES)
-    line: Series[str] = pa.Field(str_startswith='{"prompt":[')
+class TrlGrpoSchema(pandera.DataFrameModel):
+    task_key: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    prompt_shape: Series[str] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
+    mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
+    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
+    tools_type: Series[str] = pandera.Field(isin=TOOLS_TYPES)
+    line: Series[str] = pandera.Field(str_startswith='{"prompt":[')
 
     class Config:
         strict = True

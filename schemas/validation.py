@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.errors import SchemaErrors
 
 
@@ -22,7 +22,7 @@ class ContractResult:
         return sorted(set(self.failures.values()) | set(self.table_errors))[:limit]
 
 
-def validate(model: type[pa.DataFrameModel], frame: pd.DataFrame) -> ContractResult:
+def validate(model: type[pandera.DataFrameModel], frame: pd.DataFrame) -> ContractResult:
     """Validate every check lazily so one run reports all failures, not just the first."""
     try:
         validated = model.validate(frame, lazy=True)
@@ -46,7 +46,7 @@ class ChunkedContract:
     memory. Rows are numbered across chunks (each chunk's index must count from 0), and
     unique columns are also checked across chunks (on their flat values only)."""
 
-    model: type[pa.DataFrameModel]
+    model: type[pandera.DataFrameModel]
     # what the chunks so far found (state, not arguments)
     rows_checked: int = field(default=0, init=False)
     failures: dict[int, str] = field(default_factory=dict, init=False)

@@ -6,7 +6,7 @@ prompt's role letters (``chat.role_shape``): system only first, at least one use
 ``line`` is the row as JSON; the writer turns lines into Parquet with ``VERL_ARROW_SCHEMA``.
 """
 
-import pandera.pandas as pa
+import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import SPLITS
@@ -16,17 +16,17 @@ from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
 
 
-class VerlSchema(pa.DataFrameModel):
-    task_key: Series[str] = pa.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[str] = pa.Field(str_matches=HEX_ID)
-    split: Series[str] = pa.Field(isin=SPLITS)
-    data_source: Series[str] = pa.Field(str_length={"min_value": 1})
-    ability: Series[str] = pa.Field(str_length={"min_value": 1})
-    prompt_shape: Series[str] = pa.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
-    index: Series[int] = pa.Field(ge=0)
-    mean_reward: Series[float] = pa.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    value_types: Series[str] = pa.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
-    line: Series[str] = pa.Field(str_startswith='{"data_source":')
+class VerlSchema(pandera.DataFrameModel):
+    task_key: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
+    split: Series[str] = pandera.Field(isin=SPLITS)
+    data_source: Series[str] = pandera.Field(str_length={"min_value": 1})
+    ability: Series[str] = pandera.Field(str_length={"min_value": 1})
+    prompt_shape: Series[str] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
+    index: Series[int] = pandera.Field(ge=0)
+    mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
+    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
+    line: Series[str] = pandera.Field(str_startswith='{"data_source":')
 
     class Config:
         strict = True

@@ -65,3 +65,39 @@ def test_settings_default_to_the_bundled_sample(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     settings = RunSettings.from_env()
     assert settings.sources[0].endswith("samples/rollouts") and settings.storage.endswith("data")
+
+
+def test_every_asset_is_versioned_by_the_code_that_makes_it():
+    """A change to a conversion rule, a renderer or a contract marks every asset it feeds as
+    stale: each asset's code version is the hash of the package and its contracts."""
+    from trajectory_assets import __version__, code_version
+
+    graph = build_definitions(RunSettings(sources=["/in"], storage="/out")).resolve_asset_graph()
+    versions = {key.to_user_string(): graph.get(key).code_version for key in graph.get_all_asset_keys()}
+    assert set(versions.values()) == {code_version()}, versions
+    assert code_version().startswith(f"{__version__}+") and len(code_version()) > len(__version__) + 8
+
+
+def test_the_ui_shows_the_columns_of_the_written_files_each_described():
+    """Column schemas are the Arrow schemas the files are written with (not the contracts'
+    derived columns such as `role_shape` or `line`), and no column is left undescribed."""
+    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
+
+    graph = build_definitions(RunSettings(sources=["/in"], storage="/out")).resolve_asset_graph()
+
+    def columns(asset: str) -> list:
+        return graph.get(dg.AssetKey(asset)).metadata["dagster/column_schema"].columns
+
+    expected = {spec.asset_name: spec.arrow_schema.names for spec in EXPORTS}
+    expected["validated_trajectories"] = TRAJECTORY_ARROW_SCHEMA.names
+    expected["quarantined_records"] = ["source", "line", "reason", "detail", "raw"]
+    for asset, names in expected.items():
+        assert [column.name for column in columns(asset)] == names, asset
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        if "dagster/column_schema" in node.metadata:
+            undescribed = [c.name for c in node.metadata["dagster/column_schema"].columns if not c.description]
+            assert not undescribed, f"{key.to_user_string()}: {undescribed}"
+    assert "role_shape" not in [column.name for column in columns("trl_sft_dataset")]
+    assert {c.name: c.type for c in columns("trl_sft_dataset")}["tools"] == "list<json>"

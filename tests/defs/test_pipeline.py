@@ -159,6 +159,27 @@ def test_invalid_config_fails_with_a_clear_message(tmp_path):
     assert "sft.min_reward" in str(failure.step_failure_data.user_failure_data or failure.step_failure_data.error)
 
 
+def test_an_invalid_config_fails_each_datasets_step_once_without_retries(tmp_path):
+    """Batches ingested with a good config, then the config broken: every export and report step
+    fails at once, naming the setting; no step is retried (the same file would fail again)."""
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+    config = tmp_path / "c.yaml"
+    config.write_text("sft:\n  min_reward: high\n")
+    settings = RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path / "out"))
+    with dg.instance_for_test() as instance:
+        sync_batches(instance, batches)
+        ingest = build_definitions(settings).resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, tags=batch_run_tags(batches), raise_on_error=False)
+        assert ingest.success
+        broken = dataclasses.replace(settings, config_file=str(config))
+        result = build_definitions(broken).resolve_job_def(MAIN_JOB).execute_in_process(
+            instance=instance, raise_on_error=False)
+    assert not result.success
+    assert [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"] == []
+    failures = [e for e in result.all_events if e.is_step_failure]
+    assert failures and all("sft.min_reward" in e.step_failure_data.user_failure_data.description for e in failures)
+
+
 @pytest.mark.parametrize("fraction, expected", [(0.0, {"validation": 0}), (1.0, {"train": 0})])
 def test_split_fraction_from_config(tmp_path, fraction, expected):
     config = tmp_path / "c.yaml"
@@ -340,8 +361,8 @@ def test_a_failed_check_is_not_retried_away_by_a_storage_fault_in_the_same_run(t
     real_check = ingest_defs._check_batch
     real_write_bytes = Storage.write_bytes
 
-    def nothing_lost_fails_on_a(key, store, checks, counts):
-        results = real_check(key, store, checks, counts)
+    def nothing_lost_fails_on_a(key, store, checks, summary, counts):
+        results = real_check(key, store, checks, summary, counts)
         if "a.jsonl" in key:
             results[ingest_defs.NOTHING_LOST] = (False, counts, "counts do not reconcile")
         return results

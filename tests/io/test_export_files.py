@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from trajectory_assets.io.export_files import StoredExport
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.storage import NotMaterializedError, Storage
 
 
 def test_json_lines_are_scanned_whole_and_read_back_by_position(tmp_path):
@@ -44,7 +44,7 @@ def test_parquet_reads_only_the_asked_columns_and_only_the_row_groups_asked_for(
     assert [position for _, position, _ in export.scan(("chosen_id",))] == list(range(10))
 
 
-def test_a_missing_file_is_a_storage_error_naming_it(tmp_path):
+def test_a_missing_file_is_not_materialized_naming_it(tmp_path):
     export = StoredExport(Storage(str(tmp_path)), "dpo", {"format": "jsonl", "files": {"train.jsonl": {}}})
-    with pytest.raises(StorageError, match="exports/dpo/train.jsonl does not exist"):
+    with pytest.raises(NotMaterializedError, match="exports/dpo/train.jsonl does not exist"):
         list(export.scan(()))

@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.storage import NotMaterializedError, Storage, StorageError
 
 
 def test_write_is_atomic_and_leaves_no_temporary_files(tmp_path):
@@ -45,7 +45,7 @@ def test_parquet_round_trip_and_missing_file_message(tmp_path):
     chunks = list(store.iter_parquet("t.parquet", columns=None, batch_rows=2))
     assert [chunk["x"].tolist() for chunk in chunks] == [[1, 2], [3]]
     assert [chunk.index.tolist() for chunk in chunks] == [[0, 1], [0]]  # each counts from 0
-    with pytest.raises(StorageError, match="materialize its asset first"):
+    with pytest.raises(NotMaterializedError, match="materialize its asset first"):
         next(store.iter_parquet("missing.parquet", columns=None, batch_rows=2))
 
 

@@ -5,7 +5,7 @@ from trajectory_assets import layout
 from trajectory_assets.datasets.trajectories import ingest
 from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.sources import discover
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.storage import NotMaterializedError, Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 
 
@@ -34,5 +34,5 @@ def test_scan_of_nothing_yields_one_typed_empty_chunk(tmp_path):
 
 
 def test_a_registered_batch_that_was_never_ingested_is_a_clear_error(tmp_path):
-    with pytest.raises(StorageError, match="not ingested yet"):
+    with pytest.raises(NotMaterializedError, match="not ingested yet"):
         StoredTrajectories(Storage(str(tmp_path)), ["missing"])

@@ -85,6 +85,13 @@ class ExportSpec:
     def checks_margin(self) -> bool:
         return "quality_difference" in self.contract.to_schema().columns
 
+    @property
+    def column_descriptions(self) -> dict[str, str]:
+        """What each field of the written rows holds. The contract checks flat columns derived
+        from the rows (``role_shape``, ``line``, counts), not the rows' fields, so these come
+        from ``FIELD_DESCRIPTIONS``, not from the contract."""
+        return {name: FIELD_DESCRIPTIONS[name] for name in self.arrow_schema.names}
+
     @cached_property
     def frame(self) -> dict[str, Any]:
         """The dtypes of the renderer's flat columns: the contract's columns but ``split``
@@ -93,6 +100,49 @@ class ExportSpec:
         return {name: str if isinstance(column.dtype, NpString) else str(column.dtype)
                 for name, column in columns.items() if name != "split"}
 
+
+# What each field of the export rows holds (shown as the assets' column descriptions in the UI);
+# a field means the same in every export that has it.
+FIELD_DESCRIPTIONS = {
+    "messages": "the whole conversation: system, user, assistant (with reasoning_content and tool_calls) and tool "
+                "messages",
+    "tools": "the tools offered to the model, as Chat Completions tool objects (null: none)",
+    "reward": "the rollout's reward (null: none recorded)",
+    "task_type": "the task's type or environment, if recorded",
+    "trajectory_id": "the rollout's id in validated_trajectories (SHA-256 of its raw line)",
+    "task_key": "the task the rows were grouped by (validated_trajectories.task_key)",
+    "prompt": "the prompt messages: system and user turns up to the model's first turn",
+    "chosen": "the preferred completion: the messages after the shared prompt",
+    "rejected": "the other completion, with a lower reward",
+    "quality_difference": "reward_chosen - reward_rejected (> 0)",
+    "reward_chosen": "the chosen rollout's reward",
+    "reward_rejected": "the rejected rollout's reward",
+    "chosen_id": "the chosen rollout's trajectory_id",
+    "rejected_id": "the rejected rollout's trajectory_id",
+    "pairing": "the pairing rule that made the pair (dpo.pairing)",
+    "conversations": "the conversation as ShareGPT turns {from, value}",
+    "responses_create_params": "the request to replay (NeMo Gym's responses_create_params)",
+    "agent_ref": "the NeMo Gym agent that runs the task {type, name}",
+    "trajectory_ids": "the task's rollouts in validated_trajectories",
+    "num_rollouts": "how many rollouts of the task were collected",
+    "mean_reward": "the mean reward of the task's rollouts",
+    "reward_std": "the standard deviation of the task's rewards",
+    "pass_rate": "the share of the task's rollouts at or above grpo.pass_threshold",
+    "zero_variance": "whether every rollout of the task got the same reward",
+    "ground_truth": "what the reward function checks against (the verifier's expected answer), as JSON text",
+    "agent_name": "the agent that ran the task",
+    "data_source": "verl's reward-function key: the agent",
+    "ability": "verl's task category: the task_type, else the agent",
+    "reward_model": "verl's {style: rule, ground_truth}",
+    "extra_info": "verl's extra fields: split, index, task_key, agent, tools and their kwargs, rollout statistics",
+    "system": "the system prompt",
+    "context": "the shared prompt messages (NeMo RL's context)",
+    "completions": "the two ranked completions {rank, completion}; rank 0 is preferred",
+    "model": "the model that generated the tokens",
+    "calls": "per model call: its message's index, the prompt's and the generation's token ids, and the log "
+             "probability of each generated token",
+    "contiguous": "whether every call's prompt extends all the tokens before it",
+}
 
 SFT_LINEAGE = {"messages": ["messages"], "tools": ["tools"], "reward": ["reward"], "task_type": ["task_type"],
                "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}

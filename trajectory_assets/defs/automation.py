@@ -18,7 +18,7 @@ from trajectory_assets.io.sources import (
     discover,
     source_fingerprint,
 )
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.storage import NotMaterializedError, Storage
 
 INGEST_JOB = "ingest_rollout_batch"
 MAIN_JOB = "build_training_datasets"
@@ -69,7 +69,7 @@ def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
     its run reports it. A passing storage fault is raised: the next evaluation looks again."""
     try:
         recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
-    except StorageError:
+    except NotMaterializedError:
         return True  # never ingested (or its record is gone): run it
     return describe_batch(source)["data_version"] != recorded.get("data_version", recorded.get("sha256"))
 

@@ -5,7 +5,7 @@ import orjson
 
 from trajectory_assets import layout
 from trajectory_assets.datasets.trajectories import merge_summaries
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.storage import NotMaterializedError, Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 
 
@@ -17,7 +17,7 @@ def registered_batches(context: dg.AssetExecutionContext) -> list[str]:
 def stored_trajectories(store: Storage, batches: list[str]) -> StoredTrajectories:
     try:
         return StoredTrajectories(store, batches)
-    except StorageError as error:  # a registered batch not ingested yet: retrying won't ingest it
+    except NotMaterializedError as error:  # a registered batch not ingested yet: retrying won't ingest it
         raise dg.Failure(description=str(error), allow_retries=False) from None
 
 

@@ -28,7 +28,7 @@ from trajectory_assets.datasets.manifest import build_manifest, describe
 from trajectory_assets.datasets.registry import EXPORT_FAMILIES, ExportSpec, family_specs, iter_family
 from trajectory_assets.datasets.token_budget import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
-from trajectory_assets.defs.contracts import column_schema, contract_check_result
+from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
 from trajectory_assets.formats.arrow_rows import hf_features
@@ -171,7 +171,8 @@ def build_family_asset(family: str, kinds: list[ExportSpec] | None = None) -> dg
                 code_version=code_version(),
                 kinds={kind.file_format, "pandera"},
                 description=kind.description,
-                metadata={"dagster/column_schema": column_schema(kind.contract)},
+                metadata={"dagster/column_schema": written_column_schema(kind.arrow_schema,
+                                                                         kind.column_descriptions)},
                 automation_condition=dg.AutomationCondition.eager(),
             )
             for kind in kinds

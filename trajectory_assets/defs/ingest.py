@@ -16,12 +16,12 @@ import pyarrow.parquet as pq
 
 from schemas.quarantine import QuarantineSchema
 from schemas.raw_rollouts import RawRolloutSchema
-from schemas.trajectory import TrajectorySchema
+from schemas.trajectory import column_descriptions as trajectory_column_descriptions
 from schemas.validation import validate
-from trajectory_assets import __version__, layout
+from trajectory_assets import code_version, layout
 from trajectory_assets.datasets.trajectories import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
-from trajectory_assets.defs.contracts import column_schema, contract_metadata
+from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
 from trajectory_assets.defs.run_plan import BATCHES_PER_RUN
@@ -69,7 +69,7 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
         dg.AssetSpec(
             RAW,
             group_name=GROUP,
-            code_version=__version__,
+            code_version=code_version(),
             kinds={"jsonl", "pandera"},
             description="One rollout file (NeMo Gym or Hermes ``*.jsonl`` / ``*.jsonl.gz``): its URI, size and "
             "SHA-256, and those of NeMo Gym's materialized inputs when they lie beside it; together they are the "
@@ -82,17 +82,18 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
             TRAJECTORIES,
             deps=[RAW],
             group_name=GROUP,
-            code_version=__version__,
+            code_version=code_version(),
             kinds={"parquet", "pandera"},
             description="One row per accepted rollout in canonical Chat Completions form "
             "(messages/tools as JSON strings), with reward, task_key, lineage and counts.",
-            metadata={"dagster/column_schema": column_schema(TrajectorySchema)},
+            metadata={"dagster/column_schema": written_column_schema(TRAJECTORY_ARROW_SCHEMA,
+                                                                     trajectory_column_descriptions())},
         ),
         dg.AssetSpec(
             QUARANTINE,
             deps=[RAW],
             group_name=GROUP,
-            code_version=__version__,
+            code_version=code_version(),
             kinds={"jsonl", "pandera"},
             description="Every record that could not become a trajectory: source, line, reason code, "
             "message and the raw line.",
@@ -201,10 +202,7 @@ def _write_source_record(context: dg.AssetExecutionContext, key: str, sources: R
 def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
     """Writes the batch's trajectories, quarantine and summary. A source that cannot be
     opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error."""
-    try:
-        config = settings.load()
-    except dg.Failure as error:  # the config cannot be used: retrying won't change it
-        raise dg.Failure(description=error.description, allow_retries=False) from None
+    config = settings.load()
     redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
     recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
     # a side file that could not be read is left out (its error is in the raw record)

@@ -28,7 +28,8 @@ class PipelineSettings(dg.ConfigurableResource):
     config_file: str | None = None
 
     def load(self) -> PipelineConfig:
+        """The config, or a failure that is never retried: the same file would fail again."""
         try:
             return load_config(self.config_file)
         except ConfigError as error:
-            raise dg.Failure(description=str(error)) from None
+            raise dg.Failure(description=str(error), allow_retries=False) from None

@@ -24,7 +24,13 @@ from fsspec.implementations.local import LocalFileSystem
 
 
 class StorageError(Exception):
-    """Storage cannot be written or read; the message names the path."""
+    """Storage cannot be written or read (a fault of the disk, the network or the object
+    store, worth retrying); the message names the path."""
+
+
+class NotMaterializedError(Exception):
+    """A stored file that is not there: the asset that writes it has not been materialized
+    (yet). Not a storage fault: retrying the step would not write it."""
 
 
 class Storage:
@@ -70,7 +76,7 @@ class Storage:
         try:
             return self.fs.open(self.path(relative), "rb")
         except FileNotFoundError:
-            raise StorageError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
+            raise NotMaterializedError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         with self.open_write(relative) as handle:

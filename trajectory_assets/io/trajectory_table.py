@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from trajectory_assets import layout
 from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
-from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.io.storage import NotMaterializedError, Storage
 
 # rows per chunk of message payloads: an SFT chunk is rendered in four formats at once, so it
 # bounds the exports' memory (on the 250 MB benchmark corpus the SFT step peaked at 909 MiB
@@ -34,7 +34,7 @@ class StoredTrajectories:
         self.chunk_rows = chunk_rows or CHUNK_ROWS  # read here so a test can shrink it for a whole run
         missing = [key for key in batches if not store.exists(layout.batch_summary(key))]
         if missing:
-            raise StorageError(
+            raise NotMaterializedError(
                 f"{len(missing)} registered batch(es) not ingested yet: {missing[:5]}; "
                 "materialize validated_trajectories for them first"
             )
