@@ -9,16 +9,11 @@ renderer refuses conversations by.
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.sft import SPLITS
-from schemas.trajectory import HEX_ID
+from schemas.sft import TrajectoryRowSchema
 from trajectory_assets.formats.llama_factory import TURN_SHAPE_PATTERN
 
 
-class LlamaFactorySchema(pandera.DataFrameModel):
-    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
+class LlamaFactorySchema(TrajectoryRowSchema):
     turn_shape: Series[str] = pandera.Field(str_matches=TURN_SHAPE_PATTERN)
     line: Series[str] = pandera.Field(str_startswith='{"conversations":[')
 

@@ -13,11 +13,17 @@ from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PAT
 SPLITS = ["train", "validation"]
 
 
-class SftSchema(pandera.DataFrameModel):
+class TrajectoryRowSchema(pandera.DataFrameModel):
+    """What every export row made from one trajectory carries: the trajectory (once per
+    export), its task and prompt, and the split its prompt fell in."""
+
     trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
     task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
     prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
     split: Series[str] = pandera.Field(isin=SPLITS)
+
+
+class SftSchema(TrajectoryRowSchema):
     role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN)
     reward: Series[float] = pandera.Field(nullable=True)
     line: Series[str] = pandera.Field(str_startswith='{"messages":[')

@@ -8,17 +8,12 @@ is at least one gpt turn.
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.sft import SPLITS
-from schemas.trajectory import HEX_ID
+from schemas.sft import TrajectoryRowSchema
 
 FROM_SHAPE_PATTERN = r"^s(?:h|gt?)*$"
 
 
-class SftHermesSchema(pandera.DataFrameModel):
-    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
+class SftHermesSchema(TrajectoryRowSchema):
     from_shape: Series[str] = pandera.Field(str_matches=FROM_SHAPE_PATTERN)
     line: Series[str] = pandera.Field(str_startswith='{"conversations":[{"from":"system"')
 

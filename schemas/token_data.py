@@ -4,15 +4,10 @@ probabilities of its model calls (``formats/token_data.py``)."""
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.sft import SPLITS
-from schemas.trajectory import HEX_ID
+from schemas.sft import TrajectoryRowSchema
 
 
-class TokensSchema(pandera.DataFrameModel):
-    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
+class TokensSchema(TrajectoryRowSchema):
     reward: Series[float] = pandera.Field(nullable=True)
     calls: Series[int] = pandera.Field(ge=1, description="model calls with token data")
     generated_tokens: Series[int] = pandera.Field(ge=1, description="tokens generated over all calls")

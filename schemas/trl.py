@@ -11,7 +11,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.dpo import DpoSchema
-from schemas.sft import SPLITS
+from schemas.sft import SPLITS, TrajectoryRowSchema
 from schemas.trajectory import HEX_ID
 from schemas.verl import SYSTEM_ONLY_FIRST
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
@@ -20,11 +20,7 @@ from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 TOOLS_TYPES = ["list", "NoneType"]
 
 
-class TrlSftSchema(pandera.DataFrameModel):
-    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
+class TrlSftSchema(TrajectoryRowSchema):
     role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
     reward: Series[float] = pandera.Field(nullable=True)
     value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
