@@ -11,7 +11,8 @@ class RawRolloutSchema(pandera.DataFrameModel):
     source_id: Series[str] = pandera.Field(
         str_length={"min_value": 1}, description="the file's path relative to its source root's parent")
     sha256: Series[str] = pandera.Field(
-        nullable=True, str_matches=SHA256, description="SHA-256 of the file's stored bytes; null when it cannot be read")
+        nullable=True, str_matches=SHA256,
+        description="SHA-256 of the file's stored bytes; null when it cannot be read")
     bytes: Series[pandera.Int64] = pandera.Field(ge=0, description="size of the file's stored bytes")
     inputs_uri: Series[str] = pandera.Field(
         nullable=True, description="NeMo Gym's materialized inputs beside the file, if any")

@@ -73,6 +73,26 @@ def test_dpo_pairs_best_against_worst_of_a_task_with_shared_prompt():
     assert (pair["chosen_id"], pair["rejected_id"]) == (id_by_reward[1.0], id_by_reward[0.0])
 
 
+def test_a_conversation_recorded_in_the_output_gives_dpo_its_shared_prompt_and_grpo_its_request():
+    """Harnesses that log the whole conversation in the output (empty input): the system and
+    user turns there are the prompt, for the pairing, the DPO prompt and the GRPO request."""
+    def logged(answer, reward):
+        output = [message_item("You are terse.", role="system"), message_item("Name a prime.", role="user"),
+                  message_item(answer)]
+        return make_rollout(output, request_input=[], reward=reward, _ng_task_index=0, agent_ref={"name": "a"})
+
+    frame = trajectory_frame([logged("7", 1.0), logged("9", 0.0)])
+    assert frame["prompt_key"].nunique() == 1  # the same prompt, so the two rollouts pair
+    (pair,) = rows_of(build("dpo", frame, DpoConfig(), ALL_TRAIN))
+    assert pair["prompt"] == [{"role": "system", "content": "You are terse."},
+                              {"role": "user", "content": "Name a prime."}]
+    assert (pair["chosen"], pair["rejected"]) == ([{"role": "assistant", "content": "7"}],
+                                                  [{"role": "assistant", "content": "9"}])
+    (task_row,) = rows_of(build("grpo", frame, GrpoConfig(), ALL_TRAIN))
+    assert [item["role"] for item in task_row["responses_create_params"]["input"]] == ["system", "user"]
+    assert task_row["num_rollouts"] == 2
+
+
 def test_dpo_exactly_two_follows_the_seed_rule():
     frame = trajectory_frame([task(0, 1.0, "a"), task(0, 0.0, "b"), task(1, 1.0, "a"), task(1, 0.5, "b"), task(1, 0.0, "c")])
     result = build("dpo", frame, DpoConfig(pairing="exactly_two"), ALL_TRAIN)
