@@ -82,7 +82,7 @@ UNCHECKED_COLUMNS = {
     "input_tokens": "the response's recorded prompt tokens",
     "output_tokens": "the response's recorded completion tokens",
     "total_tokens": "the response's recorded total tokens",
-    "quality_flags": "anomalies found in conversion, as a JSON list (README: quality flags)",
+    "quality_flags": "anomalies found in conversion, comma-separated flag names (README: conversion rules)",
     "request": "the request as recorded (responses_create_params, JSON): what a GRPO row replays",
     "task_inputs": "what the verifier was given, from NeMo Gym's materialized inputs (JSON)",
     "token_data": "NeMo Gym's token ids and log probabilities per model call, if recorded",

@@ -4,14 +4,13 @@ report page tests: pages record every console error and dialog they raise."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, in_ci
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = PROJECT_ROOT / "tests" / "artifacts"
@@ -21,7 +20,7 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
 
 # Outside CI a machine without Chromium skips these tests with the reason; with CI set they run
 # and `chromium_page` fails them, so CI can never pass them by skipping.
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists() and not os.environ.get("CI"),
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists() and not in_ci(),
                                     reason="Debian's chromium is not installed (make test installs it)")
 
 

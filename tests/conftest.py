@@ -18,6 +18,11 @@ SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
 
 
+def in_ci() -> bool:
+    """Whether CI is set: there, a test whose tools or data are missing fails instead of skipping."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def temporary_dagster_home(folder: Path) -> Path:
     """A Dagster instance folder with the project's dagster.yaml (SQLite storage in it)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -160,8 +160,9 @@ def test_invalid_config_fails_with_a_clear_message(tmp_path):
 
 
 def test_an_invalid_config_fails_each_datasets_step_once_without_retries(tmp_path):
-    """Batches ingested with a good config, then the config broken: every export and report step
-    fails at once, naming the setting; no step is retried (the same file would fail again)."""
+    """Batches ingested with a good config, then the config broken: every export step fails at
+    once, naming the setting (the report, downstream, does not run); no step is retried (the
+    same file would fail again)."""
     batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
     config = tmp_path / "c.yaml"
     config.write_text("sft:\n  min_reward: high\n")

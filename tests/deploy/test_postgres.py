@@ -1,19 +1,19 @@
 """The Postgres instance (deploy/postgres/dagster.yaml) against a real PostgreSQL server on
 loopback: concurrent batch runs write the one instance, and the exports equal a SQLite run's."""
 
-import os
 import shutil
 
 import dagster as dg
 import pytest
 import yaml
 
-from tests.conftest import PROJECT_ROOT, make_rollout, message_item, temporary_dagster_home, write_jsonl, written_files
+from tests.conftest import (PROJECT_ROOT, in_ci, make_rollout, message_item, temporary_dagster_home, write_jsonl,
+                            written_files)
 from tests.deploy.postgres_server import loopback_postgres, postgres_bin
 from trajectory_assets.cli import main
 
 POSTGRES_CONFIG = PROJECT_ROOT / "deploy" / "postgres" / "dagster.yaml"
-if postgres_bin() is None and os.environ.get("CI"):
+if postgres_bin() is None and in_ci():
     pytest.fail("CI is set but PostgreSQL's server binaries are missing (make test installs them)", pytrace=False)
 pytestmark = pytest.mark.skipif(
     postgres_bin() is None, reason="PostgreSQL server binaries are not installed (make test installs Debian's "

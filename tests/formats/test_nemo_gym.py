@@ -448,6 +448,18 @@ def test_a_turn_cut_between_input_and_output_is_one_turn_as_nemo_gym_reads_it():
     assert trajectory.quality_flags == [] and "late_tool_responses" not in trajectory.metadata
 
 
+def test_an_unknown_model_item_at_the_boundary_continues_the_turn_as_it_does_anywhere():
+    """An unknown item that is no result (a web search call) keeps the turn open inside the
+    output, so it does across the boundary too."""
+    request = [{"role": "user", "content": "Q"}, reasoning_item("search first")]
+    output = [{"type": "web_search_call", "id": "ws1"}, message_item("found it")]
+    merged = convert(make_rollout(output, request_input=request))
+    assert roles(merged) == ["user", "assistant"] and merged.prompt_length == 1
+    assert merged.messages[1]["reasoning_content"] == "search first" and merged.messages[1]["content"] == "found it"
+    in_output = convert(make_rollout([reasoning_item("search first"), *output], request_input=request[:1]))
+    assert in_output.messages == merged.messages
+
+
 def test_request_boundary_split_keeps_the_inputs_model_items_as_a_turn_in_the_prompt():
     request = [{"role": "user", "content": "Q"}, reasoning_item("plan"), call_item("f", "{}", "c1")]
     output = [call_item("g", "{}", "c2"), output_item("c2", "two"), message_item("done")]

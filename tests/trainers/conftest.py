@@ -7,20 +7,17 @@ missing; with CI set, missing libraries fail instead, so CI can never skip the g
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import in_ci
 
 TRAINER_LIBS = ("torch", "trl", "transformers", "datasets", "tokenizers")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "trainers: exports trained by TRL (needs `make trainers`)")
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def trainer_libs_missing() -> str:

@@ -38,7 +38,7 @@ def arrow_type_name(arrow_type: pyarrow.DataType) -> str:
     >>> arrow_type_name(pyarrow.list_(pyarrow.struct([("role", pyarrow.string()), ("n", pyarrow.int64())])))
     'list<struct<role: string, n: int64>>'
     """
-    if isinstance(arrow_type, pyarrow.ExtensionType) or getattr(arrow_type, "extension_name", None):
+    if getattr(arrow_type, "extension_name", None):  # pyarrow's JSON type is a built-in extension type
         return "json" if arrow_type.extension_name == "arrow.json" else arrow_type.extension_name
     if pyarrow.types.is_list(arrow_type) or pyarrow.types.is_large_list(arrow_type):
         return f"list<{arrow_type_name(arrow_type.value_type)}>"

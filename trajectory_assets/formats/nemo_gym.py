@@ -288,16 +288,19 @@ def _close_request(conversation: _Conversation, output: list[Any], options: Conv
     >>> _close_request(merged, [{"type": "function_call", "name": "f", "call_id": "c"}], ConversionConfig())
     1
     """
-    continues = bool(output) and isinstance(output[0], dict) and _is_model_item(output[0])
+    continues = bool(output) and isinstance(output[0], dict) and _continues_turn(output[0])
     if options.request_boundary == "merge" and continues:
         return len(conversation.messages)  # the open turn goes on in the output
     return conversation.end_turn()
 
 
-def _is_model_item(item: dict[str, Any]) -> bool:
-    """An item the model produced: it goes into the current assistant turn."""
-    return item.get("type") in ("reasoning", "function_call") or (
-        item.get("type") in (None, "message") and item.get("role") == "assistant")
+def _continues_turn(item: dict[str, Any]) -> bool:
+    """Whether ``_Conversation._add_item`` keeps the model's turn open for this item: all but
+    a message of another role and a tool or environment result (``*_output``)."""
+    item_type = item.get("type")
+    if item_type in (None, "message"):
+        return item.get("role") == "assistant"
+    return not (isinstance(item_type, str) and item_type.endswith("_output"))
 
 
 def _per_step_transcripts(output: list[Any], options: ConversionConfig) -> list[list[Any]] | None:
