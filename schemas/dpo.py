@@ -6,24 +6,25 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
+from schemas.validation import ArrowString
 from trajectory_assets.formats.chat import ROLE_SHAPE_PATTERN
 
 STARTS_WITH_ASSISTANT = r"^[ac]"
 
 
 class DpoSchema(pandera.DataFrameModel):
-    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
-    chosen_id: Series[str] = pandera.Field(str_matches=HEX_ID)
-    rejected_id: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_shape: Series[str] = pandera.Field(str_contains="u")
-    chosen_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT)
-    rejected_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT)
+    task_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
+    chosen_id: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    rejected_id: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    prompt_shape: Series[ArrowString] = pandera.Field(str_contains="u")
+    chosen_shape: Series[ArrowString] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT)
+    rejected_shape: Series[ArrowString] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT)
     reward_chosen: Series[float]
     reward_rejected: Series[float]
     quality_difference: Series[float] = pandera.Field(gt=0)
-    line: Series[str] = pandera.Field(str_startswith='{"prompt":[')
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"prompt":[')
 
     @pandera.dataframe_check(name="chosen_is_not_rejected")
     def chosen_is_not_rejected(cls, df):

@@ -6,18 +6,19 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
+from schemas.validation import ArrowString
 
 
 class GrpoSchema(pandera.DataFrameModel):
-    task_key: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
-    agent_name: Series[str] = pandera.Field(str_length={"min_value": 1})
+    task_key: Series[ArrowString] = pandera.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
+    agent_name: Series[ArrowString] = pandera.Field(str_length={"min_value": 1})
     input_items: Series[int] = pandera.Field(ge=1)
     # the verifier's inputs written beside the request (NeMo Gym's materialized inputs), comma-joined
-    input_keys: Series[str] = pandera.Field(str_matches=r"^(?:[^,]+(?:,[^,]+)*)?$")
+    input_keys: Series[ArrowString] = pandera.Field(str_matches=r"^(?:[^,]+(?:,[^,]+)*)?$")
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    line: Series[str] = pandera.Field(str_startswith='{"responses_create_params":{')
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"responses_create_params":{')
 
     class Config:
         strict = True

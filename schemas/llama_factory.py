@@ -10,12 +10,13 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import TrajectoryRowSchema
+from schemas.validation import ArrowString
 from trajectory_assets.formats.llama_factory import TURN_SHAPE_PATTERN
 
 
 class LlamaFactorySchema(TrajectoryRowSchema):
-    turn_shape: Series[str] = pandera.Field(str_matches=TURN_SHAPE_PATTERN)
-    line: Series[str] = pandera.Field(str_startswith='{"conversations":[')
+    turn_shape: Series[ArrowString] = pandera.Field(str_matches=TURN_SHAPE_PATTERN)
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"conversations":[')
 
     class Config:
         strict = True

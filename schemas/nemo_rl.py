@@ -11,22 +11,25 @@ from pandera.typing import Series
 
 from schemas.dpo import STARTS_WITH_ASSISTANT
 from schemas.trl import TrlDpoSchema, TrlSftSchema
+from schemas.validation import ArrowString
 from trajectory_assets.formats.chat import ROLE_SHAPE_PATTERN
 
 ENDS_WITH_ASSISTANT = r"[ac]$"
 
 
 class NemoRlSftSchema(TrlSftSchema):
-    role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=ENDS_WITH_ASSISTANT)
+    role_shape: Series[ArrowString] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=ENDS_WITH_ASSISTANT)
 
     class Config:
         strict = True
 
 
 class NemoRlDpoSchema(TrlDpoSchema):
-    chosen_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
-    rejected_shape: Series[str] = pandera.Field(str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
-    line: Series[str] = pandera.Field(str_startswith='{"context":[')
+    chosen_shape: Series[ArrowString] = pandera.Field(
+        str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
+    rejected_shape: Series[ArrowString] = pandera.Field(
+        str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"context":[')
 
     class Config:
         strict = True

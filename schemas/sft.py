@@ -8,6 +8,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.trajectory import HEX_ID
+from schemas.validation import ArrowString
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 
 SPLITS = ["train", "validation"]
@@ -17,19 +18,19 @@ class TrajectoryRowSchema(pandera.DataFrameModel):
     """What every export row made from one trajectory carries: the trajectory (once per
     export), its task and prompt, and the split its prompt fell in."""
 
-    trajectory_id: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    task_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
+    trajectory_id: Series[ArrowString] = pandera.Field(unique=True, str_matches=HEX_ID)
+    task_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
 
 
 class SftSchema(TrajectoryRowSchema):
-    role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN)
+    role_shape: Series[ArrowString] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN)
     reward: Series[float] = pandera.Field(nullable=True)
-    line: Series[str] = pandera.Field(str_startswith='{"messages":[')
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"messages":[')
 
     @pandera.check("role_shape", name="has_assistant_turn")
-    def has_assistant_turn(cls, shape: Series[str]) -> Series[bool]:
+    def has_assistant_turn(cls, shape: Series[ArrowString]) -> Series[bool]:
         return shape.str.contains(HAS_ASSISTANT_PATTERN, regex=True)
 
     class Config:

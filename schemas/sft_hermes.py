@@ -9,16 +9,17 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import TrajectoryRowSchema
+from schemas.validation import ArrowString
 
 FROM_SHAPE_PATTERN = r"^s(?:h|gt?)*$"
 
 
 class SftHermesSchema(TrajectoryRowSchema):
-    from_shape: Series[str] = pandera.Field(str_matches=FROM_SHAPE_PATTERN)
-    line: Series[str] = pandera.Field(str_startswith='{"conversations":[{"from":"system"')
+    from_shape: Series[ArrowString] = pandera.Field(str_matches=FROM_SHAPE_PATTERN)
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"conversations":[{"from":"system"')
 
     @pandera.check("from_shape", name="has_gpt_turn")
-    def has_gpt_turn(cls, shape: Series[str]) -> Series[bool]:
+    def has_gpt_turn(cls, shape: Series[ArrowString]) -> Series[bool]:
         return shape.str.contains("g", regex=False)
 
     class Config:

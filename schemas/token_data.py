@@ -5,6 +5,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import TrajectoryRowSchema
+from schemas.validation import ArrowString
 
 
 class TokensSchema(TrajectoryRowSchema):
@@ -14,7 +15,7 @@ class TokensSchema(TrajectoryRowSchema):
     # one log probability per generated token, in every call
     aligned: Series[bool] = pandera.Field(eq=True)
     contiguous: Series[bool]
-    line: Series[str] = pandera.Field(str_startswith='{"trajectory_id":"')
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"trajectory_id":"')
 
     class Config:
         strict = True

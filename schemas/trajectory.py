@@ -3,29 +3,30 @@
 import pandera.pandas as pandera
 from pandera.typing import Series
 
+from schemas.validation import ArrowString
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 
 HEX_ID = r"^[0-9a-f]{24,64}$"
 
 
 class TrajectorySchema(pandera.DataFrameModel):
-    trajectory_id: Series[str] = pandera.Field(
+    trajectory_id: Series[ArrowString] = pandera.Field(
         unique=True, str_matches=HEX_ID, description="SHA-256 of the raw line: the rollout's id everywhere")
-    source_format: Series[str] = pandera.Field(isin=["nemo_gym", "hermes"], description="the producer's format")
-    source_uri: Series[str] = pandera.Field(description="URI of the source file")
-    source_id: Series[str] = pandera.Field(description="the source file's path relative to its root's parent")
+    source_format: Series[ArrowString] = pandera.Field(isin=["nemo_gym", "hermes"], description="the producer's format")
+    source_uri: Series[ArrowString] = pandera.Field(description="URI of the source file")
+    source_id: Series[ArrowString] = pandera.Field(description="the source file's path relative to its root's parent")
     source_line: Series[int] = pandera.Field(ge=1, description="the record's line in the source file (1-based)")
-    task_key: Series[str] = pandera.Field(
+    task_key: Series[ArrowString] = pandera.Field(
         str_matches=HEX_ID, description="the task: _ng_task_index scoped to its file, else the prompt_key")
-    prompt_key: Series[str] = pandera.Field(
+    prompt_key: Series[ArrowString] = pandera.Field(
         str_matches=HEX_ID, description="SHA-256 of the converted prompt and tools: what the split is decided on")
     reward: Series[float] = pandera.Field(nullable=True, description="the verifier's reward (null: none recorded)")
     completed: Series[bool] = pandera.Field(description="whether the response finished (status completed)")
     mask_sample: Series[bool] = pandera.Field(description="NeMo Gym's mask_sample: not to be trained on")
-    messages: Series[str] = pandera.Field(
+    messages: Series[ArrowString] = pandera.Field(
         str_startswith="[", description="the conversation as OpenAI Chat Completions messages (JSON)")
     prompt_length: Series[int] = pandera.Field(ge=1, description="how many of the messages are the prompt")
-    role_shape: Series[str] = pandera.Field(
+    role_shape: Series[ArrowString] = pandera.Field(
         str_matches=ROLE_SHAPE_PATTERN, description="one letter per message: s(ystem), u(ser), a(ssistant), t(ool)")
     num_messages: Series[int] = pandera.Field(ge=2, description="number of messages")
     num_assistant_turns: Series[int] = pandera.Field(ge=1, description="number of assistant messages")
@@ -33,13 +34,13 @@ class TrajectorySchema(pandera.DataFrameModel):
     unanswered_tool_calls: Series[int] = pandera.Field(ge=0, description="tool calls no tool message answers")
     tool_results: Series[int] = pandera.Field(ge=0, description="number of tool messages")
     tool_errors: Series[int] = pandera.Field(ge=0, description="tool messages that report an error")
-    content_hash: Series[str] = pandera.Field(
+    content_hash: Series[ArrowString] = pandera.Field(
         str_matches=HEX_ID, description="SHA-256 of the messages and tools: what exact de-duplication compares")
     messages_chars: Series[int] = pandera.Field(gt=0, description="length of the messages column's JSON text")
     unknown_items: Series[int] = pandera.Field(ge=0, description="items of unknown type kept in metadata")
 
     @pandera.check("role_shape", name="has_assistant_turn")
-    def has_assistant_turn(cls, shape: Series[str]) -> Series[bool]:
+    def has_assistant_turn(cls, shape: Series[ArrowString]) -> Series[bool]:
         return shape.str.contains(HAS_ASSISTANT_PATTERN, regex=True)
 
     @pandera.dataframe_check(name="shape_matches_message_count")

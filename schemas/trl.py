@@ -13,6 +13,7 @@ from pandera.typing import Series
 from schemas.dpo import DpoSchema
 from schemas.sft import SPLITS, TrajectoryRowSchema
 from schemas.trajectory import HEX_ID
+from schemas.validation import ArrowString
 from schemas.verl import SYSTEM_ONLY_FIRST
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
@@ -21,19 +22,19 @@ TOOLS_TYPES = ["list", "NoneType"]
 
 
 class TrlSftSchema(TrajectoryRowSchema):
-    role_shape: Series[str] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
+    role_shape: Series[ArrowString] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
     reward: Series[float] = pandera.Field(nullable=True)
-    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[str] = pandera.Field(isin=TOOLS_TYPES)
-    line: Series[str] = pandera.Field(str_startswith='{"messages":[')
+    value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
+    tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"messages":[')
 
     class Config:
         strict = True
 
 
 class TrlDpoSchema(DpoSchema):
-    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[str] = pandera.Field(isin=TOOLS_TYPES)
+    value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
+    tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
 
     class Config:
         strict = True
@@ -41,14 +42,14 @@ class TrlDpoSchema(DpoSchema):
 
 
 class TrlGrpoSchema(pandera.DataFrameModel):
-    task_key: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
-    prompt_shape: Series[str] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
+    task_key: Series[ArrowString] = pandera.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
+    prompt_shape: Series[ArrowString] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[str] = pandera.Field(isin=TOOLS_TYPES)
-    line: Series[str] = pandera.Field(str_startswith='{"prompt":[')
+    value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
+    tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"prompt":[')
 
     class Config:
         strict = True

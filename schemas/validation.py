@@ -1,14 +1,67 @@
 """Run a contract lazily and summarise its failures per row (shared by assets and ingest),
-on one frame or on a table checked chunk by chunk."""
+on one frame or on a table checked chunk by chunk; the string dtype every contract declares.
+
+Contracts declare their string columns :data:`ArrowString` (pandas' pyarrow-backed
+``string[pyarrow]``). Data arrives as Arrow (the trajectory batches) or is cast once when its
+frame is built (the export rows), so the dtype check is a comparison and the ``str_*``
+checks run in Arrow compute. An ``object`` column of Python strings still passes the same
+contract (pandera then tests every element), which is what small hand-built frames use.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
 import pandera.pandas as pandera
+import pyarrow as pa
 from pandera.errors import SchemaErrors
+
+ARROW_STRING = pd.StringDtype("pyarrow")
+# the annotation contracts use: ``column: Series[ArrowString]``
+ArrowString = Annotated[pd.StringDtype, "pyarrow", pd.NA]
+
+
+def contract_frame(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as the frame a contract checks: strings stay Arrow-backed, no Python
+    ``str`` is made per value."""
+    return table.to_pandas(types_mapper={pa.string(): ARROW_STRING, pa.large_string(): ARROW_STRING}.get)
+
+
+def declared_dtypes(model: type[pandera.DataFrameModel]) -> dict[str, Any]:
+    """Column name -> the dtype ``model`` declares for it; a nullable integer column as pandas'
+    ``Int64`` (numpy's integers have no null)."""
+    return {name: pd.Int64Dtype() if column.nullable and pd.api.types.is_integer_dtype(column.dtype.type)
+            else column.dtype.type
+            for name, column in model.to_schema().columns.items()}
+
+
+def cast_columns(frame: pd.DataFrame, dtypes: dict[str, Any]) -> pd.DataFrame:
+    """``frame`` with the columns named in ``dtypes`` cast to them, for a contract to check.
+
+    Strings are cast strictly: a column holding anything but strings and nulls stays as it
+    is, so the contract reports it (``astype`` would quietly write ``1`` as ``"1"``).
+
+    >>> frame = cast_columns(pd.DataFrame({"a": ["x", None], "b": [1, "y"]}), {"a": ARROW_STRING, "b": ARROW_STRING})
+    >>> str(frame["a"].dtype), str(frame["b"].dtype)
+    ('string', 'object')
+    """
+    cast = {}
+    for name, dtype in dtypes.items():
+        if name not in frame:
+            continue
+        current = frame[name].dtype
+        if type(current) is type(dtype) and current == dtype:  # numpy's int64 == pandas' Int64, yet they differ
+            continue
+        if dtype == ARROW_STRING:
+            try:
+                cast[name] = ARROW_STRING.__from_arrow__(pa.array(frame[name], type=pa.string(), from_pandas=True))
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                continue
+        else:
+            cast[name] = frame[name].astype(dtype)
+    return frame.assign(**cast) if cast else frame
 
 
 @dataclass

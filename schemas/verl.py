@@ -11,22 +11,23 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
+from schemas.validation import ArrowString
 from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 
 SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
 
 
 class VerlSchema(pandera.DataFrameModel):
-    task_key: Series[str] = pandera.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[str] = pandera.Field(str_matches=HEX_ID)
-    split: Series[str] = pandera.Field(isin=SPLITS)
-    data_source: Series[str] = pandera.Field(str_length={"min_value": 1})
-    ability: Series[str] = pandera.Field(str_length={"min_value": 1})
-    prompt_shape: Series[str] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
+    task_key: Series[ArrowString] = pandera.Field(unique=True, str_matches=HEX_ID)
+    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
+    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
+    data_source: Series[ArrowString] = pandera.Field(str_length={"min_value": 1})
+    ability: Series[ArrowString] = pandera.Field(str_length={"min_value": 1})
+    prompt_shape: Series[ArrowString] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
     index: Series[int] = pandera.Field(ge=0)
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    value_types: Series[str] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
-    line: Series[str] = pandera.Field(str_startswith='{"data_source":')
+    value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
+    line: Series[ArrowString] = pandera.Field(str_startswith='{"data_source":')
 
     class Config:
         strict = True

@@ -1,6 +1,7 @@
 """Each Pandera contract accepts good rows and rejects the malformed cases it exists for."""
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from schemas.dpo import DpoSchema
@@ -8,7 +9,7 @@ from schemas.grpo import GrpoSchema
 from schemas.quarantine import QuarantineSchema
 from schemas.sft import SftSchema
 from schemas.trajectory import TrajectorySchema
-from schemas.validation import validate
+from schemas.validation import ARROW_STRING, cast_columns, contract_frame, declared_dtypes, validate
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
 from trajectory_assets.datasets.registry import build
@@ -50,6 +51,30 @@ def test_trajectory_contract_accepts_converted_rows(trajectories):
 def test_trajectory_contract_rejects(trajectories, column, value, check):
     trajectories.loc[0, column] = value
     assert check in failed_checks(TrajectorySchema, trajectories)
+
+
+def test_ingest_checks_arrow_backed_strings_and_a_wrong_type_is_still_reported(trajectories):
+    table = pa.Table.from_pandas(trajectories, preserve_index=False)
+    frame = contract_frame(table)
+    strings = [name for name, column in TrajectorySchema.to_schema().columns.items()
+               if column.dtype.type == ARROW_STRING]
+    assert "messages" in strings and all(frame[name].dtype == ARROW_STRING for name in strings)
+    assert validate(TrajectorySchema, frame).passed
+    # a column of numbers where strings are declared fails the dtype check; it is not cast
+    wrong = table.set_column(table.schema.get_field_index("role_shape"), "role_shape", pa.array([1, 2]))
+    assert "role_shape:dtype" in failed_checks(TrajectorySchema, contract_frame(wrong))
+
+
+def test_cast_columns_casts_strings_to_arrow_but_never_makes_a_value_a_string():
+    dtypes = declared_dtypes(QuarantineSchema)
+    empty = cast_columns(pd.DataFrame([], columns=list(dtypes)), dtypes)
+    assert validate(QuarantineSchema, empty).passed  # an empty object column has no dtype to infer
+    good = cast_columns(pd.DataFrame([{"source": "f", "line": 3, "reason": "invalid_json", "detail": "x", "raw": "{"}]),
+                        dtypes)
+    assert good["raw"].dtype == ARROW_STRING and str(good["line"].dtype) == "Int64"
+    bad = cast_columns(good.assign(detail=pd.array([7], dtype=object)), dtypes)
+    assert bad["detail"].tolist() == [7]  # astype would have written "7"
+    assert "detail" in failed_checks(QuarantineSchema, bad)
 
 
 def test_trajectory_contract_rejects_duplicate_ids_and_shape_count_mismatch(trajectories):

@@ -39,6 +39,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from schemas.validation import ARROW_STRING, cast_columns
 from trajectory_assets.config import Curation, DpoConfig, GrpoConfig, SftConfig, SplitConfig
 from trajectory_assets.datasets.curation import (
     FILTER_COLUMNS,
@@ -123,9 +124,9 @@ def split_of(prompt_key: str, config: SplitConfig) -> str:
 
 
 def _frame(records: list[dict[str, Any]], dtypes: dict[str, Any], split: SplitConfig) -> pd.DataFrame:
-    rows = pd.DataFrame.from_records(records, columns=list(dtypes)).astype(dtypes)
+    rows = cast_columns(pd.DataFrame.from_records(records, columns=list(dtypes)), dtypes)
     split_by_prompt = {key: split_of(key, split) for key in rows["prompt_key"].unique()}
-    rows.insert(rows.columns.get_loc("task_key") + 1, "split", rows["prompt_key"].map(split_by_prompt).astype(str))
+    rows.insert(rows.columns.get_loc("task_key") + 1, "split", rows["prompt_key"].map(split_by_prompt).astype(ARROW_STRING))
     return rows
 
 

@@ -28,7 +28,6 @@ import orjson
 import pandas as pd
 import pandera.pandas as pandera
 import pyarrow as pa
-from pandera.engines.pandas_engine import NpString
 
 from schemas.dpo import DpoSchema
 from schemas.grpo import GrpoSchema
@@ -38,6 +37,7 @@ from schemas.sft import SftSchema
 from schemas.sft_hermes import SftHermesSchema
 from schemas.token_data import TokensSchema
 from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
+from schemas.validation import declared_dtypes
 from schemas.verl import VerlSchema
 from trajectory_assets.config import SplitConfig
 from trajectory_assets.datasets import families
@@ -95,10 +95,8 @@ class ExportSpec:
     @cached_property
     def frame(self) -> dict[str, Any]:
         """The dtypes of the renderer's flat columns: the contract's columns but ``split``
-        (added from ``prompt_key``). Strings are cast with ``str``, as the contract reads them."""
-        columns = self.contract.to_schema().columns
-        return {name: str if isinstance(column.dtype, NpString) else str(column.dtype)
-                for name, column in columns.items() if name != "split"}
+        (added from ``prompt_key``), as the contract declares them (strings Arrow-backed)."""
+        return {name: dtype for name, dtype in declared_dtypes(self.contract).items() if name != "split"}
 
 
 # What each field of the export rows holds (shown as the assets' column descriptions in the UI);

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trajectory import TrajectorySchema
-from schemas.validation import validate
+from schemas.validation import contract_frame, validate
 from trajectory_assets.formats.chat import (
     count_assistant_turns,
     count_tool_calls,
@@ -178,7 +178,7 @@ def ingest(
     def flush() -> None:
         if rows:
             table = pa.Table.from_pylist(rows, schema=TRAJECTORY_ARROW_SCHEMA)
-            contract = validate(TrajectorySchema, table.select(CONTRACT_COLUMNS).to_pandas())
+            contract = validate(TrajectorySchema, contract_frame(table.select(CONTRACT_COLUMNS)))
             if contract.table_errors:  # a whole-table failure is a bug in the converter, not bad input
                 raise RuntimeError(f"trajectory contract failed for a whole batch: {contract.table_errors}")
             summary.contract_rows_checked += len(rows)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from schemas.quarantine import QuarantineSchema
 from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import column_descriptions as trajectory_column_descriptions
-from schemas.validation import validate
+from schemas.validation import cast_columns, declared_dtypes, validate
 from trajectory_assets import code_version, layout
 from trajectory_assets.datasets.trajectories import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
@@ -239,7 +239,8 @@ def _check_batch(key: str, store: Storage, checks, summary: dict, counts: dict) 
     results = {}
     if RAW_CONTRACT in checks:
         record = orjson.loads(store.read_bytes(layout.batch_source(key)))
-        frame = pd.DataFrame([record], columns=list(RawRolloutSchema.to_schema().columns)).astype({"bytes": "Int64"})
+        dtypes = declared_dtypes(RawRolloutSchema)
+        frame = cast_columns(pd.DataFrame([record], columns=list(dtypes)), dtypes)
         result = validate(RawRolloutSchema, frame)
         results[RAW_CONTRACT] = (result.passed, contract_metadata(result), None)
     if NOTHING_LOST in checks:
@@ -254,7 +255,7 @@ def _check_batch(key: str, store: Storage, checks, summary: dict, counts: dict) 
         results[TRAJECTORY_CONTRACT] = _trajectory_contract(summary, counts)
     if QUARANTINE_CONTRACT in checks:
         rows = store.read_jsonl(layout.batch_quarantine(key))
-        frame = pd.DataFrame(rows, columns=list(QUARANTINE_FIELDS)).astype({"line": "Int64"})
+        frame = cast_columns(pd.DataFrame(rows, columns=list(QUARANTINE_FIELDS)), declared_dtypes(QuarantineSchema))
         result = validate(QuarantineSchema, frame)
         results[QUARANTINE_CONTRACT] = (result.passed, contract_metadata(result), None)
     return results
