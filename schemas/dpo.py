@@ -1,4 +1,4 @@
-"""Contract of DPO export lines: ``{"prompt", "chosen", "rejected", "quality_difference",
+"""Contract of DPO export rows: ``{"prompt", "chosen", "rejected", "quality_difference",
 "reward_chosen", "reward_rejected"}`` plus lineage (``chosen_id``, ``rejected_id``, ``pairing``)."""
 
 import pandera.pandas as pandera
@@ -6,7 +6,7 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 from trajectory_assets.formats.chat import ROLE_SHAPE_PATTERN
 
 STARTS_WITH_ASSISTANT = r"^[ac]"
@@ -24,7 +24,7 @@ class DpoSchema(pandera.DataFrameModel):
     reward_chosen: Series[float]
     reward_rejected: Series[float]
     quality_difference: Series[float] = pandera.Field(gt=0)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"prompt":[')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("prompt"))
 
     @pandera.dataframe_check(name="chosen_is_not_rejected")
     def chosen_is_not_rejected(cls, df):

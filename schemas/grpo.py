@@ -1,4 +1,4 @@
-"""Contract of GRPO (NeMo Gym RL input) lines: ``{"responses_create_params", "agent_ref"}``,
+"""Contract of GRPO (NeMo Gym RL input) rows: ``{"responses_create_params", "agent_ref"}``,
 one per task."""
 
 import pandera.pandas as pandera
@@ -6,7 +6,7 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 
 
 class GrpoSchema(pandera.DataFrameModel):
@@ -18,7 +18,7 @@ class GrpoSchema(pandera.DataFrameModel):
     # the verifier's inputs written beside the request (NeMo Gym's materialized inputs), comma-joined
     input_keys: Series[ArrowString] = pandera.Field(str_matches=r"^(?:[^,]+(?:,[^,]+)*)?$")
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"responses_create_params":{')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("responses_create_params"))
 
     class Config:
         strict = True

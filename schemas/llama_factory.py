@@ -1,4 +1,4 @@
-"""Contract of LLaMA-Factory ShareGPT lines: ``{"conversations": [{"from", "value"}], "system", "tools"}``.
+"""Contract of LLaMA-Factory ShareGPT rows: ``{"conversations": [{"from", "value"}], "system", "tools"}``.
 
 ``turn_shape`` has one letter per turn (h human, g gpt, f function_call, o observation);
 the pattern is LLaMA-Factory's alternation rule (even positions human/observation, odd
@@ -10,13 +10,13 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import TrajectoryRowSchema
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 from trajectory_assets.formats.llama_factory import TURN_SHAPE_PATTERN
 
 
 class LlamaFactorySchema(TrajectoryRowSchema):
     turn_shape: Series[ArrowString] = pandera.Field(str_matches=TURN_SHAPE_PATTERN)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"conversations":[')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("conversations"))
 
     class Config:
         strict = True

@@ -11,7 +11,7 @@ from pandera.typing import Series
 
 from schemas.dpo import STARTS_WITH_ASSISTANT
 from schemas.trl import TrlDpoSchema, TrlSftSchema
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 from trajectory_assets.formats.chat import ROLE_SHAPE_PATTERN
 
 ENDS_WITH_ASSISTANT = r"[ac]$"
@@ -29,7 +29,7 @@ class NemoRlDpoSchema(TrlDpoSchema):
         str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
     rejected_shape: Series[ArrowString] = pandera.Field(
         str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"context":[')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("context"))
 
     class Config:
         strict = True

@@ -1,4 +1,4 @@
-"""Contract of SFT export lines: ``{"messages", "tools"?, "reward"?, "task_type"?}``.
+"""Contract of SFT export rows: ``{"messages", "tools"?, "reward"?, "task_type"?}``.
 
 Role rules from the seed: system only first, every tool message answers a call of the
 assistant turn before it, at least one assistant turn.
@@ -8,7 +8,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.trajectory import HEX_ID
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 
 SPLITS = ["train", "validation"]
@@ -27,7 +27,7 @@ class TrajectoryRowSchema(pandera.DataFrameModel):
 class SftSchema(TrajectoryRowSchema):
     role_shape: Series[ArrowString] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN)
     reward: Series[float] = pandera.Field(nullable=True)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"messages":[')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("messages"))
 
     @pandera.check("role_shape", name="has_assistant_turn")
     def has_assistant_turn(cls, shape: Series[ArrowString]) -> Series[bool]:

@@ -5,7 +5,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.sft import TrajectoryRowSchema
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 
 
 class TokensSchema(TrajectoryRowSchema):
@@ -15,7 +15,7 @@ class TokensSchema(TrajectoryRowSchema):
     # one log probability per generated token, in every call
     aligned: Series[bool] = pandera.Field(eq=True)
     contiguous: Series[bool]
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"trajectory_id":"')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("trajectory_id"))
 
     class Config:
         strict = True

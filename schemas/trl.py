@@ -2,7 +2,7 @@
 DPO ``{"prompt", "chosen", "rejected", "tools"}`` and prompt-only GRPO ``{"prompt", ...}``.
 
 Beyond the role rules they share with the seed formats, each checks ``value_types``: the
-types of every message ``content`` and tool-call ``arguments`` in the written line, which
+types of every message ``content`` and tool-call ``arguments`` in the written row, which
 must be text and JSON objects, the form chat templates render right
 (``formats/text_chat.py``), and ``tools_type``: ``tools`` is a list of tool objects or null.
 """
@@ -13,7 +13,7 @@ from pandera.typing import Series
 from schemas.dpo import DpoSchema
 from schemas.sft import SPLITS, TrajectoryRowSchema
 from schemas.trajectory import HEX_ID
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 from schemas.verl import SYSTEM_ONLY_FIRST
 from trajectory_assets.formats.chat import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
@@ -26,7 +26,7 @@ class TrlSftSchema(TrajectoryRowSchema):
     reward: Series[float] = pandera.Field(nullable=True)
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"messages":[')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("messages"))
 
     class Config:
         strict = True
@@ -49,7 +49,7 @@ class TrlGrpoSchema(pandera.DataFrameModel):
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"prompt":[')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("prompt"))
 
     class Config:
         strict = True

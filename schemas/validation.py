@@ -23,6 +23,17 @@ ARROW_STRING = pd.StringDtype("pyarrow")
 ArrowString = Annotated[pd.StringDtype, "pyarrow", pd.NA]
 
 
+def leading_field(name: str) -> str:
+    """The pattern an export contract checks its ``fields`` column with (a record's top-level
+    fields, comma-separated, in written order): ``name`` comes first, the row's format.
+
+    >>> import re
+    >>> bool(re.match(leading_field("prompt"), "prompt,chosen")), bool(re.match(leading_field("prompt"), "prompts"))
+    (True, False)
+    """
+    return rf"^{name}(?:,|$)"
+
+
 def contract_frame(table: pa.Table) -> pd.DataFrame:
     """An Arrow table as the frame a contract checks: strings stay Arrow-backed, no Python
     ``str`` is made per value."""

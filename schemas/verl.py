@@ -3,7 +3,8 @@
 One row per task (verl samples its own rollouts from the prompt); its prompt in the form chat
 templates render right (``value_types``: text content, argument objects). ``prompt_shape`` holds the
 prompt's role letters (``chat.role_shape``): system only first, at least one user turn.
-``line`` is the row as JSON; the writer turns lines into Parquet with ``VERL_ARROW_SCHEMA``.
+``fields`` lists the row's top-level fields; the writer builds Parquet from the rows with
+``VERL_ARROW_SCHEMA``.
 """
 
 import pandera.pandas as pandera
@@ -11,7 +12,7 @@ from pandera.typing import Series
 
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
-from schemas.validation import ArrowString
+from schemas.validation import ArrowString, leading_field
 from trajectory_assets.formats.text_chat import TEMPLATE_VALUE_TYPES
 
 SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
@@ -27,7 +28,7 @@ class VerlSchema(pandera.DataFrameModel):
     index: Series[int] = pandera.Field(ge=0)
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
-    line: Series[ArrowString] = pandera.Field(str_startswith='{"data_source":')
+    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("data_source"))
 
     class Config:
         strict = True

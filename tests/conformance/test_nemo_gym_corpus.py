@@ -181,7 +181,7 @@ def test_the_corpus_token_data_becomes_on_policy_token_rows(corpus_run):
     _, storage = corpus_run
     frame = pd.DataFrame(corpus_trajectories(storage))
     result = build("on_policy_tokens", frame, SftConfig(min_reward=None), SplitConfig(validation_fraction=0.0))
-    rows = [json.loads(line) for line in result.rows["line"]]
+    rows = [json.loads(line) for line in result.lines()]
     # the five competitive_coding_challenges rollouts (their rewards are below the SFT default)
     assert len(rows) == 5 and result.rows["aligned"].all()
     assert all(row["contiguous"] and len(row["calls"]) == 1 for row in rows)

@@ -17,7 +17,7 @@ NO_FILTERS = dict(min_reward=None, exclude_unanswered_tool_calls=False, dedup="n
 
 
 def kept_answers(frame, config):
-    return [json.loads(line)["messages"][-1]["content"] for line in build("sft", frame, config, ALL_TRAIN).rows["line"]]
+    return [json.loads(line)["messages"][-1]["content"] for line in build("sft", frame, config, ALL_TRAIN).lines()]
 
 
 def turns(n, answer="done", **extra):
@@ -63,7 +63,7 @@ def test_tool_error_rate_uses_the_batch_runner_failure_rule():
         turns(1, "no tools"),
     ])
     result = build("sft", frame, SftConfig(max_tool_error_rate=0.5, **NO_FILTERS), ALL_TRAIN)
-    assert [json.loads(x)["messages"][-1]["content"] for x in result.rows["line"]] == ["clean", "half", "no tools"]
+    assert [json.loads(x)["messages"][-1]["content"] for x in result.lines()] == ["clean", "half", "no tools"]
     assert result.excluded == {"tool_error_rate": 1}
     assert list(frame["tool_errors"]) == [0, 1, 2, 0] and list(frame["tool_results"]) == [2, 2, 2, 0]
 
@@ -73,7 +73,7 @@ def test_exact_dedup_keeps_the_first_of_identical_conversations_whatever_their_r
     frame = trajectory_frame(rows)
     deduped = build("sft", frame, SftConfig(min_reward=None), ALL_TRAIN)
     assert len(deduped.rows) == 2 and deduped.excluded == {"duplicate_content": 1}
-    assert json.loads(deduped.rows["line"][0])["reward"] == 1.0  # the first in table order
+    assert json.loads(deduped.lines()[0])["reward"] == 1.0  # the first in table order
     assert len(build("sft", frame, SftConfig(min_reward=None, dedup="none"), ALL_TRAIN).rows) == 3
 
 
@@ -103,7 +103,7 @@ def test_cap_per_task_type_is_exact_and_independent_of_row_order():
     rows += [turns(1, f"b{i}", metadata={"task_type": "code"}) for i in range(3)]
     config = SftConfig(max_per_task_type=4, **NO_FILTERS)
     result = build("sft", trajectory_frame(rows), config, ALL_TRAIN)
-    types = [json.loads(line)["task_type"] for line in result.rows["line"]]
+    types = [json.loads(line)["task_type"] for line in result.lines()]
     assert types.count("math") == 4 and types.count("code") == 3
     assert result.excluded == {"task_type_cap": 6}
     shuffled = rows[:]

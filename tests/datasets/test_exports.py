@@ -14,7 +14,7 @@ ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 
 
 def rows_of(frame):
-    return [json.loads(line) for line in frame.rows["line"]]
+    return [json.loads(line) for line in frame.lines()]
 
 
 def task(index, reward, answer="a", **extra):
@@ -215,7 +215,7 @@ def test_chunked_reading_gives_the_same_rows_as_one_frame(name, config):
     whole = collect(iter_export(name, FrameTable(frame), config, ALL_TRAIN))
     chunked = collect(iter_export(name, OneRowChunks(frame), config, ALL_TRAIN))
     assert len(whole.rows) > 0
-    assert sorted(chunked.rows["line"]) == sorted(whole.rows["line"])
+    assert sorted(chunked.lines()) == sorted(whole.lines())
     assert chunked.excluded == whole.excluded
 
 
@@ -442,7 +442,7 @@ def test_a_family_renders_each_format_as_it_would_alone(family):
         alone = collect(iter_export(name, FrameTable(frame), config, ALL_TRAIN))
         joint = collect(frames[name] for frames in together)
         assert len(alone.rows) > 0, name
-        assert list(joint.rows["line"]) == list(alone.rows["line"]) and joint.excluded == alone.excluded, name
+        assert list(joint.lines()) == list(alone.lines()) and joint.excluded == alone.excluded, name
 
 
 # ---------- token budgets (a tokenizer built in the test: one token per word)
@@ -534,7 +534,7 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
     def probe(item):
         return {"trajectory_id": item.row.trajectory_id, "task_key": item.row.task_key,
                 "prompt_key": item.row.prompt_key, "role_shape": item.row.role_shape, "reward": 1.0,
-                "line": json.dumps({"cut_short": item.cut_short, "messages": len(item.messages)})}
+                "record": {"cut_short": item.cut_short, "messages": len(item.messages)}}
 
     probe_spec = dataclasses.replace(EXPORTS_BY_NAME["sft"], name="probe", render=probe)
     frames = iter_family("sft", FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, [probe_spec],

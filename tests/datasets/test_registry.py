@@ -22,10 +22,10 @@ def test_names_and_assets_are_unique():
 
 
 @pytest.mark.parametrize("spec", EXPORTS, ids=lambda spec: spec.name)
-def test_frame_dtypes_are_the_contracts_columns_but_the_split(spec):
+def test_frame_dtypes_are_the_contracts_columns_but_the_derived_ones(spec):
     columns = spec.contract.to_schema().columns
-    assert "split" in columns and "line" in spec.frame
-    assert set(spec.frame) == set(columns) - {"split"}
+    assert "split" in columns and "fields" in columns  # every export is split and checks its record's fields
+    assert set(spec.frame) == set(columns) - {"split", "fields"}
     for name, dtype in spec.frame.items():
         assert dtype == columns[name].dtype.type, name
 
@@ -42,7 +42,9 @@ def test_every_spec_is_built_by_its_name_and_passes_its_contract(spec):
     rows.append(make_rollout([call_item("f", "{}", "c1"), output_item("c1", "r"), message_item("ok")], reward=1.0))
     config = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig()}[spec.family]
     frame = build(spec.name, trajectory_frame(rows), config, SplitConfig())
-    assert set(frame.rows.columns) == set(spec.frame) | {"split"}
+    assert set(frame.rows.columns) == set(spec.frame) | {"split", "fields"}
+    assert len(frame.records) == len(frame.rows)
+    assert frame.rows["fields"].tolist() == [",".join(record) for record in frame.records]
     assert validate(spec.contract, frame.rows).passed
     # the rows reach the contract with Arrow-backed strings, as it declares them (no per-value check)
     strings = [name for name, column in spec.contract.to_schema().columns.items() if column.dtype.type == ARROW_STRING]

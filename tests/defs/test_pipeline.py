@@ -231,9 +231,9 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
                                             "grpo": {"max_tokens": 10}})
     writer = _ExportWriter(Storage(str(tmp_path / "out")), kind, config)
     row = {"task_key": "a" * 24, "prompt_key": "a" * 24, "split": "train", "prompt_shape": "u", "mean_reward": 1.0,
-           "value_types": "content:str", "tools_type": "NoneType",
-           "line": '{"prompt":[{"role":"user","content":"q"}],"tools":null}'}
-    writer.add(ExportFrame(pd.DataFrame([row]), tokens=np.array([11.0])))  # what a renderer bug could pass
+           "value_types": "content:str", "tools_type": "NoneType", "fields": "prompt,tools"}
+    record = {"prompt": [{"role": "user", "content": "q"}], "tools": None}
+    writer.add(ExportFrame(pd.DataFrame([row]), [record], tokens=np.array([11.0])))  # what a renderer bug could pass
     with pytest.raises(_BrokenExport) as broken:
         writer.finish()
     (failed,) = [check for check in broken.value.checks if not check.passed]

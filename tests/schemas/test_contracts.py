@@ -98,7 +98,7 @@ def test_quarantine_contract():
 
 def sft_rows(**overrides):
     row = {"trajectory_id": ID, "task_key": KEY, "split": "train", "role_shape": "ucta",
-           "reward": 1.0, "line": '{"messages":[]}'}
+           "reward": 1.0, "fields": "messages,tools"}
     row.update(overrides)
     return pd.DataFrame([row])
 
@@ -114,7 +114,8 @@ def test_sft_contract_on_built_rows(trajectories):
         ({"role_shape": "ucx"}, "str_matches"),
         ({"role_shape": "su"}, "has_assistant_turn"),
         ({"split": "test"}, "isin"),
-        ({"line": '{"prompt":[]}'}, "str_startswith"),
+        ({"fields": "prompt,messages"}, "fields:str_matches"),
+        ({"fields": "messagesx"}, "fields:str_matches"),
     ],
 )
 def test_sft_contract_rejects(overrides, check):
@@ -189,7 +190,7 @@ def test_validation_leaves_no_copy_of_the_frame_alive():
     from schemas.validation import validate
 
     frame = pd.DataFrame({"trajectory_id": ["a" * 32], "task_key": ["b" * 24], "prompt_key": ["c" * 24],
-                          "split": ["train"], "role_shape": ["ua"], "reward": [1.0], "line": ['{"messages":[]}']})
+                          "split": ["train"], "role_shape": ["ua"], "reward": [1.0], "fields": ["messages"]})
     for split in ("train", "nope"):  # a passing and a failing validation
         frame.loc[0, "split"] = split
         gc.collect()

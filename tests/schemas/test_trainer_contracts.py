@@ -1,6 +1,5 @@
 """The LLaMA-Factory, verl, TRL and NeMo RL contracts accept rendered rows and reject each malformed case."""
 
-import orjson
 import pandas as pd
 import pytest
 
@@ -35,7 +34,7 @@ def llama_factory_frame():
     for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:])):
         rendered = to_llama_factory(messages, None)
         rows.append({"trajectory_id": trajectory_id, "task_key": KEY, "prompt_key": KEY, "split": "train",
-                     "turn_shape": turn_shape(rendered["conversations"]), "line": orjson.dumps(rendered).decode()})
+                     "turn_shape": turn_shape(rendered["conversations"]), "fields": ",".join(rendered)})
     return pd.DataFrame(rows)
 
 
@@ -48,7 +47,7 @@ def verl_frame():
         rows.append({"task_key": task_key, "prompt_key": task_key, "split": "validation",
                      "data_source": row["data_source"], "ability": row["ability"],
                      "prompt_shape": role_shape(prompt), "index": index, "mean_reward": 1.0,
-                     "value_types": value_types(row["prompt"]), "line": orjson.dumps(row).decode()})
+                     "value_types": value_types(row["prompt"]), "fields": ",".join(row)})
     return pd.DataFrame(rows)
 
 
@@ -69,7 +68,7 @@ def test_llama_factory_contract_accepts_rendered_rows():
         ("turn_shape", "", "str_matches"),
         ("split", "test", "isin"),
         ("task_key", "not-hex", "str_matches"),
-        ("line", '{"messages":[]}', "str_startswith"),
+        ("fields", "messages,system", "fields:str_matches"),  # not the conversations first
     ],
 )
 def test_llama_factory_contract_rejects(column, value, check):
@@ -107,7 +106,7 @@ def test_verl_contract_accepts_rendered_rows():
         ("ability", "", "str_length"),
         ("index", -1, "greater_than_or_equal_to"),
         ("value_types", "arguments:str,content:str", "str_matches"),  # double-encoded under `| tojson`
-        ("line", '{"prompt":[]}', "str_startswith"),
+        ("fields", "prompt,data_source", "fields:str_matches"),
     ],
 )
 def test_verl_contract_rejects(column, value, check):
@@ -138,7 +137,7 @@ def sft_flavor_frame():
         rendered = template_messages(messages)
         rows.append({"trajectory_id": trajectory_id, "task_key": KEY, "prompt_key": KEY, "split": "train",
                      "role_shape": role_shape(rendered), "reward": 1.0, "value_types": value_types(rendered),
-                     "tools_type": "NoneType", "line": orjson.dumps({"messages": rendered}).decode()})
+                     "tools_type": "NoneType", "fields": "messages"})
     return pd.DataFrame(rows)
 
 
@@ -178,7 +177,7 @@ def nemo_rl_dpo_frame(chosen_shape="a", rejected_shape="cta"):
     return pd.DataFrame([{
         "task_key": KEY, "prompt_key": KEY, "split": "train", "chosen_id": ID, "rejected_id": OTHER_ID,
         "prompt_shape": "su", "chosen_shape": chosen_shape, "rejected_shape": rejected_shape, "reward_chosen": 1.0,
-        "reward_rejected": 0.0, "quality_difference": 1.0, "line": '{"context":[]}',
+        "reward_rejected": 0.0, "quality_difference": 1.0, "fields": "context,completions",
         "value_types": "arguments:dict,content:str", "tools_type": "list",
     }])
 

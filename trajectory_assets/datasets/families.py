@@ -18,11 +18,12 @@ Every export works the same way, so memory stays bounded by a chunk:
 A family plans and reads its payloads once for all its formats, and decodes each JSON
 payload at most once (the ``*Item`` classes cache what the renderers ask for): reading the
 payloads is most of an export's cost. ``iter_<family>_family`` yields, per chunk, one
-:class:`ExportFrame` per format: one row per export line, holding the finished JSON line
-(``line``), its ``split`` and the flat columns its Pandera contract checks, plus counts of
-what was left out and why; beside the rows, each row's length in ``tokens`` (NaN when not
-measured) and the number of rows cut to the token budget. ``iter_<format>`` / ``build_<format>`` give one format alone. Payloads stay JSON strings, spliced into lines with
-``orjson.Fragment`` where they are copied unchanged. The split is by ``prompt_key`` (the
+:class:`ExportFrame` per format: the rows to write as records (dicts, serialized only by a
+JSON-lines writer; a Parquet writer builds Arrow columns from them), and beside them one
+flat row each: its ``split``, its record's top-level ``fields`` and the columns its Pandera
+contract checks; plus counts of what was left out and why, each row's length in ``tokens``
+(NaN when not measured) and the number of rows cut to the token budget. Payloads a
+JSON-lines format copies unchanged stay JSON strings, spliced in as ``orjson.Fragment``. The split is by ``prompt_key`` (the
 content of the prompt), so one prompt never lands in both splits, even when two source
 files hold it under different task indices.
 """
@@ -92,7 +93,8 @@ class FrameTable:
 
 @dataclass
 class ExportFrame:
-    rows: pd.DataFrame
+    rows: pd.DataFrame  # the flat columns the contract checks, one row per record
+    records: list[dict[str, Any]] = field(default_factory=list)  # what is written, in row order
     excluded: Counter = field(default_factory=Counter)
     truncated: int = 0  # rows written cut to the token budget
     # each row's length under the chat template (NaN when not measured), in row order
@@ -102,6 +104,10 @@ class ExportFrame:
         if self.tokens is None:
             self.tokens = np.full(len(self.rows), np.nan)
 
+    def lines(self) -> list[str]:
+        """The records as the JSON lines a JSON-lines file holds."""
+        return [orjson.dumps(record).decode() for record in self.records]
+
 
 def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
     """All chunks of one export as one frame (for small data and tests)."""
@@ -109,7 +115,8 @@ def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
     excluded: Counter = Counter()
     for frame in frames:
         excluded.update(frame.excluded)
-    return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True), excluded,
+    return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True),
+                       [record for f in frames for record in f.records], excluded,
                        sum(f.truncated for f in frames), np.concatenate([f.tokens for f in frames]))
 
 
@@ -123,11 +130,16 @@ def split_of(prompt_key: str, config: SplitConfig) -> str:
     return "validation" if bucket < config.validation_fraction else "train"
 
 
-def _frame(records: list[dict[str, Any]], dtypes: dict[str, Any], split: SplitConfig) -> pd.DataFrame:
-    rows = cast_columns(pd.DataFrame.from_records(records, columns=list(dtypes)), dtypes)
+def _frame(rendered: list[dict[str, Any]], dtypes: dict[str, Any],
+           split: SplitConfig) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Renderers' output (flat columns + ``record``) as the flat rows and the records apart."""
+    rows = cast_columns(pd.DataFrame.from_records(rendered, columns=list(dtypes)), dtypes)
+    records = [columns["record"] for columns in rendered]
     split_by_prompt = {key: split_of(key, split) for key in rows["prompt_key"].unique()}
-    rows.insert(rows.columns.get_loc("task_key") + 1, "split", rows["prompt_key"].map(split_by_prompt).astype(ARROW_STRING))
-    return rows
+    split_column = rows["prompt_key"].map(split_by_prompt).astype(ARROW_STRING)
+    rows.insert(rows.columns.get_loc("task_key") + 1, "split", split_column)
+    rows["fields"] = pd.array([",".join(record) for record in records], dtype=ARROW_STRING)
+    return rows, records
 
 
 def _loads_or_none(value: str | None) -> Any:
@@ -172,7 +184,7 @@ def plan_sft(table: TrajectoryTable, config: SftConfig,
 
 class Format(Protocol):
     """One way to write a family's units (an ``ExportSpec`` of ``registry.py`` is one): a
-    renderer (unit -> flat columns + ``line``) and the dtypes of those flat columns, which are
+    renderer (unit -> flat columns + ``record``) and the dtypes of those flat columns, which are
     what the format's contract checks. A format that needs more of the trajectory than its
     family reads names those ``columns``, so they are only read when it is built."""
 
@@ -214,7 +226,7 @@ class SftItem:
             "reward": row.reward,
             "value_types": value_types(messages),
             "tools_type": type(self.tools).__name__,
-            "line": orjson.dumps(record).decode(),
+            "record": record,
         }
 
     def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
@@ -234,7 +246,7 @@ def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig,
                 fit: Fit | None = None) -> dict[str, ExportFrame]:
     """Every unit in every format; a unit one format cannot express is counted for that format
     only, a unit over the token budget (``fit``) for every format of the family."""
-    records: dict[str, list[dict[str, Any]]] = {name: [] for name in formats}
+    rendered: dict[str, list[dict[str, Any]]] = {name: [] for name in formats}
     lengths: dict[str, list[float]] = {name: [] for name in formats}
     unrepresentable: dict[str, Counter] = {name: Counter() for name in formats}
     truncated: Counter = Counter()
@@ -249,21 +261,20 @@ def _render_all(units: Iterable, formats: dict[str, Format], split: SplitConfig,
                 continue
         for name, fmt in formats.items():
             try:
-                record = fmt.render(unit)
+                rendered[name].append(fmt.render(unit))
             except Unrepresentable as error:
                 unrepresentable[name][error.reason] += 1
                 continue
-            records[name].append(record)
             lengths[name].append(tokens)
             truncated[name] += cut
-    return {name: ExportFrame(_frame(records[name], fmt.frame, split), unrepresentable[name], truncated[name],
+    return {name: ExportFrame(*_frame(rendered[name], fmt.frame, split), unrepresentable[name], truncated[name],
                               np.array(lengths[name], dtype=float))
             for name, fmt in formats.items()}
 
 
 def _exclusions(excluded: Counter, formats: dict[str, Format], split: SplitConfig) -> dict[str, ExportFrame]:
     """The plan's exclusions, the same for every format of the family."""
-    return {name: ExportFrame(_frame([], fmt.frame, split), Counter(excluded)) for name, fmt in formats.items()}
+    return {name: ExportFrame(*_frame([], fmt.frame, split), Counter(excluded)) for name, fmt in formats.items()}
 
 
 def iter_sft_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, formats: dict[str, Format],
@@ -297,7 +308,7 @@ def sft_record(item: SftItem) -> dict[str, Any]:
         record["task_type"] = row.task_type
     record["trajectory_id"] = row.trajectory_id
     record["task_key"] = row.task_key
-    return {**_lineage(row), "role_shape": row.role_shape, "reward": row.reward, "line": orjson.dumps(record).decode()}
+    return {**_lineage(row), "role_shape": row.role_shape, "reward": row.reward, "record": record}
 
 
 FROM_LETTER = {"system": "s", "human": "h", "gpt": "g", "tool": "t"}
@@ -308,11 +319,11 @@ def sft_hermes_record(item: SftItem) -> dict[str, Any]:
     if HERMES_MARKUP_FLAG in row.quality_flags.split(","):
         raise Unrepresentable(HERMES_MARKUP_FLAG)
     conversations = render_hermes(item.messages, item.tools)
-    line = {"conversations": conversations, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
+    record = {"conversations": conversations, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
     return {
         **_lineage(row),
         "from_shape": "".join(FROM_LETTER[turn["from"]] for turn in conversations),
-        "line": orjson.dumps(line).decode(),
+        "record": record,
     }
 
 
@@ -330,7 +341,7 @@ def llama_factory_record(item: SftItem) -> dict[str, Any]:
     row = item.row
     record = to_llama_factory(item.messages, item.tools)
     record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
-    return {**_lineage(row), "turn_shape": turn_shape(record["conversations"]), "line": orjson.dumps(record).decode()}
+    return {**_lineage(row), "turn_shape": turn_shape(record["conversations"]), "record": record}
 
 
 def tokens_record(item: SftItem) -> dict[str, Any]:
@@ -343,16 +354,16 @@ def tokens_record(item: SftItem) -> dict[str, Any]:
         if not calls:
             raise Unrepresentable("no_token_data")
     reward = None if pd.isna(row.reward) else row.reward
-    line = {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "reward": reward, "model": row.model,
-            "calls": calls, "contiguous": contiguous(calls)}
+    record = {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "reward": reward, "model": row.model,
+              "calls": calls, "contiguous": contiguous(calls)}
     return {
         **_lineage(row),
         "reward": row.reward,
         "calls": len(calls),
         "generated_tokens": sum(len(call["generation_token_ids"]) for call in calls),
         "aligned": all(len(c["generation_log_probs"]) == len(c["generation_token_ids"]) for c in calls),
-        "contiguous": line["contiguous"],
-        "line": orjson.dumps(line).decode(),
+        "contiguous": record["contiguous"],
+        "record": record,
     }
 
 
@@ -542,7 +553,7 @@ def _pair_record(item: PairItem, prompt, chosen, rejected, tools) -> dict[str, A
 def dpo_record(item: PairItem) -> dict[str, Any]:
     prompt, chosen, rejected, columns = item.parts
     tools = None if item.tools_json is None else orjson.Fragment(item.tools_json)
-    return {**columns, "line": orjson.dumps(_pair_record(item, prompt, chosen, rejected, tools)).decode()}
+    return {**columns, "record": _pair_record(item, prompt, chosen, rejected, tools)}
 
 
 def trl_dpo_record(item: PairItem) -> dict[str, Any]:
@@ -570,7 +581,7 @@ def _template_pair_columns(item: PairItem, record: dict) -> dict[str, Any]:
         **item.parts[3],
         "value_types": item.template_parts[3],
         "tools_type": type(item.tools).__name__,
-        "line": orjson.dumps(record).decode(),
+        "record": record,
     }
 
 
@@ -702,8 +713,8 @@ def grpo_record(item: TaskItem) -> dict[str, Any]:
     request = without_token_data(orjson.loads(payload.request))
     request_input = request.get("input")
     # the row ng_prepare_data would write: the request, the verifier's inputs, the agent
-    line = {"responses_create_params": request, **item.task_inputs, "agent_ref": task.agent_ref,
-            **_task_summary(task)}
+    record = {"responses_create_params": request, **item.task_inputs, "agent_ref": task.agent_ref,
+              **_task_summary(task)}
     return {
         "task_key": task.task_key,
         "prompt_key": task.prompt_key,
@@ -713,7 +724,7 @@ def grpo_record(item: TaskItem) -> dict[str, Any]:
         # the dataset card declares the ones the export holds
         "input_keys": ",".join(item.task_inputs),
         "mean_reward": task.mean_reward,
-        "line": orjson.dumps(line).decode(),
+        "record": record,
     }
 
 
@@ -721,8 +732,8 @@ def trl_grpo_record(item: TaskItem) -> dict[str, Any]:
     task = item.task
     prompt = template_messages(item.prompt)
     # every column besides prompt reaches TRL's reward functions as a keyword argument
-    line = {"prompt": prompt, "tools": item.tools, "ground_truth": item.ground_truth,
-            "agent_name": task.agent_ref["name"], "task_type": task.task_type, **_task_summary(task)}
+    record = {"prompt": prompt, "tools": item.tools, "ground_truth": item.ground_truth,
+              "agent_name": task.agent_ref["name"], "task_type": task.task_type, **_task_summary(task)}
     return {
         "task_key": task.task_key,
         "prompt_key": task.prompt_key,
@@ -730,7 +741,7 @@ def trl_grpo_record(item: TaskItem) -> dict[str, Any]:
         "mean_reward": task.mean_reward,
         "value_types": value_types(prompt),
         "tools_type": type(item.tools).__name__,
-        "line": orjson.dumps(line).decode(),
+        "record": record,
     }
 
 
@@ -759,7 +770,7 @@ def verl_record(item: TaskItem) -> dict[str, Any]:
         "index": item.index,
         "mean_reward": task.mean_reward,
         "value_types": value_types(row["prompt"]),
-        "line": orjson.dumps(row).decode(),
+        "record": row,
     }
 
 

@@ -58,7 +58,7 @@ FLAVORS_GROUP = "trainer_flavors"  # the same units in the form a trainer reads
 class ExportSpec:
     name: str  # also the folder under exports/ and the CLI's name for it
     family: str  # sft / dpo / grpo
-    # the family's unit (SftItem, PairItem, TaskItem) -> the contract's flat columns + ``line``;
+    # the family's unit (SftItem, PairItem, TaskItem) -> the contract's flat columns + ``record``;
     # raises Unrepresentable for a unit this format cannot express
     render: Callable[[Any], dict[str, Any]]
     contract: type[pandera.DataFrameModel]
@@ -88,16 +88,20 @@ class ExportSpec:
     @property
     def column_descriptions(self) -> dict[str, str]:
         """What each field of the written rows holds. The contract checks flat columns derived
-        from the rows (``role_shape``, ``line``, counts), not the rows' fields, so these come
+        from the rows (``role_shape``, ``fields``, counts), not the rows' fields, so these come
         from ``FIELD_DESCRIPTIONS``, not from the contract."""
         return {name: FIELD_DESCRIPTIONS[name] for name in self.arrow_schema.names}
 
     @cached_property
     def frame(self) -> dict[str, Any]:
         """The dtypes of the renderer's flat columns: the contract's columns but ``split``
-        (added from ``prompt_key``), as the contract declares them (strings Arrow-backed)."""
-        return {name: dtype for name, dtype in declared_dtypes(self.contract).items() if name != "split"}
+        (added from ``prompt_key``) and ``fields`` (from the record), as the contract declares
+        them (strings Arrow-backed)."""
+        return {name: dtype for name, dtype in declared_dtypes(self.contract).items() if name not in DERIVED_COLUMNS}
 
+
+# the contract columns every export's frame derives itself rather than its renderer
+DERIVED_COLUMNS = ("split", "fields")
 
 # What each field of the export rows holds (shown as the assets' column descriptions in the UI);
 # a field means the same in every export that has it.

@@ -75,7 +75,9 @@ class _ExportWriter:
         self.contract = ChunkedContract(kind.contract)
         self.first_line: str | None = None
         self.input_keys: set[str] = set()  # top-level fields beyond the schema's (GRPO's verifier inputs)
-        self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "tokens", "line_chars")}
+        # line_chars: each JSON line's length (a Parquet export has no lines)
+        lengths = ("line_chars",) if kind.file_format == "jsonl" else ()
+        self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "tokens", *lengths)}
         self.files = StagedExport(store, kind.name, SPLITS, kind.file_format, kind.arrow_schema)
 
     def add(self, frame: ExportFrame) -> None:
@@ -90,16 +92,18 @@ class _ExportWriter:
         self.measured["tokens"].append(frame.tokens)
         for name in self.kind.measures:
             self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
-        self.measured["line_chars"].append(rows["line"].str.len().to_numpy(dtype=float))
         if "input_keys" in rows:
             self.input_keys.update(key for keys in rows["input_keys"].unique() for key in keys.split(",") if key)
         for split in SPLITS:
-            in_split = rows["split"] == split
-            lines = rows.loc[in_split, "line"].tolist()
+            in_split = (rows["split"] == split).to_numpy(dtype=bool)
+            records = [frame.records[i] for i in np.flatnonzero(in_split)]
             self.prompts_by_split[split].update(rows.loc[in_split, "prompt_key"])
-            if lines:
-                self.files.write(split, lines)
-                self.first_line = self.first_line or lines[0]
+            if not records:
+                continue
+            line_chars = self.files.write(split, records)
+            if line_chars is not None:
+                self.measured["line_chars"].append(np.array(line_chars, dtype=float))
+            self.first_line = self.first_line or orjson.dumps(records[0]).decode()
 
     def discard(self) -> None:
         self.files.discard()

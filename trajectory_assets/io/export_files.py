@@ -122,7 +122,8 @@ class _HashingWriter:
 
 
 class _SplitFile:
-    """One split's staged file: JSON lines as they are, or Parquet row groups built from them."""
+    """One split's staged file: records serialized as JSON lines, or Parquet row groups built
+    from the records directly (a record's JSON is never made for Parquet)."""
 
     def __init__(self, staged: StagedFile, arrow_schema: pa.Schema | None) -> None:
         self.staged = staged
@@ -131,13 +132,16 @@ class _SplitFile:
         self.parquet = pq.ParquetWriter(self.out, arrow_schema, compression="zstd") if arrow_schema else None
         self.arrow_schema = arrow_schema
 
-    def write(self, lines: list[str]) -> None:
+    def write(self, records: list[dict[str, Any]]) -> list[int] | None:
+        """Appends the records; returns each JSON line's length in characters (None for Parquet)."""
+        self.rows += len(records)
         if self.parquet is not None:
-            records = [orjson.loads(line) for line in lines]
             self.parquet.write_table(table_from_records(records, self.arrow_schema))
-        else:
-            self.out.write("\n".join([*lines, ""]).encode())  # the trailing "" ends the last line: no extra copy
-        self.rows += len(lines)
+            return None
+        lines = [orjson.dumps(record) for record in records]
+        self.out.write(b"\n".join([*lines, b""]))  # the trailing b"" ends the last line: no extra copy
+        # characters, not bytes: a byte that continues a UTF-8 character is not one
+        return [len(line) if line.isascii() else len(line.decode()) for line in lines]
 
     def close(self) -> None:
         if self.parquet is not None:
@@ -165,8 +169,10 @@ class StagedExport:
             self.discard()
             raise
 
-    def write(self, split: str, lines: list[str]) -> None:
-        self.splits[split].write(lines)
+    def write(self, split: str, records: list[dict[str, Any]]) -> list[int] | None:
+        """Appends ``records`` to the split; returns each JSON line's length in characters
+        (None for Parquet, which has no lines)."""
+        return self.splits[split].write(records)
 
     @property
     def rows(self) -> dict[str, int]:
