@@ -51,6 +51,12 @@ def export_card(export: str) -> str:
     return f"{export_folder(export)}/README.md"
 
 
+def export_row_index(export: str, split: str) -> str:
+    """What the report scans of a JSON-lines split instead of parsing every line (its rows'
+    trajectory references). Outside the export's folder, which stays the dataset trainers load."""
+    return f"indexes/{export}/{split}.parquet"
+
+
 def export_extra(export: str, name: str) -> str:
     """A trainer's own index file beside the data (LLaMA-Factory's dataset_info.json)."""
     return f"{export_folder(export)}/{name}"

@@ -11,7 +11,9 @@ from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, bui
 from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME
 from trajectory_assets.defs.run_plan import batch_run_tags
 from trajectory_assets.defs.runner import sync_batches
+from trajectory_assets.io.export_files import StoredExport
 from trajectory_assets.io.sources import batch_key, discover
+from trajectory_assets.io.storage import Storage
 
 
 @dataclasses.dataclass
@@ -74,6 +76,10 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"] == 14
     for kind in EXPORTS:
         assert sum(stats["exports"][kind.name].values()) > 0, f"the bundled sample must yield {kind.name} rows"
+        # every JSON-lines export has a row index of the files it wrote, so the report reads no line whole
+        manifest = json.loads((tmp_path / "exports" / kind.name / "manifest.json").read_text())
+        stored = StoredExport(Storage(str(tmp_path)), kind.name, manifest)
+        assert stored.indexed is (kind.file_format == "jsonl") and not stored.whole_rows, kind.name
 
 
 def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path):

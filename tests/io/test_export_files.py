@@ -1,12 +1,12 @@
 """Reading an export back from the files its manifest lists: whole JSON lines, chosen
-Parquet columns, and single rows out of many row groups."""
+Parquet columns, single rows out of many row groups, and a JSON-lines split's row index."""
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from trajectory_assets.io.export_files import StoredExport
+from trajectory_assets.io.export_files import StagedExport, StoredExport
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 
 
@@ -48,3 +48,70 @@ def test_a_missing_file_is_not_materialized_naming_it(tmp_path):
     export = StoredExport(Storage(str(tmp_path)), "dpo", {"format": "jsonl", "files": {"train.jsonl": {}}})
     with pytest.raises(NotMaterializedError, match="exports/dpo/train.jsonl does not exist"):
         list(export.scan(()))
+
+
+def staged_sft(store, records_by_split, index_fields=("trajectory_id", "chosen_id", "trajectory_ids")):
+    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
+
+    staged = StagedExport(store, "sft", ("train", "validation"), "jsonl", EXPORTS_BY_NAME["sft"].arrow_schema,
+                          index_fields)
+    for split, records in records_by_split.items():
+        staged.write(split, records)
+    return {"format": "jsonl", "files": staged.commit()}
+
+
+SFT_ROWS = {"train": [{"messages": [{"role": "user", "content": "q"}], "trajectory_id": f"t{i}", "task_key": "k"}
+                      for i in range(5)],
+            "validation": [{"messages": [], "trajectory_id": "v0", "task_key": "k"}]}
+
+
+def test_a_json_lines_export_is_scanned_from_its_row_index_with_the_same_answer(tmp_path):
+    store = Storage(str(tmp_path))
+    manifest = staged_sft(store, SFT_ROWS)
+    assert (tmp_path / "indexes" / "sft" / "train.parquet").exists()
+    indexed = StoredExport(store, "sft", manifest)
+    fields = ("trajectory_id", "chosen_id", "trajectory_ids")
+    scanned = list(indexed.scan(fields))
+    assert indexed.indexed and not indexed.whole_rows
+    assert scanned == [("train", i, {"trajectory_id": f"t{i}"}) for i in range(5)] + [
+        ("validation", 0, {"trajectory_id": "v0"})]
+    # a field the index was not asked to keep is read from the lines
+    assert [row["task_key"] for _, _, row in indexed.scan(("task_key",))] == ["k"] * 6
+    # the same rows as parsing every line, but only the fields asked for (a field the schema lacks is absent)
+    (tmp_path / "indexes" / "sft" / "train.parquet").unlink()
+    parsed = StoredExport(store, "sft", manifest)
+    assert not parsed.indexed and parsed.whole_rows
+    assert [(split, position, {k: v for k, v in row.items() if k in fields})
+            for split, position, row in parsed.scan(fields)] == scanned
+
+
+def test_an_index_of_another_write_is_not_used(tmp_path):
+    store = Storage(str(tmp_path))
+    staged_sft(store, SFT_ROWS)
+    old_index = (tmp_path / "indexes" / "sft" / "train.parquet").read_bytes()
+    changed = {"train": [{**row, "trajectory_id": f"new{i}"} for i, row in enumerate(SFT_ROWS["train"])],
+               "validation": SFT_ROWS["validation"]}
+    manifest = staged_sft(store, changed)
+    (tmp_path / "indexes" / "sft" / "train.parquet").write_bytes(old_index)  # e.g. left by an older write
+    export = StoredExport(store, "sft", manifest)
+    assert not export.indexed
+    assert [row["trajectory_id"] for _, _, row in export.scan(("trajectory_id",))][:2] == ["new0", "new1"]
+
+
+def test_rows_holding_an_undeclared_index_field_leave_no_index_and_a_discard_leaves_nothing(tmp_path):
+    store = Storage(str(tmp_path))
+    # a GRPO row may carry verifier inputs of any name, one of them a field the scan reads
+    rows = {"train": [{**SFT_ROWS["train"][0], "trajectory_ids": ["x"]}], "validation": []}
+    manifest = staged_sft(store, rows)
+    assert not (tmp_path / "indexes" / "sft" / "train.parquet").exists()
+    assert (tmp_path / "indexes" / "sft" / "validation.parquet").exists()
+    export = StoredExport(store, "sft", manifest)
+    assert not export.indexed and list(export.scan(("trajectory_ids",)))[0][2]["trajectory_ids"] == ["x"]
+
+    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
+
+    staged = StagedExport(store, "dpo", ("train",), "jsonl", EXPORTS_BY_NAME["dpo"].arrow_schema, ("chosen_id",))
+    staged.write("train", [{"prompt": [], "chosen_id": "c"}])
+    staged.discard()
+    assert not (tmp_path / "indexes" / "dpo").exists() or not any((tmp_path / "indexes" / "dpo").iterdir())
+    assert not (tmp_path / "exports" / "dpo" / "train.jsonl").exists()

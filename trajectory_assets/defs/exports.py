@@ -27,6 +27,7 @@ from trajectory_assets.datasets.families import SPLITS, ExportFrame
 from trajectory_assets.datasets.manifest import build_manifest, describe
 from trajectory_assets.datasets.registry import EXPORT_FAMILIES, ExportSpec, family_specs, iter_family
 from trajectory_assets.datasets.token_budget import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
+from trajectory_assets.datasets.viewer import SCAN_FIELDS
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
@@ -78,7 +79,8 @@ class _ExportWriter:
         # line_chars: each JSON line's length (a Parquet export has no lines)
         lengths = ("line_chars",) if kind.file_format == "jsonl" else ()
         self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*kind.measures, "tokens", *lengths)}
-        self.files = StagedExport(store, kind.name, SPLITS, kind.file_format, kind.arrow_schema)
+        self.files = StagedExport(store, kind.name, SPLITS, kind.file_format, kind.arrow_schema,
+                                  index_fields=SCAN_FIELDS)  # what the report scans every row for
 
     def add(self, frame: ExportFrame) -> None:
         self.excluded.update(frame.excluded)

@@ -2,9 +2,17 @@
 by row for the report (:class:`StoredExport`).
 
 Which files an export has, their format and row counts come from its manifest, so any
-export (a flavor added later included) is read the same way. JSON lines are parsed line
-by line; Parquet files are read a batch at a time, only the columns asked for, and
-:meth:`StoredExport.rows_at` reads only the row groups that hold the rows asked for.
+export (a flavor added later included) is read the same way. Parquet files are read a
+batch at a time, only the columns asked for, and :meth:`StoredExport.rows_at` reads only
+the row groups that hold the rows asked for.
+
+A JSON line can only be parsed whole, so a JSON-lines split is written with a *row index*
+beside it (``layout.export_row_index``): a Parquet file of the few fields the report scans
+every row for (``index_fields``: which trajectories a row was made from), one row per
+line, holding the SHA-256 of the split file it indexes. A scan reads the index instead of
+parsing every line when that hash is the manifest's; otherwise (an export written before
+indexes, or an index left from another write) it parses the lines, so the answer is the
+same either way.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import Any
 
 import contextlib
 import hashlib
+from functools import cached_property
 
 import orjson
 import pyarrow as pa
@@ -26,21 +35,38 @@ from trajectory_assets.io.storage import StagedFile, Storage
 BATCH_ROWS = 4096
 
 Row = tuple[str, int, dict[str, Any]]  # split, 0-based position in the split's file, the row
+# the row index's metadata: the SHA-256 of the file it indexes, and the fields it was asked to keep
+INDEXED_SHA256, INDEX_FIELDS = b"indexed_sha256", b"index_fields"
 
 
 class StoredExport:
     def __init__(self, store: Storage, name: str, manifest: dict[str, Any]) -> None:
         self.store, self.name = store, name
         self.format = manifest.get("format", "jsonl")
-        self.whole_rows = self.format != "parquet"  # a JSON line is parsed whole anyway: scan() keeps it so
+        self.manifest_files: dict[str, dict[str, Any]] = manifest.get("files", {})
         # "train.jsonl" -> ("train", "jsonl"), in the manifest's order
-        self.files = [tuple(file_name.rsplit(".", 1)) for file_name in manifest.get("files", {})]
+        self.files = [tuple(file_name.rsplit(".", 1)) for file_name in self.manifest_files]
+
+    @cached_property
+    def indexed(self) -> bool:
+        """Every JSON-lines split has a row index of the file the manifest lists."""
+        return self.format != "parquet" and all(self._index_matches(split, extension)
+                                                for split, extension in self.files)
+
+    @property
+    def whole_rows(self) -> bool:
+        """Whether :meth:`scan` gives every field of a row: JSON lines parsed whole when
+        there is no row index to read instead."""
+        return self.format != "parquet" and not self.indexed
 
     def scan(self, fields: Collection[str]) -> Iterator[Row]:
-        """Every row: Parquet rows with only ``fields`` (those the file has), JSON lines whole."""
+        """Every row: Parquet rows and indexed JSON lines with only ``fields`` (those the file
+        or its index has), other JSON lines whole."""
         for split, extension in self.files:
             if self.format == "parquet":
-                yield from self._scan_parquet(split, fields)
+                yield from self._scan_parquet(layout.export_file(self.name, split, extension), split, fields)
+            elif self.indexed and set(fields) <= self._index_fields(split):
+                yield from self._scan_parquet(layout.export_row_index(self.name, split), split, fields)
             else:
                 for position, line in enumerate(self._lines(split, extension)):
                     yield split, position, orjson.loads(line)
@@ -70,8 +96,24 @@ class StoredExport:
                 if line.strip():
                     yield line
 
-    def _scan_parquet(self, split: str, fields: Collection[str]) -> Iterator[Row]:
-        with self._open(split, "parquet") as handle:
+    def _index_metadata(self, split: str) -> tuple[int, dict[bytes, bytes]]:
+        with self.store.open_read(layout.export_row_index(self.name, split)) as handle:
+            metadata = pq.ParquetFile(handle).metadata
+            return metadata.num_rows, metadata.metadata or {}
+
+    def _index_matches(self, split: str, extension: str) -> bool:
+        written = self.manifest_files.get(f"{split}.{extension}", {})
+        if "sha256" not in written or not self.store.exists(layout.export_row_index(self.name, split)):
+            return False
+        rows, metadata = self._index_metadata(split)
+        return metadata.get(INDEXED_SHA256) == written["sha256"].encode() and rows == written.get("rows")
+
+    def _index_fields(self, split: str) -> set[str]:
+        """Every field the index was asked to keep: a row holds none of them but its columns."""
+        return set(orjson.loads(self._index_metadata(split)[1][INDEX_FIELDS]))
+
+    def _scan_parquet(self, path: str, split: str, fields: Collection[str]) -> Iterator[Row]:
+        with self.store.open_read(path) as handle:
             parquet = pq.ParquetFile(handle)
             columns = [name for name in parquet.schema_arrow.names if name in fields]
             position = 0
@@ -149,22 +191,62 @@ class _SplitFile:
             self.parquet = None
 
 
+class _RowIndex:
+    """One JSON-lines split's row index, written beside it (see the module's docstring)."""
+
+    def __init__(self, staged: StagedFile, fields: Collection[str], arrow_schema: pa.Schema) -> None:
+        self.staged = staged
+        self.fields = list(fields)
+        # the fields the export's schema declares; a row holding one of the others cannot be indexed
+        self.schema = pa.schema([f for f in arrow_schema if f.name in self.fields])
+        self.undeclared = set(self.fields) - set(self.schema.names)
+        self.complete = True
+        self.parquet = pq.ParquetWriter(staged.handle, self.schema, compression="zstd")
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if self.complete and self.undeclared and any(self.undeclared & record.keys() for record in records):
+            self.complete = False  # (GRPO rows carry the verifier's inputs, whose keys vary)
+        if self.complete:
+            self.parquet.write_table(table_from_records(records, self.schema))
+
+    def commit(self, indexed_sha256: str) -> None:
+        """Closes the index as the index of the file with this hash and puts it in place; an
+        incomplete index is discarded (the file is then scanned line by line)."""
+        if not self.complete:
+            self.discard()
+            return
+        self.parquet.add_key_value_metadata({INDEXED_SHA256: indexed_sha256.encode(),
+                                             INDEX_FIELDS: orjson.dumps(self.fields)})
+        self.parquet.close()
+        self.staged.commit()
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self.parquet.close()
+        self.staged.discard()
+
+
 class StagedExport:
     """One export's split files, written chunk by chunk under temporary names.
 
     Nothing is visible until :meth:`commit` puts every split in place; :meth:`discard`
-    leaves the previous export untouched (a failed check writes nothing).
+    leaves the previous export untouched (a failed check writes nothing). A JSON-lines
+    export given ``index_fields`` also writes each split's row index.
     """
 
     def __init__(self, store: Storage, name: str, splits: tuple[str, ...], file_format: str,
-                 arrow_schema: pa.Schema) -> None:
+                 arrow_schema: pa.Schema, index_fields: Collection[str] = ()) -> None:
         self.file_format = file_format
         self.splits: dict[str, _SplitFile] = {}
+        self.indexes: dict[str, _RowIndex] = {}
         parquet_schema = arrow_schema if file_format == "parquet" else None
         try:
             for split in splits:
                 staged = store.stage(layout.export_file(name, split, file_format))
                 self.splits[split] = _SplitFile(staged, parquet_schema)
+                if index_fields and file_format == "jsonl":
+                    self.indexes[split] = _RowIndex(store.stage(layout.export_row_index(name, split)), index_fields,
+                                                    arrow_schema)
         except BaseException:
             self.discard()
             raise
@@ -172,6 +254,8 @@ class StagedExport:
     def write(self, split: str, records: list[dict[str, Any]]) -> list[int] | None:
         """Appends ``records`` to the split; returns each JSON line's length in characters
         (None for Parquet, which has no lines)."""
+        if split in self.indexes:
+            self.indexes[split].write(records)
         return self.splits[split].write(records)
 
     @property
@@ -179,11 +263,14 @@ class StagedExport:
         return {split: file.rows for split, file in self.splits.items()}
 
     def commit(self) -> dict[str, dict]:
-        """Puts every split in place; returns file name -> its sha256, bytes and rows (for the manifest)."""
+        """Puts every split in place, then its row index; returns file name -> its sha256,
+        bytes and rows (for the manifest)."""
         try:
-            for file in self.splits.values():
+            for split, file in self.splits.items():
                 file.close()
                 file.staged.commit()
+                if split in self.indexes:
+                    self.indexes.pop(split).commit(file.out.sha256.hexdigest())
         except BaseException:
             self.discard()  # the splits not committed yet
             raise
@@ -196,3 +283,5 @@ class StagedExport:
             with contextlib.suppress(Exception):  # a writer left open would write its footer when collected
                 file.close()
             file.staged.discard()
+        for index in self.indexes.values():
+            index.discard()
