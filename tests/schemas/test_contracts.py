@@ -222,6 +222,31 @@ def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
     assert contract.result().passed and contract.result().rows_checked == 2
 
 
+def test_a_contract_checked_in_blocks_holds_chunks_back_and_finds_what_chunk_by_chunk_finds(trajectories,
+                                                                                           monkeypatch):
+    import schemas.validation
+    from schemas.validation import ChunkedContract
+
+    calls = []
+    real_validate = schemas.validation.validate
+    monkeypatch.setattr(schemas.validation, "validate", lambda model, frame: calls.append(len(frame)) or
+                        real_validate(model, frame))
+    broken = trajectories.copy()
+    broken.loc[1, "messages"] = "{}"
+    unique = [chunk.assign(trajectory_id=[f"{i}{c}" * 16 for c in "ab"]).reset_index(drop=True)
+              for i, chunk in enumerate((trajectories, broken, trajectories))]
+    by_chunk, by_block = ChunkedContract(TrajectorySchema), ChunkedContract(TrajectorySchema, block_rows=4)
+    for chunk in unique:
+        by_chunk.check(chunk)
+        by_block.check(chunk)
+    # chunk by chunk: a call per chunk; in blocks: one call once 4 rows wait, the rest at the result
+    assert calls == [2, 2, 4, 2]
+    by_block_result = by_block.result()
+    assert calls == [2, 2, 4, 2, 2] and by_block_result == by_chunk.result()
+    assert not by_block_result.passed and by_block_result.rows_checked == 6
+    assert list(by_block_result.failures) == [3]  # numbered across the blocks as across the chunks
+
+
 def raw_record(tmp_path, inputs=False):
     from trajectory_assets.io.sources import describe_batch, discover
 

@@ -57,6 +57,11 @@ class _BrokenExport(Exception):
         self.summary = summary
 
 
+# export rows checked per pandera call: the flat columns only (a few MB), and the files are
+# staged until every check passed, so they need not be checked chunk by chunk as they are written
+CONTRACT_BLOCK_ROWS = 20_000
+
+
 class _ExportWriter:
     """One export's split files, fed chunk by chunk through the contract.
 
@@ -73,7 +78,7 @@ class _ExportWriter:
         self.truncated = 0
         self.max_tokens = getattr(config, kind.family).max_tokens if config.tokenizer else None
         self.excluded: Counter = Counter()
-        self.contract = ChunkedContract(kind.contract)
+        self.contract = ChunkedContract(kind.contract, block_rows=CONTRACT_BLOCK_ROWS)
         self.first_line: str | None = None
         self.input_keys: set[str] = set()  # top-level fields beyond the schema's (GRPO's verifier inputs)
         # line_chars: each JSON line's length (a Parquet export has no lines)
