@@ -23,9 +23,11 @@ JSON-lines writer; a Parquet writer builds Arrow columns from them), and beside 
 flat row each: its ``split``, its record's top-level ``fields`` and the columns its Pandera
 contract checks; plus counts of what was left out and why, each row's length in ``tokens``
 (NaN when not measured) and the number of rows cut to the token budget. Payloads a
-JSON-lines format copies unchanged stay JSON strings, spliced in as ``orjson.Fragment``. The split is by ``prompt_key`` (the
-content of the prompt), so one prompt never lands in both splits, even when two source
-files hold it under different task indices.
+JSON-lines format copies unchanged stay JSON strings, spliced in as ``orjson.Fragment``.
+Records are written after every format of the chunk is rendered, and formats share what a
+unit caches, so a renderer builds new containers and never changes one it was given. The
+split is by ``prompt_key`` (the content of the prompt), so one prompt never lands in both
+splits, even when two source files hold it under different task indices.
 """
 
 from __future__ import annotations
