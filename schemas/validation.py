@@ -67,7 +67,7 @@ def cast_columns(frame: pd.DataFrame, dtypes: dict[str, Any]) -> pd.DataFrame:
             continue
         if dtype == ARROW_STRING:
             try:
-                cast[name] = ARROW_STRING.__from_arrow__(pa.array(frame[name], type=pa.string(), from_pandas=True))
+                cast[name] = pd.arrays.ArrowStringArray(pa.array(frame[name], type=pa.string(), from_pandas=True))
             except (pa.ArrowTypeError, pa.ArrowInvalid):
                 continue
         else:

@@ -6,12 +6,14 @@ import pkgutil
 
 import pytest
 
+import schemas
 import trajectory_assets.datasets
 import trajectory_assets.formats
 import trajectory_assets.io
 
 PURE_MODULES = sorted(f"{package.__name__}.{module.name}"
-                      for package in (trajectory_assets.formats, trajectory_assets.datasets, trajectory_assets.io)
+                      for package in (trajectory_assets.formats, trajectory_assets.datasets, trajectory_assets.io,
+                                      schemas)
                       for module in pkgutil.iter_modules(package.__path__))
 
 
@@ -24,3 +26,4 @@ def test_every_docstring_example_holds(name):
 def test_the_examples_are_found():
     attempted = sum(doctest.testmod(importlib.import_module(name)).attempted for name in PURE_MODULES)
     assert attempted >= 13
+    assert doctest.testmod(importlib.import_module("schemas.validation")).attempted >= 4  # the contracts' helpers
