@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from trajectory_assets import layout
 from trajectory_assets.formats.arrow_rows import table_from_records
-from trajectory_assets.io.storage import StagedFile, Storage
+from trajectory_assets.io.storage import NotMaterializedError, StagedFile, Storage
 
 BATCH_ROWS = 4096
 
@@ -48,10 +48,31 @@ class StoredExport:
         self.files = [tuple(file_name.rsplit(".", 1)) for file_name in self.manifest_files]
 
     @cached_property
+    def _index_fields(self) -> dict[str, set[str]] | None:
+        """Split -> the fields its row index was asked to keep (a row holds none of them but
+        the index's columns), when every split has an index of the file the manifest lists."""
+        if self.format == "parquet":
+            return None
+        fields = {}
+        for split, extension in self.files:
+            written = self.manifest_files.get(f"{split}.{extension}", {})
+            if "sha256" not in written:
+                return None
+            try:
+                with self.store.open_read(layout.export_row_index(self.name, split)) as handle:
+                    footer = pq.ParquetFile(handle).metadata
+            except NotMaterializedError:  # an export written before row indexes
+                return None
+            metadata = footer.metadata or {}
+            if metadata.get(INDEXED_SHA256) != written["sha256"].encode() or footer.num_rows != written.get("rows"):
+                return None
+            fields[split] = set(orjson.loads(metadata[INDEX_FIELDS]))
+        return fields
+
+    @property
     def indexed(self) -> bool:
         """Every JSON-lines split has a row index of the file the manifest lists."""
-        return self.format != "parquet" and all(self._index_matches(split, extension)
-                                                for split, extension in self.files)
+        return self._index_fields is not None
 
     @property
     def whole_rows(self) -> bool:
@@ -65,7 +86,7 @@ class StoredExport:
         for split, extension in self.files:
             if self.format == "parquet":
                 yield from self._scan_parquet(layout.export_file(self.name, split, extension), split, fields)
-            elif self.indexed and set(fields) <= self._index_fields(split):
+            elif self.indexed and set(fields) <= self._index_fields[split]:
                 yield from self._scan_parquet(layout.export_row_index(self.name, split), split, fields)
             else:
                 for position, line in enumerate(self._lines(split, extension)):
@@ -95,22 +116,6 @@ class StoredExport:
             for line in handle:
                 if line.strip():
                     yield line
-
-    def _index_metadata(self, split: str) -> tuple[int, dict[bytes, bytes]]:
-        with self.store.open_read(layout.export_row_index(self.name, split)) as handle:
-            metadata = pq.ParquetFile(handle).metadata
-            return metadata.num_rows, metadata.metadata or {}
-
-    def _index_matches(self, split: str, extension: str) -> bool:
-        written = self.manifest_files.get(f"{split}.{extension}", {})
-        if "sha256" not in written or not self.store.exists(layout.export_row_index(self.name, split)):
-            return False
-        rows, metadata = self._index_metadata(split)
-        return metadata.get(INDEXED_SHA256) == written["sha256"].encode() and rows == written.get("rows")
-
-    def _index_fields(self, split: str) -> set[str]:
-        """Every field the index was asked to keep: a row holds none of them but its columns."""
-        return set(orjson.loads(self._index_metadata(split)[1][INDEX_FIELDS]))
 
     def _scan_parquet(self, path: str, split: str, fields: Collection[str]) -> Iterator[Row]:
         with self.store.open_read(path) as handle:
