@@ -56,8 +56,8 @@ def variants(source: Path, work: Path) -> dict[str, list[str]]:
 SAMPLE_S = 0.05  # tree memory sampling period
 
 
-def _process_tree(root: int) -> list[int]:
-    """``root`` and all its live descendants. The kernel here has no
+def _process_tree(root: int) -> dict[int, int]:
+    """``root`` and all its live descendants, each with its parent. The kernel here has no
     /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN), so parents come from /proc/*/stat."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
@@ -70,12 +70,44 @@ def _process_tree(root: int) -> list[int]:
             continue
         ppid = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])  # comm may hold ") "
         children.setdefault(ppid, []).append(int(entry.name))
-    tree, stack = [], [root]
+    tree, stack = {root: 0}, [root]
     while stack:
         pid = stack.pop()
-        tree.append(pid)
-        stack.extend(children.get(pid, ()))
+        for child in children.get(pid, ()):
+            tree[child] = pid
+            stack.append(child)
     return tree
+
+
+# What each process of a `trajectory-assets run` is, from its command line: (role, a part of
+# the command line that marks it). Order matters: the first match wins.
+ROLES = [
+    ("code server", b"dagster api grpc"),
+    ("run worker", b"spawn_main"),  # the code server starts each run with multiprocessing's spawn
+    ("fork server", b"multiprocessing.forkserver"),  # its children are the steps (below)
+    ("log capture", b"watch_orphans"),
+    ("other", b""),
+]
+
+
+def _role(pid: int, root: int, tree: dict[int, int], cmdlines: dict[int, bytes]) -> str:
+    if pid == root:
+        return "command"  # the CLI itself (or the recipe, or the floor)
+    def command_line(pid: int) -> bytes:  # /proc gives the arguments separated by NULs
+        return cmdlines.get(pid, b"").replace(b"\0", b" ")
+
+    role = next(role for role, mark in ROLES if mark in command_line(pid))
+    if role == "fork server" and b"multiprocessing.forkserver" in command_line(tree.get(pid, 0)):
+        return "step"  # forked by the fork server: same command line, a step's process
+    return role
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
 
 
 def _memory(pid: int) -> tuple[int, int | None]:
@@ -96,24 +128,30 @@ def _memory(pid: int) -> tuple[int, int | None]:
     return 0, 0
 
 
-def _sample_tree(root: int) -> tuple[int, int | None]:
-    """(sum of RSS, sum of PSS or None if any process's PSS was unreadable) over the tree."""
+def _sample_tree(root: int) -> tuple[int, int | None, dict[str, list[int]]]:
+    """(sum of RSS, sum of PSS or None if any process's PSS was unreadable, PSS bytes of each
+    process by role) over the tree."""
     rss = pss = 0
     pss_ok = True
-    for pid in _process_tree(root):
+    tree = _process_tree(root)
+    cmdlines = {pid: _cmdline(pid) for pid in tree}
+    roles: dict[str, list[int]] = {}
+    for pid in tree:
         one_rss, one_pss = _memory(pid)
         rss += one_rss
         if one_pss is None:
             pss_ok = False
         else:
             pss += one_pss
-    return rss, pss if pss_ok else None
+            roles.setdefault(_role(pid, root, tree, cmdlines), []).append(one_pss)
+    return rss, pss if pss_ok else None, roles
 
 
 def measure(command: list[str]) -> dict:
     """Wall seconds and peak tree memory of one fresh process and its descendants (for a
     `trajectory-assets run`: its code server and run processes)."""
     peak_rss = peak_pss = 0
+    peak_roles: dict[str, list[int]] = {}  # what held the peak PSS: each process's PSS by role
     pss_ok = True
     samples = 0
     # a file, not a pipe: a chatty child cannot block on it; each run records into a new instance
@@ -126,13 +164,13 @@ def measure(command: list[str]) -> dict:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # the child stays un-reaped until
             if pid:                                                  # it exits, so its pid is stable
                 break
-            rss, pss = _sample_tree(process.pid)
+            rss, pss, roles = _sample_tree(process.pid)
             samples += 1
             peak_rss = max(peak_rss, rss)
             if pss is None:
                 pss_ok = False
-            else:
-                peak_pss = max(peak_pss, pss)
+            elif pss > peak_pss:
+                peak_pss, peak_roles = pss, roles
             time.sleep(SAMPLE_S)
         wall = time.perf_counter() - started
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -143,6 +181,7 @@ def measure(command: list[str]) -> dict:
         "wall_s": wall,
         "peak_rss_tree": peak_rss,
         "peak_pss_tree": peak_pss if pss_ok else None,
+        "peak_pss_by_role": {role: sorted(values, reverse=True) for role, values in peak_roles.items()},
         # ru_maxrss (KiB on Linux): the largest single process among the child and its reaped
         # descendants, not their sum
         "max_single_rss": usage.ru_maxrss * 1024,
@@ -177,6 +216,11 @@ def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
             "peak_rss_tree_mib": round(max(r["peak_rss_tree"] for r in runs) / 2**20, 1),
             "peak_pss_tree_mib": None if None in pss else round(max(pss) / 2**20, 1),
             "max_single_rss_mib": round(max(r["max_single_rss"] for r in runs) / 2**20, 1),
+            # what held the highest peak PSS: {role: [PSS MiB of each process]}
+            "peak_pss_by_role_mib": {
+                role: [round(value / 2**20, 1) for value in values]
+                for role, values in max(runs, key=lambda r: r["peak_pss_tree"] or 0)["peak_pss_by_role"].items()
+            },
             "walls_s": [round(r["wall_s"], 3) for r in runs],
             "memory_samples": [r["samples"] for r in runs],
         }
@@ -244,6 +288,27 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def composition_markdown(results: list[dict]) -> str:
+    """What held the peak PSS of each run variant at the largest size, by process role."""
+    largest = results[-1]
+    runs = [name for name in largest["variants"] if name.startswith("run")]
+    lines = [f"| at {largest['corpus']['bytes'] / 1e6:.0f} MB, process | "
+             + " | ".join(f"{name}: processes, PSS at the peak" for name in runs) + " |",
+             "|---|" + "---|" * len(runs)]
+    roles = list(dict.fromkeys(role for name in runs for role in largest["variants"][name]["peak_pss_by_role_mib"]))
+    order = ["command", *(role for role, _ in ROLES[:3]), "step", *(role for role, _ in ROLES[3:])]
+    for role in sorted(roles, key=order.index):
+        cells = []
+        for name in runs:
+            values = largest["variants"][name]["peak_pss_by_role_mib"].get(role, [])
+            cells.append(f"{len(values)}, {sum(values):.0f} MiB" + (f" ({' + '.join(f'{v:.0f}' for v in values)})"
+                                                                 if len(values) > 1 else ""))
+        lines.append(f"| {'the CLI' if role == 'command' else role} | " + " | ".join(cells) + " |")
+    totals = [sum(sum(values) for values in largest["variants"][name]["peak_pss_by_role_mib"].values()) for name in runs]
+    lines.append("| total | " + " | ".join(f"{total:.0f} MiB" for total in totals) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # the performance targets of issue 16, at the largest size measured: (label, measured, limit)
 FLAT_LIMIT = 1.1  # "flat in corpus size": the peak may grow by this factor from the smallest size
 
@@ -289,7 +354,8 @@ def main(argv: list[str] | None = None) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     (OUT / "results.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2) + "\n")
-    table = markdown(results) + "\n" + report_markdown(results) + "\n" + targets_markdown(results)
+    table = (markdown(results) + "\n" + report_markdown(results) + "\n" + composition_markdown(results) + "\n"
+             + targets_markdown(results))
     (OUT / "results.md").write_text(table)
     print(table)
 

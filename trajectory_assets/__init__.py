@@ -11,6 +11,8 @@ import importlib.util
 from pathlib import Path
 
 __version__ = "0.2.0"
+# the checkout: dagster_home/, workspace.yaml and the bundled sample live here
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @functools.cache

@@ -56,13 +56,12 @@ def _run(args: argparse.Namespace) -> int:
     import dagster as dg
     import orjson
 
-    from trajectory_assets import layout
+    from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.token_budget import TokenizerError, load_counter
     from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
     from trajectory_assets.defs.run_plan import run_slots
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
-    from trajectory_assets.definitions import PROJECT_ROOT
     from trajectory_assets.io.sources import SourceError, batch_key, discover
     from trajectory_assets.progress import progress_for
 

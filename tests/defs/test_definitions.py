@@ -101,3 +101,29 @@ def test_the_ui_shows_the_columns_of_the_written_files_each_described():
             assert not undescribed, f"{key.to_user_string()}: {undescribed}"
     assert "role_shape" not in [column.name for column in columns("trl_sft_dataset")]
     assert {c.name: c.type for c in columns("trl_sft_dataset")}["tools"] == "list<json>"
+
+
+def _modules_after_import(statement: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after running ``statement``."""
+    import subprocess
+    import sys
+
+    probe = f"import sys; {statement}; print(','.join(m for m in {modules!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return [name for name in done.stdout.strip().split(",") if name]
+
+
+def test_loading_the_code_location_leaves_the_plotting_libraries_to_the_report_step():
+    """Altair and vl-convert (~26 MiB) would be held by every process that loads the code
+    location (CLI, code server, run workers, fork server); only the report step draws."""
+    assert _modules_after_import("import trajectory_assets.definitions", ("altair", "vl_convert")) == []
+    assert _modules_after_import("import trajectory_assets.datasets.plots", ("altair", "vl_convert")) == [
+        "altair", "vl_convert"]  # the probe sees them when they are imported
+
+
+def test_the_cli_launches_runs_without_loading_the_code_location_itself():
+    """The code server holds the code location; the CLI needs only the jobs' names."""
+    loaded = _modules_after_import("import trajectory_assets.cli, trajectory_assets.defs.runner",
+                                   ("trajectory_assets.definitions", "trajectory_assets.defs.ingest",
+                                    "trajectory_assets.defs.runner"))
+    assert loaded == ["trajectory_assets.defs.runner"]

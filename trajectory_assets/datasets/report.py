@@ -16,7 +16,6 @@ from typing import Any, Protocol
 import pandas as pd
 
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.datasets import plots
 from trajectory_assets.datasets.families import TrajectoryTable
 from trajectory_assets.datasets.report_data import (
     MESSAGE_COLUMNS,
@@ -87,6 +86,11 @@ def build_report(
 
     scans = [_scan(name, manifests[name], rows, config) for name, rows in exports.items()]
     tools = top_tools(facts.tools())
+    # Imported here, not at the top: Altair and vl-convert cost ~26 MiB and ~0.2 s in every
+    # process that loads the code location (CLI, code server, run workers, fork server), and
+    # only the report step draws.
+    from trajectory_assets.datasets import plots
+
     figures = [plot for plot in (
         plots.reward_plot(reward_by_group(trajectories)),
         plots.pass_rate_plot(pass_rate_buckets(per_task), config.grpo.pass_threshold),

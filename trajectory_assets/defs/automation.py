@@ -8,7 +8,7 @@ import orjson
 from trajectory_assets import layout
 from trajectory_assets.defs.ingest import ingest_batches, rollout_batches
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
-from trajectory_assets.defs.run_plan import batch_run_tags, group_batches, run_slots
+from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches, run_slots
 from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.io.sources import (
     SourceError,
@@ -20,8 +20,6 @@ from trajectory_assets.io.sources import (
 )
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 
-INGEST_JOB = "ingest_rollout_batch"
-MAIN_JOB = "build_training_datasets"
 # the per-batch assets (raw_rollouts, validated_trajectories, quarantined_records: one step)
 BATCH_ASSETS = dg.AssetSelection.assets(ingest_batches)
 # The datasets job's steps (one per export family, then the report) are large: each runs in

@@ -18,6 +18,10 @@ from dagster._core.storage.tags import (
     PARTITION_NAME_TAG,
 )
 
+# The jobs' names: here, not beside the jobs (automation.py), so that the CLI can launch
+# them without importing the code location, which its code server already holds.
+INGEST_JOB = "ingest_rollout_batch"
+MAIN_JOB = "build_training_datasets"
 # the most batches one run takes (also the batch assets' backfill policy, for backfills
 # launched from the UI): enough to amortise start-up, few enough that a failed run is cheap
 # to redo and that a large backlog still spreads over every run slot

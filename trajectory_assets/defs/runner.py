@@ -27,14 +27,13 @@ from dagster._core.workspace.context import BaseWorkspaceRequestContext, Workspa
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._core.definitions.selector import JobSubsetSelector
 
-from trajectory_assets import layout
-from trajectory_assets.defs.automation import INGEST_JOB, MAIN_JOB
+from trajectory_assets import PROJECT_ROOT, layout
 from trajectory_assets.defs.batches import read_summary
 from trajectory_assets.datasets.registry import EXPORTS
-from trajectory_assets.defs.run_plan import batch_run_tags, group_batches
+from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
-WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
+WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 POLL_SECONDS = 0.5
 FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
