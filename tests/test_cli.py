@@ -180,6 +180,15 @@ def test_invalid_config_exits_non_zero_with_the_field_named(tmp_path):
     assert "dpo.pairing" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_an_unusable_tokenizer_exits_non_zero_with_one_line_before_any_run(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"tokenizer: {tmp_path / 'no-such-tokenizer'}\n")
+    result = cli("run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "cannot be loaded" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
 def test_unwritable_storage_exits_non_zero_with_a_clear_reason(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

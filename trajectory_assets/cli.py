@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.datasets.token_budget import TokenizerError, load_counter
+    from trajectory_assets.datasets.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
     from trajectory_assets.defs.run_plan import run_slots
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         if config.tokenizer is not None:
-            load_counter(config.tokenizer)  # loaded once here; forked workers inherit it
+            check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
         batches = sorted({batch_key(source.source_id) for source in discover(sources)})
     except (ConfigError, SourceError, TokenizerError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)

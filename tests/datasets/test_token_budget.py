@@ -103,3 +103,26 @@ def test_config_refuses_truncation_it_cannot_do(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+def test_checking_a_tokenizer_gives_the_loaders_one_line_reason(tmp_path):
+    from trajectory_assets.datasets.token_budget import check_tokenizer
+
+    with pytest.raises(TokenizerError) as error:
+        check_tokenizer(str(tmp_path / "nowhere"))
+    with pytest.raises(TokenizerError) as loaded:
+        load_counter(str(tmp_path / "nowhere"))
+    assert str(error.value) == str(loaded.value)
+    with pytest.raises(TokenizerError, match="no chat template"):
+        check_tokenizer(save_word_tokenizer(tmp_path / "plain", chat_template=None))
+
+
+def test_checking_a_usable_tokenizer_leaves_transformers_out_of_the_checking_process(tmp_path):
+    import subprocess
+    import sys
+
+    tokenizer = save_word_tokenizer(tmp_path / "words")
+    probe = ("import sys; from trajectory_assets.datasets.token_budget import check_tokenizer; "
+             f"check_tokenizer({tokenizer!r}); print('transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -18,6 +18,8 @@ with that tokenizer and is left out as ``chat_template_error``.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -65,6 +67,28 @@ def load_counter(name_or_path: str) -> ChatTemplateCounter:
     if not getattr(tokenizer, "chat_template", None):
         raise TokenizerError(f"tokenizer {name_or_path!r} has no chat template to measure rows with")
     return ChatTemplateCounter(name_or_path, tokenizer)
+
+
+# load_counter in a child interpreter; its TokenizerError, if any, as its exit message
+_CHECK = """import sys
+from trajectory_assets.datasets.token_budget import TokenizerError, load_counter
+try:
+    load_counter(sys.argv[1])
+except TokenizerError as error:
+    sys.exit(str(error))
+"""
+
+
+def check_tokenizer(name_or_path: str) -> None:
+    """Raises :class:`TokenizerError` (one line) when ``load_counter`` would, having tried it
+    in a child interpreter: a caller that only checks the tokenizer (the CLI, before it starts
+    the runs that measure with it) would otherwise hold ``transformers`` and the tokenizer,
+    about 250 MB, for as long as it lives."""
+    done = subprocess.run([sys.executable, "-c", _CHECK, name_or_path], capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()  # the last: the exit message, or the error that ended it
+        raise TokenizerError(lines[-1] if lines else f"tokenizer {name_or_path!r} cannot be loaded "
+                                                      f"(its check exited with {done.returncode})")
 
 
 @dataclass(frozen=True)
