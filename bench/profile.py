@@ -12,18 +12,25 @@
    release. Wall-clock timers, not a sampling profiler: they add no overhead worth counting
    and need nothing installed. ``--clock cpu`` times the family steps in CPU seconds of this
    process instead, which a loaded machine disturbs far less (the phases of step 1 are always
-   wall time: they span worker processes).
+   wall time: they span worker processes). Each family step runs in a process forked from
+   this one after it imported the code location, as a step is forked from the run's fork
+   server, and also reports its working set: the peak RSS of that process during the step
+   above its RSS before it (sampled every 20 ms), what a step holds beyond the pages it
+   shares with the process it was forked from.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench.corpus import build_corpus
@@ -106,9 +113,18 @@ def stored_batches_context(storage: Path):
     return Context()
 
 
-def profile_family(family: str, storage: Path) -> Counter:
-    """One family's step, in this process, with its parts timed; what is left is reading the
-    payloads, curating and planning, and the manifests."""
+def _rss() -> int:
+    """This process's resident set, bytes."""
+    with open("/proc/self/status", "rb") as handle:
+        for line in handle:
+            if line.startswith(b"VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
+    """One family's step, in this process, with its parts timed (what is left is reading the
+    payloads, curating and planning, and the manifests), and its working set in bytes."""
     from trajectory_assets import memory
     from trajectory_assets.datasets import families as builders
     from trajectory_assets.datasets.registry import family_specs
@@ -134,18 +150,30 @@ def profile_family(family: str, storage: Path) -> Counter:
     memory.release_memory = _timed(spent, "memory release", memory.release_memory)
 
     kinds = family_specs(family)
+    before = peak = _rss()
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.02):
+            peak = max(peak, _rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     start = clock()
     try:
         list(step._materialize_family(family, kinds, stored_batches_context(storage),
                                       TrajectoryStorage(root=str(storage)),
                                       PipelineSettings()))
     finally:
+        done.set()
+        sampler.join()
         for owner, name, original in originals:
             setattr(owner, name, original)
     spent["whole step"] = clock() - start
     inner = sum(seconds for part, seconds in spent.items() if part != "whole step")
     spent["reading, curating, the rest"] = spent["whole step"] - inner
-    return spent
+    return spent, peak - before
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -167,12 +195,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{args.size} MB corpus, `trajectory-assets run`, seconds (from the runs it recorded):")
     for part, seconds in phases.items():
         print(f"  {part:36s} {seconds:6.1f}")
+    import trajectory_assets.definitions  # noqa: F401 - imported once, shared with each forked step, as the fork server does
     from trajectory_assets.datasets.registry import EXPORT_FAMILIES
 
     for family in EXPORT_FAMILIES:
-        spent = profile_family(family, storage)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as fresh:
+            spent, working_set = fresh.submit(profile_family, family, storage).result()
         whole = spent.pop("whole step")
-        print(f"{family} family step alone: {whole:.1f} s ({args.clock})")
+        print(f"{family} family step alone: {whole:.1f} s ({args.clock}), working set {working_set / 2**20:.0f} MiB")
         for part, seconds in spent.most_common():
             print(f"  {part:36s} {seconds:6.1f}  {seconds / whole:4.0%}")
     sys.stdout.flush()

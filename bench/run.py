@@ -16,7 +16,10 @@ keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single pro
 the tree.) Then the stats_report step runs again, alone, on the last ``run``'s output
 (bench/report.py, a fresh process per repeat): its time, the part the report page takes,
 its share of the run, and the size of ``reports/index.html`` and of the Markdown the UI
-stores, as a second table.
+stores, as a second table. A third says what held the peak PSS of each run variant at the
+largest size: the PSS of each process of the tree at that sample, by role (the CLI, code
+server, run worker, fork server, steps, log capture; ``ROLES``), so a memory figure can be
+traced to the process that holds it.
 """
 
 from __future__ import annotations
