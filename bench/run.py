@@ -94,14 +94,14 @@ ROLES = [
 
 
 def _role(pid: int, root: int, tree: dict[int, int], cmdlines: dict[int, bytes]) -> str:
+    """What ``pid`` is (``ROLES``); ``tree`` maps each process to its parent, ``cmdlines`` holds
+    command lines as /proc gives them (arguments separated by NULs)."""
     if pid == root:
         return "command"  # the CLI itself (or the recipe, or the floor)
-    def command_line(pid: int) -> bytes:  # /proc gives the arguments separated by NULs
-        return cmdlines.get(pid, b"").replace(b"\0", b" ")
-
-    role = next(role for role, mark in ROLES if mark in command_line(pid))
-    if role == "fork server" and b"multiprocessing.forkserver" in command_line(tree.get(pid, 0)):
-        return "step"  # forked by the fork server: same command line, a step's process
+    line, parent = (cmdlines.get(one, b"").replace(b"\0", b" ") for one in (pid, tree.get(pid, 0)))
+    role = next(role for role, mark in ROLES if mark in line)
+    if role == "fork server" and b"multiprocessing.forkserver" in parent:
+        return "step"  # forked by the fork server: the same command line, a step's process
     return role
 
 
