@@ -122,15 +122,17 @@ class ChunkedContract:
     rows_checked: int = field(default=0, init=False)
     failures: dict[int, str] = field(default_factory=dict, init=False)
     table_errors: set[str] = field(default_factory=set, init=False)
-    duplicates: int = field(default=0, init=False)  # values of a unique key already seen in an earlier chunk
-    seen: dict[tuple[str, ...], set] = field(init=False)
+    # per unique key, each checked block's key columns with the block's number: compared
+    # across blocks by the result, as columns (a Python set of every value would hold an
+    # object per value for the whole step)
+    keyed: dict[tuple[str, ...], list[pd.DataFrame]] = field(init=False)
     pending: list[pd.DataFrame] = field(default_factory=list, init=False)
     pending_rows: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         schema = self.model.to_schema()
         keys = [(name,) for name, column in schema.columns.items() if column.unique]
-        self.seen = {key: set() for key in keys + ([tuple(schema.unique)] if schema.unique else [])}
+        self.keyed = {key: [] for key in keys + ([tuple(schema.unique)] if schema.unique else [])}
 
     def check(self, chunk: pd.DataFrame) -> None:
         """Checks the chunk, or holds it back until ``block_rows`` rows wait."""
@@ -148,17 +150,27 @@ class ChunkedContract:
         self.failures.update({self.rows_checked + int(index): failed for index, failed in result.failures.items()})
         self.table_errors.update(result.table_errors)
         self.rows_checked += len(chunk)
-        for key, seen in self.seen.items():
+        for key, blocks in self.keyed.items():
             if all(name in chunk.columns for name in key):  # a missing column is already a table error
-                values = list(zip(*(chunk[name].tolist() for name in key)))
-                self.duplicates += sum(1 for value in values if value in seen)
-                seen.update(values)
+                blocks.append(chunk[list(key)].assign(block=len(blocks)))
+
+    def duplicates(self) -> int:
+        """Values of a unique key that an earlier block already held (duplicates inside one
+        block are the contract's own finding)."""
+        found = 0
+        for key, blocks in self.keyed.items():
+            if len(blocks) > 1:
+                keys = pd.concat(blocks, ignore_index=True)
+                first = keys.groupby(list(key), sort=False, dropna=False)["block"].transform("min")
+                found += int((keys["block"] > first).sum())
+        return found
 
     def result(self) -> ContractResult:
         self._check_pending()
         errors = set(self.table_errors)
-        if self.duplicates:
-            errors.add(f"{self.duplicates} duplicate value(s) of {sorted(self.seen)} across chunks")
+        duplicates = self.duplicates()
+        if duplicates:
+            errors.add(f"{duplicates} duplicate value(s) of {sorted(self.keyed)} across chunks")
         return ContractResult(not self.failures and not errors, self.rows_checked, dict(self.failures), sorted(errors))
 
 

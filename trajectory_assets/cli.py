@@ -28,10 +28,23 @@ EXIT_UNUSABLE_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
+class _Help(argparse.HelpFormatter):
+    """Names the exports only when the help is shown: the registry imports every contract
+    (pandera, pandas, pyarrow), which this process needs for nothing else."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.dest == "exports":
+            from trajectory_assets.datasets.registry import EXPORTS
+
+            return f"{action.help}: {', '.join(spec.name for spec in EXPORTS)}"
+        return super()._get_help_string(action)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trajectory-assets", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="materialize every asset (trajectories, exports, stats)")
+    run = commands.add_parser("run", help="materialize every asset (trajectories, exports, stats)",
+                              formatter_class=_Help)
     run.add_argument("--source", action="append", required=True,
                      help="folder, .jsonl/.jsonl.gz file or s3://bucket/prefix; repeatable")
     run.add_argument("--storage", required=True, help="output folder or s3://bucket/prefix")
@@ -40,10 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=None,
         help="runs at once (default: the instance's run queue limit, concurrency.runs in dagster.yaml)",
     )
-    from trajectory_assets.datasets.registry import EXPORTS  # no Dagster: --help stays quick
-
-    run.add_argument("--exports", help="comma-separated exports to build (default: all): "
-                                       + ", ".join(spec.name for spec in EXPORTS))
+    run.add_argument("--exports", help="comma-separated exports to build (default: all)")
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
     return _run(args)
@@ -59,7 +69,6 @@ def _run(args: argparse.Namespace) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.token_budget import TokenizerError, check_tokenizer
-    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
     from trajectory_assets.defs.run_plan import run_slots
     from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
     from trajectory_assets.io.sources import SourceError, batch_key, discover
@@ -70,11 +79,17 @@ def _run(args: argparse.Namespace) -> int:
     config_file = str(Path(args.config).resolve()) if args.config else None
     # fail fast, in one line, on what the user can fix
     exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
-    unknown = sorted(set(exports or []) - set(EXPORTS_BY_NAME))
-    if unknown or exports == []:
-        print(f"trajectory-assets: unknown export(s) {unknown or args.exports!r}; choose from "
-              f"{', '.join(EXPORTS_BY_NAME)}", file=sys.stderr)
-        return EXIT_UNUSABLE_INPUT
+    assets = None  # the whole datasets job: every export and the report
+    if exports is not None:
+        # only here: the registry imports every contract, which the CLI needs for nothing else
+        from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
+
+        unknown = sorted(set(exports) - set(EXPORTS_BY_NAME))
+        if unknown or not exports:
+            print(f"trajectory-assets: unknown export(s) {unknown or args.exports!r}; choose from "
+                  f"{', '.join(EXPORTS_BY_NAME)}", file=sys.stderr)
+            return EXIT_UNUSABLE_INPUT
+        assets = [EXPORTS_BY_NAME[name].asset_name for name in exports] + ["stats_report"]
     try:
         config = load_config(args.config)
         if config.tokenizer is not None:
@@ -96,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     with dg.DagsterInstance.from_config(home) as instance:
         try:
             run = run_pipeline(instance, batches, run_config, slots=args.workers or run_slots(instance),
-                               exports=exports, progress=progress, log_level="DEBUG" if args.verbose else "CRITICAL",
+                               assets=assets, progress=progress, log_level="DEBUG" if args.verbose else "CRITICAL",
                                log=log)
         except KeyboardInterrupt:
             print("trajectory-assets: interrupted; the runs it started were stopped", file=sys.stderr)

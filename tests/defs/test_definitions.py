@@ -127,3 +127,15 @@ def test_the_cli_launches_runs_without_loading_the_code_location_itself():
                                    ("trajectory_assets.definitions", "trajectory_assets.defs.ingest",
                                     "trajectory_assets.defs.runner"))
     assert loaded == ["trajectory_assets.defs.runner"]
+
+
+def test_the_cli_holds_no_dataframe_or_contract_library():
+    """The CLI waits for its runs for the whole call: pandas, pyarrow and pandera (about 110
+    MiB) are the steps' business; it imports the registry only to check ``--exports``."""
+    cli_modules = ("import trajectory_assets.cli, trajectory_assets.defs.runner, trajectory_assets.progress, "
+                   "trajectory_assets.config, trajectory_assets.io.sources, trajectory_assets.io.storage, "
+                   "trajectory_assets.datasets.token_budget")
+    heavy = ("pandas", "pyarrow", "pandera", "schemas.validation")
+    assert _modules_after_import(cli_modules, heavy) == []
+    # the registry (which --exports and --help read) holds them: the probe sees them when they are imported
+    assert _modules_after_import("import trajectory_assets.datasets.registry", heavy) == list(heavy)

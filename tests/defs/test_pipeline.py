@@ -148,6 +148,36 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
             } == {"trl_sft_dataset"}
 
 
+def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, monkeypatch):
+    """The split follows the prompt, so a leak is a bug: made here by a split rule that
+    alternates, read one row per chunk so that rollouts of one prompt meet it twice."""
+    import itertools
+
+    from trajectory_assets.datasets import families
+    from trajectory_assets.defs import exports as export_defs
+    from trajectory_assets.defs.ingest import ingest_batches
+    from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
+    from trajectory_assets.io import trajectory_table
+
+    splits = itertools.cycle(families.SPLITS)
+    monkeypatch.setattr(families, "split_of", lambda prompt_key, config: next(splits))
+    monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 1)
+    resources = {"sources": RolloutSources(paths=[str(SAMPLE)]), "storage": TrajectoryStorage(root=str(tmp_path)),
+                 "settings": PipelineSettings()}
+    sft = export_defs.build_family_asset("sft", [EXPORTS_BY_NAME["sft"]])
+    with dg.instance_for_test() as instance:
+        keys = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+        sync_batches(instance, keys)
+        for key in keys:
+            dg.materialize([ingest_batches], instance=instance, resources=resources, partition_key=key)
+        result = dg.materialize([sft], instance=instance, resources=resources, raise_on_error=False)
+    assert not result.success
+    (leak,) = [e.asset_check_evaluation_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+               and e.asset_check_evaluation_data.check_name == "no_split_leak"]
+    assert not leak.passed and leak.metadata["leaked_prompts"].value > 0
+    assert not list((tmp_path / "exports" / "sft").glob("*"))
+
+
 def test_bad_records_never_abort_the_run(tmp_path):
     source = write_jsonl(tmp_path / "in" / "x.jsonl", ["garbage", make_rollout([message_item("ok")]), "{}", "[]"])
     run, checks, _, _ = run_job([source], tmp_path / "out")

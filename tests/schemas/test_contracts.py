@@ -213,6 +213,18 @@ def test_a_contract_checked_in_chunks_numbers_rows_across_them_and_finds_duplica
     assert result.table_errors == ["2 duplicate value(s) of [('trajectory_id',)] across chunks"]
 
 
+def test_duplicates_across_chunks_count_every_row_whose_value_an_earlier_chunk_held():
+    """A value repeated inside a later chunk counts each time; inside its first chunk it is the
+    contract's own unique check, not a duplicate across chunks."""
+    from schemas.validation import ChunkedContract
+
+    contract = ChunkedContract(TrajectorySchema)
+    for ids in (["a", "b", "b"], ["a", "a", "c"], ["c", "b", "d"]):
+        contract.check(pd.DataFrame({"trajectory_id": ids}))
+    assert contract.duplicates() == 4  # a, a (chunk 2); c, b (chunk 3)
+    assert "4 duplicate value(s) of [('trajectory_id',)] across chunks" in contract.result().table_errors
+
+
 def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
     from schemas.validation import ChunkedContract
 

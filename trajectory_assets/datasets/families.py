@@ -283,10 +283,12 @@ def iter_sft_family(table: TrajectoryTable, config: SftConfig, split: SplitConfi
                     budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
     plan, excluded = plan_sft(table, config, budget)
     yield _exclusions(excluded, formats, split)
-    if plan.empty:
+    planned = set(plan["trajectory_id"])
+    del plan  # its flat columns (a Python object per value) are not needed while the payloads are read
+    if not planned:
         return
     fit = None if budget is None else partial(_fit_sft, budget)
-    for chunk in table.scan(_payload_columns(SFT_PAYLOAD_COLUMNS, formats), ids=set(plan["trajectory_id"])):
+    for chunk in table.scan(_payload_columns(SFT_PAYLOAD_COLUMNS, formats), ids=planned):
         yield _render_all((SftItem(row) for row in chunk.itertuples(index=False)), formats, split, fit)
 
 

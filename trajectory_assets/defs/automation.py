@@ -24,10 +24,11 @@ from trajectory_assets.io.storage import NotMaterializedError, Storage
 BATCH_ASSETS = dg.AssetSelection.assets(ingest_batches)
 # The datasets job's steps (one per export family, then the report) are large: each runs in
 # a process of its own, two families at a time on two cores. The processes fork from a server
-# that imported the code location once per run, instead of each importing it again. This is
-# the code location's default executor (so also the automation's and the UI's runs).
+# that imported the code location once per run, instead of each importing it again, and froze
+# what it imported (step_preload.py). This is the code location's default executor (so also
+# the automation's and the UI's runs).
 STEP_PROCESSES = dg.multiprocess_executor.configured(
-    {"start_method": {"forkserver": {"preload_modules": ["trajectory_assets.definitions"]}}},
+    {"start_method": {"forkserver": {"preload_modules": ["trajectory_assets.defs.step_preload"]}}},
     name="forked_multiprocess_executor",
 )
 

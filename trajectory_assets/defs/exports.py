@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import dagster as dg
 import numpy as np
 import orjson
+import pandas as pd
 
 from schemas.validation import ChunkedContract
 from trajectory_assets import code_version, layout
@@ -72,7 +73,9 @@ class _ExportWriter:
 
     def __init__(self, store: Storage, kind: ExportSpec, config: PipelineConfig) -> None:
         self.store, self.kind, self.config = store, kind, config
-        self.prompts_by_split: dict[str, set[str]] = {split: set() for split in SPLITS}
+        # each chunk's prompt keys per split, as the rows' own (Arrow-backed) column: compared once
+        # every row is written (a set of every key would hold a Python object per row meanwhile)
+        self.prompts_by_split: dict[str, list[pd.Series]] = {split: [] for split in SPLITS}
         self.below_margin = 0
         self.over_budget = 0  # rows written longer than the family's max_tokens (the token_budget check)
         self.truncated = 0
@@ -104,7 +107,7 @@ class _ExportWriter:
         for split in SPLITS:
             in_split = (rows["split"] == split).to_numpy(dtype=bool)
             records = [frame.records[i] for i in np.flatnonzero(in_split)]
-            self.prompts_by_split[split].update(rows.loc[in_split, "prompt_key"])
+            self.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
             if not records:
                 continue
             line_chars = self.files.write(split, records)
@@ -118,12 +121,12 @@ class _ExportWriter:
     def finish(self) -> _Written:
         """Checks, then commits the files; raises :class:`_BrokenExport` (nothing written) if a check failed."""
         contract = self.contract.result()
-        leaked = self.prompts_by_split["train"] & self.prompts_by_split["validation"]
+        leaked = _shared_values(self.prompts_by_split["train"], self.prompts_by_split["validation"])
         asset = self.kind.asset_name
         checks = [
             contract_check_result(contract, asset=asset),
             dg.AssetCheckResult(asset_key=asset, check_name="no_split_leak", passed=not leaked,
-                                metadata={"leaked_prompts": len(leaked)}),
+                                metadata={"leaked_prompts": leaked}),
         ]
         if self.kind.checks_margin:
             checks.append(dg.AssetCheckResult(asset_key=asset, check_name="dpo_margin", passed=self.below_margin == 0,
@@ -143,6 +146,13 @@ class _ExportWriter:
                          for name, parts in self.measured.items()}
         return _Written(self.files.rows, files, self.excluded, distributions, checks, self.first_line,
                         self.truncated, self.input_keys)
+
+
+def _shared_values(first: list[pd.Series], second: list[pd.Series]) -> int:
+    """How many distinct values both lists of columns hold."""
+    if not first or not second:
+        return 0
+    return int(pd.Series(pd.concat(first).unique()).isin(pd.concat(second).unique()).sum())
 
 
 def _check_specs(kind: ExportSpec) -> list[dg.AssetCheckSpec]:

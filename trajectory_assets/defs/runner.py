@@ -27,9 +27,9 @@ from dagster._core.workspace.context import BaseWorkspaceRequestContext, Workspa
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._core.definitions.selector import JobSubsetSelector
 
+import orjson
+
 from trajectory_assets import PROJECT_ROOT, layout
-from trajectory_assets.defs.batches import read_summary
-from trajectory_assets.datasets.registry import EXPORTS
 from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
@@ -111,17 +111,13 @@ def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, st
     it gave a single record, and not because the stream was cut. A source that was cut
     (wherever: even inside its first record) or broke after some records is not among them
     (what it held is kept; its failure is an ``unreadable_source`` quarantine row)."""
+    summaries = [orjson.loads(store.read_bytes(layout.batch_summary(key))) for key in batches]
     return [
         (source["uri"], " ".join(str(source["error"]).split()))
-        for source in read_summary(store, batches)["sources"]
+        for summary in summaries
+        for source in summary["sources"]
         if source.get("error") and not source.get("records") and not source.get("truncated")
     ]
-
-
-def dataset_assets(exports: list[str] | None = None) -> list[dg.AssetKey]:
-    """The datasets job's assets for these exports (all by default), the report included."""
-    chosen = [kind for kind in EXPORTS if exports is None or kind.name in exports]
-    return [dg.AssetKey(kind.asset_name) for kind in chosen] + [dg.AssetKey("stats_report")]
 
 
 @contextlib.contextmanager
@@ -253,14 +249,14 @@ def run_pipeline(
     batches: list[str],
     run_config: dict,
     slots: int,
-    exports: list[str] | None = None,
+    assets: list[str] | None = None,
     progress: Progress | None = None,
     log_level: str = "CRITICAL",
     log: Path | None = None,
 ) -> PipelineRun:
     """Ingest runs over ranges of the batches (at most ``slots`` at a time; a bad batch never
-    blocks the others), then the datasets run for the exports (all of them, or the given
-    ones) and the stats report."""
+    blocks the others), then the datasets run: the whole datasets job (every export and the
+    stats report), or only the given ``assets`` of it."""
     progress = progress or Progress()
     sync_batches(instance, batches)
     groups = group_batches(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS), batches, slots)
@@ -269,7 +265,7 @@ def run_pipeline(
     with code_location(instance, log_level, log) as (workspace, location_name):
         launcher = _Launcher(instance, workspace, location_name, run_config)
         try:
-            _run_all(instance, launcher, watcher, groups, slots, exports, run)
+            _run_all(instance, launcher, watcher, groups, slots, assets, run)
         except BaseException:  # interrupted, or the instance failed us: no run goes on without us
             launcher.terminate_unfinished()
             raise
@@ -277,7 +273,7 @@ def run_pipeline(
 
 
 def _run_all(instance: dg.DagsterInstance, launcher: _Launcher, watcher: _Watcher, groups: list[list[str]],
-             slots: int, exports: list[str] | None, run: PipelineRun) -> None:
+             slots: int, assets: list[str] | None, run: PipelineRun) -> None:
     """The ingest runs, at most ``slots`` at a time, then (if every batch succeeded) the datasets run."""
     watcher.progress.batches_started(sum(len(group) for group in groups))
     labels: dict[str, str] = {}
@@ -304,6 +300,6 @@ def _run_all(instance: dg.DagsterInstance, launcher: _Launcher, watcher: _Watche
             time.sleep(POLL_SECONDS)
     if not all(outcome.success for outcome in run.batches):
         return  # the exports need every batch
-    run_id = launcher.launch(MAIN_JOB, {}, dataset_assets(exports))
+    run_id = launcher.launch(MAIN_JOB, {}, None if assets is None else [dg.AssetKey(name) for name in assets])
     labels[run_id] = "datasets"
     watcher.wait([run_id], finished)

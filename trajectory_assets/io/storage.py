@@ -13,14 +13,16 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import orjson
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+
+if TYPE_CHECKING:  # imported where they are used: the CLI reads JSON here without Arrow
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 
 class StorageError(Exception):
@@ -102,6 +104,8 @@ class Storage:
 
     @contextlib.contextmanager
     def parquet_writer(self, relative: str, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+        import pyarrow.parquet as pq
+
         with self.open_write(relative) as handle:
             writer = pq.ParquetWriter(handle, schema, compression="zstd")
             try:
@@ -113,6 +117,8 @@ class Storage:
         """The file's rows as frames of at most ``batch_rows`` rows, each indexed from 0, so a
         file of any size is read in bounded memory. An empty file gives one empty frame: it
         still has the columns and their types."""
+        import pyarrow.parquet as pq
+
         with self.open_read(relative) as handle:
             parquet = pq.ParquetFile(handle)
             empty = True
