@@ -216,9 +216,15 @@ def test_a_contract_checked_in_chunks_numbers_rows_across_them_and_finds_duplica
 def test_duplicates_across_chunks_count_every_row_whose_value_an_earlier_chunk_held():
     """A value repeated inside a later chunk counts each time; inside its first chunk it is the
     contract's own unique check, not a duplicate across chunks."""
+    import pandera.pandas as pandera
+    from pandera.typing import Series
+
     from schemas.validation import ChunkedContract
 
-    contract = ChunkedContract(TrajectorySchema)
+    class Ids(pandera.DataFrameModel):
+        trajectory_id: Series[str] = pandera.Field(unique=True)
+
+    contract = ChunkedContract(Ids)
     for ids in (["a", "b", "b"], ["a", "a", "c"], ["c", "b", "d"]):
         contract.check(pd.DataFrame({"trajectory_id": ids}))
     assert contract.duplicates() == 4  # a, a (chunk 2); c, b (chunk 3)
