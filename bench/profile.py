@@ -1,6 +1,7 @@
 """Where a run's time goes: its phases, then the parts of each export family's step.
 
     python -m bench.profile --size 1000
+    python -m bench.profile --source samples/rollouts      (the phases alone, of a tiny run)
 
 1. Runs `trajectory-assets run` (every export) on the benchmark corpus of that size with a new
    instance, then reads each phase from the runs it recorded: starting the code location,
@@ -176,14 +177,27 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
     return spent, peak - before
 
 
+def print_phases(what: str, phases: Counter) -> None:
+    print(f"\n{what}, `trajectory-assets run`, seconds (from the runs it recorded):")
+    for part, seconds in phases.items():
+        print(f"  {part:36s} {seconds:6.1f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=1000, help="corpus size in MB")
     parser.add_argument("--work", default="/tmp/trajectory-assets-bench", help="scratch folder for corpora and outputs")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="how the family steps are timed")
+    parser.add_argument("--source", help="only the phases of a run of these files instead (the bundled sample, "
+                                         "samples/rollouts: what a run costs however few its records)")
     args = parser.parse_args(argv)
     global clock
     clock = CLOCKS[args.clock]
+    if args.source:
+        storage = Path(args.work) / "profile_source"
+        shutil.rmtree(storage, ignore_errors=True)
+        print_phases(f"{args.source}", profile_phases(Path(args.source).resolve(), storage))
+        return
     if not CORPUS.is_dir():
         raise SystemExit(f"the benchmark replicates real rollouts from {CORPUS}, which is absent")
     work = Path(args.work)
@@ -191,11 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     source, storage = work / f"corpus_{args.size}mb", work / f"profile_{args.size}mb"
     shutil.rmtree(storage, ignore_errors=True)
     build_corpus(args.size << 20, source, CORPUS)
-    phases = profile_phases(source, storage)
-    print(f"\n{args.size} MB corpus, `trajectory-assets run`, seconds (from the runs it recorded):")
-    for part, seconds in phases.items():
-        print(f"  {part:36s} {seconds:6.1f}")
-    import trajectory_assets.definitions  # noqa: F401 - imported once, shared with each forked step, as the fork server does
+    print_phases(f"{args.size} MB corpus", profile_phases(source, storage))
+    # imported once, shared with each forked step, as the run's fork server does (what it preloads)
+    import trajectory_assets.defs.step_preload  # noqa: F401
     from trajectory_assets.datasets.registry import EXPORT_FAMILIES
 
     for family in EXPORT_FAMILIES:

@@ -19,7 +19,9 @@ its share of the run, and the size of ``reports/index.html`` and of the Markdown
 stores, as a second table. A third says what held the peak PSS of each run variant at the
 largest size: the PSS of each process of the tree at that sample, by role (the CLI, code
 server, run worker, fork server, steps, log capture; ``ROLES``), so a memory figure can be
-traced to the process that holds it.
+traced to the process that holds it. A fourth judges the targets of issue 16, and a fifth
+says how much of each time target's budget a run of the bundled sample (14 records, so
+almost nothing but what every run pays to start its processes) already takes.
 """
 
 from __future__ import annotations
@@ -344,6 +346,38 @@ def targets_markdown(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SAMPLE = ROOT / "samples" / "rollouts"  # the bundled sample: 14 records in 3 files
+
+
+def bench_fixed_cost(repeats: int, work: Path) -> dict:
+    """A run of the bundled sample, each time in a fresh process and instance: what every run
+    costs however few its records (starting the code server, launching and starting its
+    runs, their steps' processes, the report)."""
+    command = variants(SAMPLE, work)["run"]
+    command[command.index("--storage") + 1] = str(work / "run_sample")
+    walls = []
+    for repeat in range(repeats):
+        shutil.rmtree(work / "run_sample", ignore_errors=True)
+        walls.append(measure(command)["wall_s"])
+        print(f"  bundled sample  repeat {repeat + 1}  run {walls[-1]:7.2f} s", flush=True)
+    return {"wall_s": round(statistics.median(walls), 3), "walls_s": [round(wall, 3) for wall in walls]}
+
+
+def fixed_cost_markdown(results: list[dict], fixed: dict) -> str:
+    """How much of each time target's budget at the largest size a run of the bundled sample
+    (almost no data) already takes."""
+    largest = results[-1]["variants"]
+    size = results[-1]["corpus"]["bytes"] / 1e6
+    budgets = [("run / floor ≤ 6.0", 6.0 * largest["floor"]["wall_s"]),
+               ("run_seed / recipe ≤ 0.8", 0.8 * largest["recipe"]["wall_s"]),
+               ("run / recipe ≤ 1.0", 1.0 * largest["recipe"]["wall_s"])]
+    lines = [f"| time target at {size:.0f} MB | its budget | a run of the bundled sample (14 records) | share |",
+             "|---|---|---|---|"]
+    for label, budget in budgets:
+        lines.append(f"| {label} | {budget:.1f} s | {fixed['wall_s']:.1f} s | {fixed['wall_s'] / budget:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="250,500,1000", help="corpus sizes in MB, comma-separated")
@@ -354,11 +388,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"the benchmark replicates real rollouts from {CORPUS}, which is absent")
     work = Path(args.work)
     results = [bench_size(int(size), args.repeats, work) for size in args.sizes.split(",")]
+    fixed = bench_fixed_cost(args.repeats, work)
     OUT.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    (OUT / "results.json").write_text(json.dumps({"machine": machine, "results": results}, indent=2) + "\n")
+    (OUT / "results.json").write_text(json.dumps({"machine": machine, "results": results, "bundled_sample": fixed},
+                                                 indent=2) + "\n")
     table = (markdown(results) + "\n" + report_markdown(results) + "\n" + composition_markdown(results) + "\n"
-             + targets_markdown(results))
+             + targets_markdown(results) + "\n" + fixed_cost_markdown(results, fixed))
     (OUT / "results.md").write_text(table)
     print(table)
 

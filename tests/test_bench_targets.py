@@ -81,3 +81,14 @@ def test_a_measured_command_and_its_child_are_both_in_the_peak():
     assert sorted(roles) == ["command", "other"], roles
     assert len(roles["command"]) == len(roles["other"]) == 1
     assert sum(roles["command"] + roles["other"]) == measured["peak_pss_tree"] > 0
+
+
+def test_the_share_of_each_time_budget_a_run_of_the_bundled_sample_takes():
+    from bench.run import fixed_cost_markdown
+
+    table = fixed_cost_markdown([result(1000, recipe=20.0, run=18.0, run_seed=17.0, floor=2.0, pss=900.0)],
+                                {"wall_s": 15.0})
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert rows["run / floor ≤ 6.0"] == ["12.0 s", "15.0 s", "125% |"]
+    assert rows["run_seed / recipe ≤ 0.8"] == ["16.0 s", "15.0 s", "94% |"]
+    assert rows["run / recipe ≤ 1.0"] == ["20.0 s", "15.0 s", "75% |"]
