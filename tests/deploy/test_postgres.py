@@ -94,3 +94,21 @@ def test_a_second_call_on_the_same_instance_adds_runs_and_drops_removed_batches(
         assert len([r for r in instance.get_runs() if r.job_name == "build_training_datasets"]) == 2
     manifest = yaml.safe_load((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
     assert len(manifest["batches"]) == 2
+
+
+def test_the_storage_pool_gets_its_default_limit_before_runs_are_launched_together(postgres_home):
+    """Two runs that both find the pool without a limit both insert one, and on Postgres the
+    loser's run fails (dagster-io/dagster#33552): the CLI gives the pool its default limit
+    (``dagster.yaml``: 4) before it launches them; a later call finds it there."""
+    from trajectory_assets.defs.retries import STORAGE_POOL
+    from trajectory_assets.defs.runner import initialize_storage_pool
+
+    def pools(instance):
+        return {pool.name: pool for pool in instance.event_log_storage.get_pool_limits()}
+
+    with dg.DagsterInstance.get() as instance:
+        assert STORAGE_POOL not in pools(instance)
+        initialize_storage_pool(instance)
+        initialize_storage_pool(instance)
+        pool = pools(instance)[STORAGE_POOL]
+        assert pool.limit == 4 and pool.from_default

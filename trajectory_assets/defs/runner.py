@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+import orjson
 from dagster._core.events import DagsterEventType
 from dagster._core.remote_representation.external import RemoteJob, RemoteRepository
 from dagster._core.storage.dagster_run import DagsterRunStatus
@@ -28,9 +29,8 @@ from dagster._core.workspace.context import BaseWorkspaceRequestContext, Workspa
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._core.definitions.selector import JobSubsetSelector
 
-import orjson
-
 from trajectory_assets import PROJECT_ROOT, layout
+from trajectory_assets.defs.retries import STORAGE_POOL
 from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
@@ -83,6 +83,19 @@ def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
     missing = [key for key in batches if key not in registered]
     if missing:
         instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, missing)
+
+
+def initialize_storage_pool(instance: dg.DagsterInstance) -> None:
+    """Gives the storage pool its default limit now, if it has none yet, as the first step
+    that claims a slot of it would. Runs launched together would otherwise both find no
+    limit and both insert it; on Postgres the loser's run then fails (a unique violation
+    aborts its transaction, and Dagster's fallback update runs inside it: dagster-io/dagster
+    #33552)."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits or storage.get_pool_config().default_pool_limit is None:
+        return
+    if STORAGE_POOL not in {pool.name for pool in storage.get_pool_limits()}:
+        storage.initialize_concurrency_limit_to_default(STORAGE_POOL)
 
 
 def failure_reason(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -268,6 +281,7 @@ def run_pipeline(
     stats report), or only the given ``assets`` of it."""
     progress = progress or Progress()
     sync_batches(instance, batches)
+    initialize_storage_pool(instance)  # before runs that are launched together claim it
     groups = group_batches(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS), batches, slots)
     run = PipelineRun()
     watcher = _Watcher(instance, progress)
