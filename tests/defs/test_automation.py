@@ -80,6 +80,20 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
         assert json.loads(tick3.cursor).keys() == {key_a, key_b}
 
 
+def test_a_tick_that_requests_runs_gives_the_storage_pool_its_default_limit_first(tmp_path):
+    """The runs of a tick may start together: the pool gets its limit before they claim it
+    (see ``initialize_storage_pool``)."""
+    from trajectory_assets.defs.retries import STORAGE_POOL
+
+    write_jsonl(tmp_path / "in" / "a.jsonl", [make_rollout()])
+    defs = build_definitions(RunSettings(sources=[str(tmp_path / "in")], storage=str(tmp_path / "out")))
+    with dg.instance_for_test(overrides={"concurrency": {"pools": {"default_limit": 4}}}) as instance:
+        assert STORAGE_POOL not in {pool.name for pool in instance.event_log_storage.get_pool_limits()}
+        assert evaluate(defs, instance).run_requests
+        (pool,) = [pool for pool in instance.event_log_storage.get_pool_limits() if pool.name == STORAGE_POOL]
+        assert pool.limit == 4 and pool.from_default
+
+
 def test_a_file_that_becomes_unreadable_is_rerun_not_a_sensor_error(tmp_path):
     target = write_jsonl(tmp_path / "data" / "a.jsonl", [make_rollout()])
     source = tmp_path / "in"

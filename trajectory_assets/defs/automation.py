@@ -8,6 +8,7 @@ import orjson
 from trajectory_assets import layout
 from trajectory_assets.defs.ingest import ingest_batches, rollout_batches
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
+from trajectory_assets.defs.retries import initialize_storage_pool
 from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches, run_slots
 from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.io.sources import (
@@ -127,6 +128,7 @@ def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) 
                                               job_name=MAIN_JOB))
         if not requests and not partition_requests:  # the cursor still moves: touched files are not re-hashed
             return dg.SensorResult(skip_reason=f"no new or changed rollout files among {len(current)}", cursor=cursor)
+        initialize_storage_pool(context.instance)  # before this tick's runs, which may start together, claim it
         return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests, cursor=cursor)
 
     return rollout_batch_sensor

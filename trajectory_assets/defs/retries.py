@@ -20,6 +20,20 @@ STORAGE_RETRY = dg.RetryPolicy(max_retries=3, delay=1, backoff=dg.Backoff.EXPONE
 # instance's (`concurrency: pools:` in dagster.yaml).
 STORAGE_POOL = "trajectory_storage"
 
+
+def initialize_storage_pool(instance: dg.DagsterInstance) -> None:
+    """Gives the storage pool its default limit now, if it has none yet, as the first step
+    that claims a slot of it would. Runs started together (the CLI's, or a sensor tick's)
+    would otherwise both find no limit and both insert it; on Postgres the loser's run then
+    fails (a unique violation aborts its transaction, and Dagster's fallback update runs
+    inside it: dagster-io/dagster#33552)."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits or storage.get_pool_config().default_pool_limit is None:
+        return
+    if STORAGE_POOL not in {pool.name for pool in storage.get_pool_limits()}:
+        storage.initialize_concurrency_limit_to_default(STORAGE_POOL)
+
+
 _STORAGE_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "s3fs", "fsspec", "gcsfs", "adlfs")
 
 

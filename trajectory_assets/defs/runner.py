@@ -30,7 +30,7 @@ from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster._core.definitions.selector import JobSubsetSelector
 
 from trajectory_assets import PROJECT_ROOT, layout
-from trajectory_assets.defs.retries import STORAGE_POOL
+from trajectory_assets.defs.retries import initialize_storage_pool
 from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
@@ -83,19 +83,6 @@ def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
     missing = [key for key in batches if key not in registered]
     if missing:
         instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, missing)
-
-
-def initialize_storage_pool(instance: dg.DagsterInstance) -> None:
-    """Gives the storage pool its default limit now, if it has none yet, as the first step
-    that claims a slot of it would. Runs launched together would otherwise both find no
-    limit and both insert it; on Postgres the loser's run then fails (a unique violation
-    aborts its transaction, and Dagster's fallback update runs inside it: dagster-io/dagster
-    #33552)."""
-    storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits or storage.get_pool_config().default_pool_limit is None:
-        return
-    if STORAGE_POOL not in {pool.name for pool in storage.get_pool_limits()}:
-        storage.initialize_concurrency_limit_to_default(STORAGE_POOL)
 
 
 def failure_reason(instance: dg.DagsterInstance, run_id: str) -> str:
