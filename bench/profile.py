@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.source:
         storage = Path(args.work) / "profile_source"
         shutil.rmtree(storage, ignore_errors=True)
-        print_phases(f"{args.source}", profile_phases(Path(args.source).resolve(), storage))
+        print_phases(args.source, profile_phases(Path(args.source).resolve(), storage))
         return
     if not CORPUS.is_dir():
         raise SystemExit(f"the benchmark replicates real rollouts from {CORPUS}, which is absent")

@@ -64,7 +64,6 @@ def _run(args: argparse.Namespace) -> int:
         warnings.filterwarnings("ignore")  # Dagster's beta/preview notices are for developers
     # imported here so `--help` stays instant
     import dagster as dg
-    import orjson
 
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
@@ -129,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     from trajectory_assets.io.storage import Storage
 
     store = Storage(storage)
-    stats = orjson.loads(store.read_bytes(layout.STATS_JSON))
+    stats = store.read_json(layout.STATS_JSON)
     print(
         f"records: {stats['records_read']} read = {stats['records_valid']} valid"
         f" + {stats['records_rejected']} quarantined"

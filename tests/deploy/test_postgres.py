@@ -100,8 +100,7 @@ def test_the_storage_pool_gets_its_default_limit_before_runs_are_launched_togeth
     """Two runs that both find the pool without a limit both insert one, and on Postgres the
     loser's run fails (dagster-io/dagster#33552): the CLI gives the pool its default limit
     (``dagster.yaml``: 4) before it launches them; a later call finds it there."""
-    from trajectory_assets.defs.retries import STORAGE_POOL
-    from trajectory_assets.defs.runner import initialize_storage_pool
+    from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
 
     def pools(instance):
         return {pool.name: pool for pool in instance.event_log_storage.get_pool_limits()}

@@ -23,6 +23,16 @@ def test_failed_write_keeps_the_previous_file_and_removes_the_partial_one(tmp_pa
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
+def test_json_is_read_back_as_written_and_a_missing_file_is_not_materialized(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("s.json", b'{"sources": [{"uri": "a.jsonl", "records": 2}]}')
+    store.write_bytes("r.jsonl", b'{"n": 1}\n{"n": 2}\n')
+    assert store.read_json("s.json") == {"sources": [{"uri": "a.jsonl", "records": 2}]}
+    assert store.read_jsonl("r.jsonl") == [{"n": 1}, {"n": 2}]
+    with pytest.raises(NotMaterializedError):
+        store.read_json("absent.json")
+
+
 @pytest.mark.parametrize("bad", ["../escape", "/abs/path", "a/../../b", "a//b", ""])
 def test_paths_cannot_leave_the_storage_root(tmp_path, bad):
     with pytest.raises(StorageError, match="outside the storage root"):

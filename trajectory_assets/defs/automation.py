@@ -68,7 +68,7 @@ def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
     from the one its batch was last ingested from. An unreadable source counts as changed:
     its run reports it. A passing storage fault is raised: the next evaluation looks again."""
     try:
-        recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
+        recorded = store.read_json(layout.batch_source(key))
     except NotMaterializedError:
         return True  # never ingested (or its record is gone): run it
     return describe_batch(source)["data_version"] != recorded.get("data_version", recorded.get("sha256"))

@@ -1,7 +1,6 @@
 """How the cross-batch assets see every registered batch (dynamic partition) at once."""
 
 import dagster as dg
-import orjson
 
 from trajectory_assets import layout
 from trajectory_assets.datasets.trajectories import merge_summaries
@@ -23,4 +22,4 @@ def stored_trajectories(store: Storage, batches: list[str]) -> StoredTrajectorie
 
 def read_summary(store: Storage, batches: list[str]) -> dict:
     """Every batch's ingest counts and sources as one summary."""
-    return merge_summaries([orjson.loads(store.read_bytes(layout.batch_summary(key))) for key in batches])
+    return merge_summaries([store.read_json(layout.batch_summary(key)) for key in batches])

@@ -157,7 +157,7 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
     if ingested:
         _ingest_batch(key, store, settings)
     reads_summary = ingested or NOTHING_LOST in checks or TRAJECTORY_CONTRACT in checks
-    summary = orjson.loads(store.read_bytes(layout.batch_summary(key))) if reads_summary else {}
+    summary = store.read_json(layout.batch_summary(key)) if reads_summary else {}
     counts = _counts(key, store, summary) if summary else {}
     results = _check_batch(key, store, checks, summary, counts)
 
@@ -204,7 +204,7 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
     opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error."""
     config = settings.load()
     redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
-    recorded = orjson.loads(store.read_bytes(layout.batch_source(key)))
+    recorded = store.read_json(layout.batch_source(key))
     # a side file that could not be read is left out (its error is in the raw record)
     inputs_uri = recorded.get("inputs_uri") if recorded.get("inputs_sha256") else None
     source = SourceFile(recorded["uri"], recorded["source_id"], inputs_uri)
@@ -238,7 +238,7 @@ def _check_batch(key: str, store: Storage, checks, summary: dict, counts: dict) 
     """The selected checks on the batch's stored files: check -> (passed, metadata, description)."""
     results = {}
     if RAW_CONTRACT in checks:
-        record = orjson.loads(store.read_bytes(layout.batch_source(key)))
+        record = store.read_json(layout.batch_source(key))
         dtypes = declared_dtypes(RawRolloutSchema)
         frame = cast_columns(pd.DataFrame([record], columns=list(dtypes)), dtypes)
         result = validate(RawRolloutSchema, frame)

@@ -54,7 +54,7 @@ def _write_report(
             examples.add_lines(rejected)
     # every export in the storage (a run may have built only some of them)
     manifests = {
-        kind.name: orjson.loads(store.read_bytes(layout.export_manifest(kind.name)))
+        kind.name: store.read_json(layout.export_manifest(kind.name))
         for kind in EXPORTS
         if store.exists(layout.export_manifest(kind.name))
     }

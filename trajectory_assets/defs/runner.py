@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-import orjson
 from dagster._core.events import DagsterEventType
 from dagster._core.remote_representation.external import RemoteJob, RemoteRepository
 from dagster._core.storage.dagster_run import DagsterRunStatus
@@ -112,7 +111,7 @@ def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, st
     it gave a single record, and not because the stream was cut. A source that was cut
     (wherever: even inside its first record) or broke after some records is not among them
     (what it held is kept; its failure is an ``unreadable_source`` quarantine row)."""
-    summaries = [orjson.loads(store.read_bytes(layout.batch_summary(key))) for key in batches]
+    summaries = [store.read_json(layout.batch_summary(key)) for key in batches]
     return [
         (source["uri"], " ".join(str(source["error"]).split()))
         for summary in summaries

@@ -13,7 +13,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 from fsspec.core import url_to_fs
@@ -98,6 +98,9 @@ class Storage:
     def read_bytes(self, relative: str) -> bytes:
         with self.open_read(relative) as handle:
             return handle.read()
+
+    def read_json(self, relative: str) -> Any:
+        return orjson.loads(self.read_bytes(relative))
 
     def read_jsonl(self, relative: str) -> list:
         return [orjson.loads(line) for line in self.read_bytes(relative).split(b"\n") if line]
