@@ -63,8 +63,9 @@ def _mark_output(row: dict, rollout: int) -> None:
                 return
 
 
-def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7) -> dict:
-    """Writes ``out/batch_NNN.jsonl`` files; returns {files, bytes, rows, tasks}."""
+def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7, file_bytes: int = FILE_BYTES) -> dict:
+    """Writes ``out/batch_NNN.jsonl`` files of about ``file_bytes`` each; returns {files,
+    bytes, rows, tasks}."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("batch_*.jsonl"):
         old.unlink()
@@ -73,15 +74,15 @@ def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7) -> d
     written = rows = tasks = 0
     file_index = 0
     handle = None
-    file_bytes = 0
+    in_file = 0
     while written < target_bytes:
         template = templates[tasks % len(templates)]
-        if handle is None or file_bytes >= FILE_BYTES:  # a task's rollouts stay in one file
+        if handle is None or in_file >= file_bytes:  # a task's rollouts stay in one file
             if handle:
                 handle.close()
             handle = open(out / f"batch_{file_index:03d}.jsonl", "wb")
             file_index += 1
-            file_bytes = 0
+            in_file = 0
         for rollout in range(rng.randint(1, 5)):
             row = json.loads(json.dumps(template))
             row["_ng_task_index"] = tasks
@@ -91,7 +92,7 @@ def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7) -> d
             _mark_output(row, rollout)
             line = (json.dumps(row, ensure_ascii=False) + "\n").encode()
             handle.write(line)
-            file_bytes += len(line)
+            in_file += len(line)
             written += len(line)
             rows += 1
         tasks += 1

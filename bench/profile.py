@@ -4,9 +4,10 @@
     python -m bench.profile --source samples/rollouts      (the phases alone, of a tiny run)
 
 1. Runs `trajectory-assets run` (every export) on the benchmark corpus of that size with a new
-   instance, then reads each phase from the runs it recorded: starting the code location,
-   ingest (ranges of batches, one run per run slot), the datasets run and each of its steps
-   (the three export families, two at a time, then the stats report).
+   instance, then reads each phase from the runs it recorded: the CLI's start (the code
+   location imported), ingest (ranges of batches, in process or forked), the datasets run and
+   each of its steps (the three export families, in process or two at a time, then the stats
+   report).
 2. Runs each family's step again, alone in this process, on that run's stored trajectories,
    with timers around its parts: reading and curating (the plan and the payload scan),
    rendering every format, the contract checks, writing the files, and the per-chunk memory
@@ -59,10 +60,10 @@ def profile_phases(source: Path, storage: Path) -> Counter:
     import tempfile
 
     import dagster as dg
-    from dagster._core.events import DagsterEventType
 
     from trajectory_assets.cli import main
     from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB
+    from trajectory_assets.defs.dagster_internals import step_durations
 
     spent: Counter = Counter()
     with tempfile.TemporaryDirectory(prefix="profile-home-") as home:
@@ -81,17 +82,12 @@ def profile_phases(source: Path, storage: Path) -> Counter:
             ingest = [r for r in records if r.dagster_run.job_name == INGEST_JOB]
             (datasets,) = [r for r in records if r.dagster_run.job_name == MAIN_JOB]
             first_created = min(r.create_timestamp.timestamp() for r in records)
-            spent["CLI start, code server (until the first run)"] = first_created - start
+            spent["CLI start (until the first run)"] = first_created - start
             spent[f"ingest ({len(ingest)} runs at once, run start-up included)"] = (
                 max(r.end_time for r in ingest) - first_created)
             spent["datasets run start-up"] = datasets.start_time - datasets.create_timestamp.timestamp()
-            started: dict[str, float] = {}
-            for entry in instance.all_logs(datasets.dagster_run.run_id, of_type={
-                    DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}):
-                if entry.dagster_event.event_type == DagsterEventType.STEP_START:
-                    started[entry.step_key] = entry.timestamp
-                else:
-                    spent[f"  step {entry.step_key}"] = entry.timestamp - started[entry.step_key]
+            for step, seconds in step_durations(instance, datasets.dagster_run.run_id).items():
+                spent[f"  step {step}"] = seconds
             spent["datasets run (steps overlap)"] = datasets.end_time - datasets.start_time
     return spent
 

@@ -64,10 +64,9 @@ def run_ingest_phase(source: Path, storage: Path) -> tuple[float, float]:
     """(CPU seconds of the run's ingest phase, of which inside `redact`)."""
     from trajectory_assets.cli import main
     from trajectory_assets.defs import ingest as ingest_step
-    from trajectory_assets.defs import runner
 
     spent = [0.0]
-    run_batch, redactor = runner._run_batch, ingest_step.Redactor
+    run_batch, redactor = ingest_step._ingest_batch, ingest_step.Redactor
 
     def timed_batch(*args, **kwargs):
         start = clock()
@@ -76,16 +75,17 @@ def run_ingest_phase(source: Path, storage: Path) -> tuple[float, float]:
         finally:
             spent[0] += clock() - start
 
-    runner._run_batch, ingest_step.Redactor, TimedRedactor.total = timed_batch, TimedRedactor, 0.0
+    # the CLI runs in this process (--execution in-process), so the batches are ingested here
+    ingest_step._ingest_batch, ingest_step.Redactor, TimedRedactor.total = timed_batch, TimedRedactor, 0.0
     shutil.rmtree(storage, ignore_errors=True)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the CLI's own summary
-            failed = main(["run", "--source", str(source), "--storage", str(storage), "--workers", "1",
+            failed = main(["run", "--source", str(source), "--storage", str(storage), "--execution", "in-process",
                            "--exports", "sft"])
         if failed:
             raise SystemExit("the run failed")
     finally:
-        runner._run_batch, ingest_step.Redactor = run_batch, redactor
+        ingest_step._ingest_batch, ingest_step.Redactor = run_batch, redactor
     return spent[0], TimedRedactor.total
 
 

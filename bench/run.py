@@ -17,8 +17,8 @@ the tree.) Then the stats_report step runs again, alone, on the last ``run``'s o
 (bench/report.py, a fresh process per repeat): its time, the part the report page takes,
 its share of the run, and the size of ``reports/index.html`` and of the Markdown the UI
 stores, as a second table. A third says what held the peak PSS of each run variant at the
-largest size: the PSS of each process of the tree at that sample, by role (the CLI, code
-server, run worker, fork server, steps, log capture; ``ROLES``), so a memory figure can be
+largest size: the PSS of each process of the tree at that sample, by role (the CLI, its fork
+server, the runs and steps forked from it, log capture; ``ROLES``), so a memory figure can be
 traced to the process that holds it. A fourth judges the targets of issue 16, and a fifth
 says how much of each time target's budget a run of the bundled sample (14 records, so
 almost nothing but what every run pays to start its processes) already takes.
@@ -87,11 +87,9 @@ def _process_tree(root: int) -> dict[int, int]:
 # What each process of a `trajectory-assets run` is, from its command line: (role, a part of
 # the command line that marks it). Order matters: the first match wins.
 ROLES = [
-    ("code server", b"dagster api grpc"),
-    ("run worker", b"spawn_main"),  # the code server starts each run with multiprocessing's spawn
-    ("fork server", b"multiprocessing.forkserver"),  # its children are the steps (below)
+    ("fork server", b"multiprocessing.forkserver"),  # its children are forked runs and steps (below)
     ("log capture", b"watch_orphans"),
-    ("other", b""),
+    ("other", b""),  # the resource tracker, tail
 ]
 
 
@@ -103,7 +101,7 @@ def _role(pid: int, root: int, tree: dict[int, int], cmdlines: dict[int, bytes])
     line, parent = (cmdlines.get(one, b"").replace(b"\0", b" ") for one in (pid, tree.get(pid, 0)))
     role = next(role for role, mark in ROLES if mark in line)
     if role == "fork server" and b"multiprocessing.forkserver" in parent:
-        return "step"  # forked by the fork server: the same command line, a step's process
+        return "forked run or step"  # forked by the fork server: the same command line
     return role
 
 
@@ -154,7 +152,7 @@ def _sample_tree(root: int) -> tuple[int, int | None, dict[str, list[int]]]:
 
 def measure(command: list[str]) -> dict:
     """Wall seconds and peak tree memory of one fresh process and its descendants (for a
-    `trajectory-assets run`: its code server and run processes)."""
+    `trajectory-assets run`: its fork server and the processes forked from it)."""
     peak_rss = peak_pss = 0
     peak_roles: dict[str, list[int]] = {}  # what held the peak PSS: each process's PSS by role
     pss_ok = True
@@ -301,7 +299,7 @@ def composition_markdown(results: list[dict]) -> str:
              + " | ".join(f"{name}: processes, PSS at the peak" for name in runs) + " |",
              "|---|" + "---|" * len(runs)]
     roles = list(dict.fromkeys(role for name in runs for role in largest["variants"][name]["peak_pss_by_role_mib"]))
-    order = ["command", *(role for role, _ in ROLES[:3]), "step", *(role for role, _ in ROLES[3:])]
+    order = ["command", ROLES[0][0], "forked run or step", *(role for role, _ in ROLES[1:])]
     for role in sorted(roles, key=order.index):
         cells = []
         for name in runs:

@@ -36,27 +36,27 @@ def test_a_single_size_cannot_say_whether_memory_is_flat():
 def test_each_process_of_a_run_is_named_by_its_role():
     from bench.run import _role
 
-    parents = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5, 7: 3}  # pid -> parent pid, as /proc gives them
-    forkserver = b"python\0-c\0from multiprocessing.forkserver import main; main(5, 6, ['trajectory_assets.definitions'])"
+    parents = {1: 0, 2: 1, 3: 2, 4: 3, 5: 1, 6: 1}  # pid -> parent pid, as /proc gives them
+    forkserver = (b"python\0-c\0from multiprocessing.forkserver import main; main(5, 6, "
+                  b"['trajectory_assets.defs.fork_server_session', 'trajectory_assets.defs.step_preload'])")
     cmdlines = {
         1: b"python\0trajectory-assets\0run",
-        2: b"python\0-m\0dagster\0api\0grpc\0--lazy-load-user-code",
-        3: b"python\0-c\0from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=12)",
-        4: forkserver,
-        5: forkserver,  # forked from the fork server: the same command line
-        6: b"python\0.../dagster/_core/execution/scripts/watch_orphans.py\0005",
-        7: b"python\0-B\0-c\0from multiprocessing.resource_tracker import main;main(11)",
+        2: forkserver,
+        3: forkserver,  # forked from the fork server: the same command line
+        4: b"python\0.../dagster/_core/execution/scripts/watch_orphans.py\0003",
+        5: b"python\0-B\0-c\0from multiprocessing.resource_tracker import main;main(11)",
+        6: b"tail\0-F\0-c\0+0\0/home/storage/compute_logs/x.out",
     }
     roles = {pid: _role(pid, 1, parents, cmdlines) for pid in parents}
-    assert roles == {1: "command", 2: "code server", 3: "run worker", 4: "fork server", 5: "step",
-                     6: "log capture", 7: "other"}
+    assert roles == {1: "command", 2: "fork server", 3: "forked run or step", 4: "log capture", 5: "other",
+                     6: "other"}
 
 
 def test_the_peak_is_broken_down_by_role_for_each_run_variant():
     from bench.run import composition_markdown
 
     def held(cli, steps):
-        return {"peak_pss_by_role_mib": {"command": [cli], "code server": [170.0], "step": steps}}
+        return {"peak_pss_by_role_mib": {"command": [cli], "fork server": [170.0], "forked run or step": steps}}
 
     results = [{"corpus": {"bytes": 1000 * 10**6},
                 "variants": {"recipe": {}, "run": held(160.0, [380.0, 310.4]), "run_seed": held(150.0, [300.0])}}]
@@ -64,8 +64,8 @@ def test_the_peak_is_broken_down_by_role_for_each_run_variant():
     assert table[0] == "| at 1000 MB, process | run: processes, PSS at the peak | run_seed: processes, PSS at the peak |"
     assert table[2:] == [
         "| the CLI | 1, 160 MiB | 1, 150 MiB |",
-        "| code server | 1, 170 MiB | 1, 170 MiB |",
-        "| step | 2, 690 MiB (380 + 310) | 1, 300 MiB |",
+        "| fork server | 1, 170 MiB | 1, 170 MiB |",
+        "| forked run or step | 2, 690 MiB (380 + 310) | 1, 300 MiB |",
         "| total | 1020 MiB | 620 MiB |",
     ]
 

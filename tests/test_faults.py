@@ -103,7 +103,7 @@ def run_ingest(source_folder, storage, key_of):
         result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
             instance=instance, partition_key=key, raise_on_error=False)
         retries = [e.step_key for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
-        reason = None if result.success else failure_reason(instance, result.run_id)
+        reason = next((failure_reason(event) for event in result.all_events if event.is_step_failure), None)
     return result, retries, reason
 
 

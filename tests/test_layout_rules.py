@@ -30,3 +30,36 @@ def test_pure_modules_do_not_import_dagster(path):
 
 def test_the_check_sees_an_import():
     assert "dagster" in imported_modules(PACKAGE / "definitions.py")
+
+
+REPOSITORY = PACKAGE.parent
+INTERNALS = PACKAGE / "defs" / "dagster_internals.py"
+# Dagster's own instance methods that it does not mark public, called only from INTERNALS
+PRIVATE_INSTANCE_CALLS = ("create_run_for_job", "report_run_canceling", "report_run_canceled", "report_run_failed",
+                          "all_logs", "get_records_for_run", "get_ref", "from_ref", "event_log_storage",
+                          "get_concurrency_config", "run_launcher")
+PROJECT_FILES = sorted(path for room in ("trajectory_assets", "schemas", "bench", "tests", "samples")
+                       for path in (REPOSITORY / room).rglob("*.py")
+                       if path not in (INTERNALS, Path(__file__).parent / "defs" / "test_dagster_internals.py"))
+
+
+def private_uses(path: Path) -> list[str]:
+    """The private Dagster modules a file imports, and the private instance methods it calls."""
+    tree = ast.parse(path.read_text())
+    found = [name for name in imported_modules(path)
+             if name.split(".")[0].startswith("dagster") and any(part.startswith("_") for part in name.split("."))]
+    found += [node.attr for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and node.attr in PRIVATE_INSTANCE_CALLS]
+    return found
+
+
+@pytest.mark.parametrize("path", PROJECT_FILES, ids=lambda path: str(path.relative_to(REPOSITORY)))
+def test_only_the_internals_module_uses_dagster_private_api(path):
+    assert private_uses(path) == [], (
+        f"{path.relative_to(REPOSITORY)} uses Dagster's private API: wrap it in trajectory_assets/defs/"
+        "dagster_internals.py, where an upgrade that changes it is caught by its test")
+
+
+def test_the_private_api_check_sees_a_use():
+    uses = private_uses(INTERNALS)
+    assert "create_run_for_job" in uses and any(name.startswith("dagster._core") for name in uses)

@@ -1,10 +1,12 @@
-"""Headless CLI: runs the same asset jobs as the UI, through the Dagster instance (ingest
-runs over ranges of batches, then the datasets job), like the sensor and automation do in
-`dagster dev`. Every run is recorded in DAGSTER_HOME (the project's dagster_home/ unless
-set), so `make ui` shows them.
+"""Headless CLI: runs the same asset jobs as the UI (ingest runs over ranges of batches,
+then the datasets job), like the sensor and automation do in `dagster dev`, in this one
+process (forking from a preloaded server when the inputs are large: ``defs/runner.py``).
+Every run is recorded in DAGSTER_HOME (the project's dagster_home/ unless set), so `make ui`
+shows them and can re-execute them.
 
     trajectory-assets run --source SRC [--source SRC ...] --storage DEST [--config FILE]
-                          [--exports NAME,NAME,...] [--workers N] [--verbose]
+                          [--exports NAME,NAME,...] [--workers N]
+                          [--execution auto|in-process|forked] [--verbose]
 
 Exit code 0 when the run completes (quarantined records are not failures); 2 with a
 one-line reason when the arguments, a source, the config or storage cannot be used; 1 when
@@ -18,9 +20,11 @@ them (its failure is an ``unreadable_source`` quarantine row) and is not a failu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 EXIT_STEP_FAILED = 1
@@ -51,9 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", help="YAML config (see config.example.yaml)")
     run.add_argument(
         "--workers", type=int, default=None,
-        help="runs at once (default: the instance's run queue limit, concurrency.runs in dagster.yaml)",
+        help="forked processes at once: ingest runs, then the datasets run's steps (default: the CPUs "
+             "this process may use)",
     )
     run.add_argument("--exports", help="comma-separated exports to build (default: all)")
+    run.add_argument(
+        "--execution", choices=("auto", "in-process", "forked"), default="auto",
+        help="in-process: every run in this process; forked: ingest runs and the datasets run's steps in "
+             "processes forked from a preloaded server; auto (default): in process for small inputs",
+    )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
     return _run(args)
@@ -62,25 +72,32 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if not args.verbose:
         warnings.filterwarnings("ignore")  # Dagster's beta/preview notices are for developers
-    # imported here so `--help` stays instant
-    import dagster as dg
+        os.environ["PYTHONWARNINGS"] = "ignore"  # and the fork server's processes'
+    from trajectory_assets.defs.processes import Interrupts
 
+    # first: every thread started from here on blocks SIGINT, which Interrupts takes
+    with Interrupts() as interrupts:
+        try:
+            return _run_calls(args, interrupts)
+        except KeyboardInterrupt:
+            print("trajectory-assets: interrupted; its runs were canceled", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+
+def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.token_budget import TokenizerError, check_tokenizer
-    from trajectory_assets.defs.run_plan import run_slots
-    from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
-    from trajectory_assets.io.sources import SourceError, batch_key, discover
+    from trajectory_assets.defs.processes import start_fork_server
+    from trajectory_assets.io.sources import SourceError, batch_key, discover, work_bytes
     from trajectory_assets.progress import progress_for
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
     sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
-    config_file = str(Path(args.config).resolve()) if args.config else None
     # fail fast, in one line, on what the user can fix
     exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
     assets = None  # the whole datasets job: every export and the report
     if exports is not None:
-        # only here: the registry imports every contract, which the CLI needs for nothing else
         from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
 
         unknown = sorted(set(exports) - set(EXPORTS_BY_NAME))
@@ -93,34 +110,44 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         if config.tokenizer is not None:
             check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
-        batches = sorted({batch_key(source.source_id) for source in discover(sources)})
+        found = discover(sources)
     except (ConfigError, SourceError, TokenizerError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
+    batches = sorted({batch_key(source.source_id) for source in found})
+    # DagsterInstance.get() and the fork server's processes read it from the environment
+    home = os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / "dagster_home"))
+    log = None if args.verbose else Path(home) / "logs" / "cli.log"  # Dagster's own output, the steps' too
+    with _output_to(log):
+        progress = progress_for(sys.stdout)
+        from trajectory_assets.defs.run_plan import ingest_runs
 
-    # the call's sources, storage and config travel in each run's config (shown with the run in the UI)
-    run_config = {
-        "resources": {"sources": {"config": {"paths": sources}}, "storage": {"config": {"root": storage}},
-                      "settings": {"config": {"config_file": config_file}}},
-        "loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}},
-    }
-    home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / "dagster_home")
-    progress = progress_for(sys.stdout)
-    log = None if args.verbose else Path(home) / "logs" / "code-server.log"  # Dagster's own output
-    with dg.DagsterInstance.from_config(home) as instance:
-        try:
-            run = run_pipeline(instance, batches, run_config, slots=args.workers or run_slots(instance),
-                               assets=assets, progress=progress, log_level="DEBUG" if args.verbose else "CRITICAL",
-                               log=log)
-        except KeyboardInterrupt:
-            print("trajectory-assets: interrupted; the runs it started were stopped", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
-            reason = " ".join(str(error).split())
-            print(f"trajectory-assets: {reason}" + (f" (see {log})" if log else ""), file=sys.stderr)
-            return EXIT_STEP_FAILED
-        finally:
-            progress.close()
+        slots = args.workers or _cpu_count()
+        runs = {"auto": ingest_runs(len(batches), work_bytes(found), slots), "in-process": 1,
+                "forked": slots}[args.execution]
+        # several runs: the fork server imports the code location while this process does the same
+        forks = start_fork_server() if runs > 1 else None
+        steps = {"auto": "auto", "in-process": "in_process", "forked": "multiprocess"}[args.execution]
+        import dagster as dg
+
+        from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
+
+        # the call's sources, storage and config travel in each run's config (shown with the run in the UI)
+        config_file = str(Path(args.config).resolve()) if args.config else None
+        run_config = {
+            "resources": {"sources": {"config": {"paths": sources}}, "storage": {"config": {"root": storage}},
+                          "settings": {"config": {"config_file": config_file}}},
+            "loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}},
+        }
+        with dg.DagsterInstance.get() as instance:
+            try:
+                run = run_pipeline(instance, batches, run_config, slots=slots, runs=runs, assets=assets,
+                                   progress=progress, forks=forks, steps=steps, taken=interrupts)
+            except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
+                reason = " ".join(str(error).split())
+                return _fail(f"trajectory-assets: {reason}" + (f" (see {log})" if log else ""))
+            finally:
+                progress.close()
     if not run.success:
         print(f"trajectory-assets: run failed: {run.first_failure}", file=sys.stderr)
         return EXIT_STEP_FAILED
@@ -146,6 +173,56 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trajectory-assets: cannot read {len(unreadable)} source(s) at all: {named}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     return 0
+
+
+def _cpu_count() -> int:
+    """The CPUs this process may use (a container's or a taskset's limit, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _fail(message: str) -> int:
+    print(message, file=sys.stderr)
+    return EXIT_STEP_FAILED
+
+
+@contextlib.contextmanager
+def _output_to(log: Path | None) -> Iterator[None]:
+    """Inside the block, what this process and the processes it starts write to stdout and
+    stderr (Dagster's own logging, warnings, the steps' output Dagster mirrors back) goes to
+    ``log``; None: to the terminal, as it is. ``sys.stdout`` and ``sys.stderr`` (the progress
+    display, the CLI's own messages) keep writing where they wrote before."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {"stdout": sys.stdout, "stderr": sys.stderr}
+    originals = [os.dup(1), os.dup(2)]
+    for (name, stream), fd, original in zip(saved.items(), (1, 2), originals):
+        if _fileno(stream) == fd:  # a stream of the descriptor about to move: one of its own (a test's is not)
+            setattr(sys, name, os.fdopen(os.dup(original), "w", buffering=1, encoding=stream.encoding,
+                                         errors="replace"))
+    with open(log, "ab") as target:
+        os.dup2(target.fileno(), 1)
+        os.dup2(target.fileno(), 2)
+        try:
+            yield
+        finally:
+            for name, stream in saved.items():
+                if getattr(sys, name) is not stream:
+                    getattr(sys, name).close()
+                    setattr(sys, name, stream)
+            for fd, original in zip((1, 2), originals):
+                os.dup2(original, fd)
+                os.close(original)
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

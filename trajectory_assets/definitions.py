@@ -11,7 +11,8 @@ from pathlib import Path
 import dagster as dg
 
 from trajectory_assets import PROJECT_ROOT
-from trajectory_assets.defs.automation import BATCH_ASSETS, STEP_PROCESSES, build_automation, build_jobs
+from trajectory_assets.defs.automation import BATCH_ASSETS, build_automation, build_jobs
+from trajectory_assets.defs.executors import sized_executor
 from trajectory_assets.defs.exports import export_assets
 from trajectory_assets.defs.ingest import ingest_batches
 from trajectory_assets.defs.reports import stats_report
@@ -61,12 +62,13 @@ K8S_STEPS = {
 }
 
 
-def step_executor(name: str) -> dg.ExecutorDefinition:
-    """The code location's default executor, by name: processes forked on this machine, or
-    ``k8s_job_executor`` (a Kubernetes job per step, for the datasets job on a cluster). The
-    ingest job always runs its one step in its run's process."""
+def step_executor(name: str, storage: str) -> dg.ExecutorDefinition:
+    """The code location's default executor, by name: on this machine (``executors.py``: in
+    the run's process, or forked when the data is large), or ``k8s_job_executor`` (a
+    Kubernetes job per step, for the datasets job on a cluster). The ingest job always runs
+    its one step in its run's process."""
     if name == "multiprocess":
-        return STEP_PROCESSES
+        return sized_executor(storage)
     if name == "k8s":
         from dagster_k8s import k8s_job_executor  # only needed on a cluster
 
@@ -80,7 +82,7 @@ def build_definitions(settings: RunSettings) -> dg.Definitions:
     defs = dg.Definitions(
         assets=[ingest_batches, *export_assets, stats_report],
         jobs=[ingest_job, datasets_job],
-        executor=step_executor(settings.executor),
+        executor=step_executor(settings.executor, settings.storage),
         sensors=[d for d in automation if isinstance(d, dg.SensorDefinition)],
         schedules=[d for d in automation if isinstance(d, dg.ScheduleDefinition)],
         resources={
@@ -99,3 +101,9 @@ def build_definitions(settings: RunSettings) -> dg.Definitions:
 
 
 defs = build_definitions(RunSettings.from_env())
+
+
+def job_by_name(name: str) -> dg.JobDefinition:
+    """A job of the code location, for processes that load it by reference (the CLI's forked
+    runs and steps: ``dg.build_reconstructable_job``)."""
+    return defs.resolve_job_def(name)

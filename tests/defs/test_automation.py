@@ -10,6 +10,7 @@ from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
 from trajectory_assets.definitions import RunSettings, build_definitions
 from trajectory_assets.defs.automation import plan_batches
+from trajectory_assets.defs.run_plan import BATCHES_TAG, INGEST_JOB, batch_run_tags
 from trajectory_assets.io.sources import batch_key, discover
 
 
@@ -32,6 +33,20 @@ def evaluate(defs, instance, cursor=None):
     return result
 
 
+def ingest(defs, instance, result) -> None:
+    """Executes the ingest runs a tick requested, as the daemon would launch them."""
+    for request in result.run_requests:
+        assert request.job_name == INGEST_JOB
+        done = defs.resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, tags=batch_run_tags(request.tags[BATCHES_TAG].split(",")))
+        assert done.success
+
+
+def touch(path) -> None:
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+
 def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_path):
     source = tmp_path / "in"
     first = write_jsonl(source / "a.jsonl", [make_rollout()])
@@ -41,6 +56,7 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
         tick = evaluate(defs, instance)
         assert [r.partition_key for r in tick.run_requests] == [key_a]
         assert instance.get_dynamic_partitions(layout.BATCH_PARTITIONS) == [key_a]
+        ingest(defs, instance, tick)
 
         # nothing changed: nothing to do (the cursor remembers every file's fingerprint)
         again = evaluate(defs, instance, tick.cursor)
@@ -51,23 +67,17 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
         tick2 = evaluate(defs, instance, tick.cursor)
         key_b = batch_key("in/sub/b.jsonl")
         assert [r.partition_key for r in tick2.run_requests] == [key_b]
+        ingest(defs, instance, tick2)
 
-        # a touched file whose bytes did not change is not run again (its recorded SHA-256 matches)
-        from trajectory_assets.io.sources import sha256_of
-        from trajectory_assets.io.storage import Storage
-
-        sha, size = sha256_of(discover([str(first)])[0])
-        Storage(str(tmp_path / "out")).write_bytes(layout.batch_source(key_a), json.dumps({"sha256": sha}).encode())
-        stat = first.stat()
-        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        # a touched file whose bytes did not change is not run again (its recorded data version matches)
+        touch(first)
         touched = evaluate(defs, instance, tick2.cursor)
         assert not touched.run_requests and touched.cursor != tick2.cursor  # fingerprint noted, nothing run
         tick2 = touched
 
         # a changed file is re-run under a new run key
         write_jsonl(first, [make_rollout(), make_rollout(request_input="more")])
-        stat = first.stat()
-        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        touch(first)
         tick3 = evaluate(defs, instance, tick2.cursor)
         (rerun,) = tick3.run_requests
         assert rerun.partition_key == key_a and rerun.run_key != tick.run_requests[0].run_key
@@ -83,15 +93,15 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
 def test_a_tick_that_requests_runs_gives_the_storage_pool_its_default_limit_first(tmp_path):
     """The runs of a tick may start together: the pool gets its limit before they claim it
     (see ``initialize_storage_pool``)."""
+    from trajectory_assets.defs.dagster_internals import pool_limits
     from trajectory_assets.defs.retries import STORAGE_POOL
 
     write_jsonl(tmp_path / "in" / "a.jsonl", [make_rollout()])
     defs = build_definitions(RunSettings(sources=[str(tmp_path / "in")], storage=str(tmp_path / "out")))
     with dg.instance_for_test(overrides={"concurrency": {"pools": {"default_limit": 4}}}) as instance:
-        assert STORAGE_POOL not in {pool.name for pool in instance.event_log_storage.get_pool_limits()}
+        assert STORAGE_POOL not in pool_limits(instance)
         assert evaluate(defs, instance).run_requests
-        (pool,) = [pool for pool in instance.event_log_storage.get_pool_limits() if pool.name == STORAGE_POOL]
-        assert pool.limit == 4 and pool.from_default
+        assert pool_limits(instance)[STORAGE_POOL] == (4, True)  # (the limit, from the default)
 
 
 def test_a_file_that_becomes_unreadable_is_rerun_not_a_sensor_error(tmp_path):
@@ -103,12 +113,7 @@ def test_a_file_that_becomes_unreadable_is_rerun_not_a_sensor_error(tmp_path):
     with dg.instance_for_test() as instance:
         tick = evaluate(defs, instance)
         (first,) = tick.run_requests
-        from trajectory_assets.io.sources import sha256_of
-        from trajectory_assets.io.storage import Storage
-
-        sha, _ = sha256_of(discover([str(source / "a.jsonl")])[0])
-        Storage(str(tmp_path / "out")).write_bytes(layout.batch_source(first.partition_key),
-                                                   json.dumps({"sha256": sha}).encode())
+        ingest(defs, instance, tick)
         target.unlink()  # the link now points nowhere
         (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
         assert rerun.partition_key == first.partition_key and rerun.run_key != first.run_key
@@ -139,9 +144,6 @@ def test_adding_a_batch_changes_only_what_depends_on_it(tmp_path):
 
 
 def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
-    from trajectory_assets.io.sources import describe_batch
-    from trajectory_assets.io.storage import Storage
-
     source = tmp_path / "in"
     write_jsonl(source / "a.jsonl", [make_rollout(_ng_task_index=0, _ng_rollout_index=0)])
     inputs = write_jsonl(source / "a_materialized_inputs.jsonl",
@@ -150,12 +152,9 @@ def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
     with dg.instance_for_test() as instance:
         tick = evaluate(defs, instance)
         (first,) = tick.run_requests  # one batch: the inputs are its side file
-        (batch,) = discover([str(source)])
-        Storage(str(tmp_path / "out")).write_bytes(layout.batch_source(first.partition_key),
-                                                   json.dumps(describe_batch(batch)).encode())
+        ingest(defs, instance, tick)
         write_jsonl(inputs, [{"_ng_task_index": 0, "_ng_rollout_index": 0, "expected_answer": "2"}])
-        stat = inputs.stat()
-        os.utime(inputs, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        touch(inputs)
         (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
         assert rerun.partition_key == first.partition_key and rerun.run_key != first.run_key
 
@@ -163,10 +162,8 @@ def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
 def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tmp_path):
     """47 files landing at once become as many runs as may run at once (here two), each a
     range of partitions that Dagster resolves to exactly its batches."""
-    from dagster._core.definitions.partitions.context import partition_loading_context
-
+    from trajectory_assets.defs.dagster_internals import partition_keys_in_range
     from trajectory_assets.defs.ingest import rollout_batches
-    from trajectory_assets.defs.run_plan import BATCHES_TAG
 
     source = tmp_path / "in"
     for i in range(47):
@@ -180,8 +177,7 @@ def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tm
         covered = []
         for request in tick.run_requests:
             assert request.job_name == "ingest_rollout_batch" and request.partition_key is None
-            with partition_loading_context(dynamic_partitions_store=instance):
-                keys = rollout_batches.get_partition_keys_in_range(request.partition_key_range)
+            keys = partition_keys_in_range(rollout_batches, instance, request.partition_key_range)
             assert keys == request.tags[BATCHES_TAG].split(",")
             covered += keys
         assert sorted(covered) == sorted(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
@@ -190,7 +186,47 @@ def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tm
         # one changed file among unchanged ones: a run of that batch alone
         changed = source / "f20.jsonl"
         write_jsonl(changed, [make_rollout(request_input="task 20, again")])
-        stat = changed.stat()
-        os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        touch(changed)
         (rerun,) = evaluate(defs, instance, tick.cursor).run_requests
         assert rerun.partition_key == batch_key("in/f20.jsonl") and rerun.tags[BATCHES_TAG] == rerun.partition_key
+
+
+def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
+    """Opening the UI on what the CLI built does no work twice: a sensor tick (with no cursor
+    yet) and an automation tick on the same files request no run. A changed file then
+    requests exactly its batch, and once that is ingested, the datasets."""
+    from trajectory_assets.cli import main
+
+    source, storage = tmp_path / "in", tmp_path / "out"
+    for name in ("a", "b", "c"):
+        write_jsonl(source / f"{name}.jsonl", [make_rollout(request_input=f"task {name}")])
+    assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
+    defs = build_definitions(RunSettings(sources=[str(source)], storage=str(storage)))
+    with dg.DagsterInstance.get() as instance:  # the CLI's: this test's own (conftest)
+        runs_before = len(instance.get_run_records())
+        for path in source.iterdir():
+            touch(path)  # as a copy to another machine would: new times, the same bytes
+        tick = evaluate(defs, instance)
+        assert tick.run_requests == [] and not tick.dynamic_partitions_requests
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert automation.total_requested == 0
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
+        assert automation.total_requested == 0
+        # a batch ingested again from the same bytes (a manual re-run): its data version is the same
+        assert defs.resolve_job_def(INGEST_JOB).execute_in_process(
+            instance=instance, tags=batch_run_tags([batch_key("in/a.jsonl")])).success
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
+        assert automation.total_requested == 0
+
+        write_jsonl(source / "b.jsonl", [make_rollout(request_input="task b"), make_rollout(request_input="more")])
+        touch(source / "b.jsonl")
+        changed = evaluate(defs, instance, tick.cursor)
+        assert [request.tags[BATCHES_TAG] for request in changed.run_requests] == [batch_key("in/b.jsonl")]
+        ingest(defs, instance, changed)
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
+        from trajectory_assets.datasets.registry import EXPORTS
+
+        datasets = [spec.asset_name for spec in EXPORTS] + ["stats_report"]
+        assert [name for name in datasets if automation.get_num_requested(dg.AssetKey(name)) != 1] == []
+        assert automation.total_requested == len(datasets)
+        assert len(instance.get_run_records()) == runs_before + 2  # the re-run and the changed batch's run

@@ -237,3 +237,97 @@ def test_the_report_page_of_a_real_run_renders_plots_and_every_export(dagster_de
     assert quarantine == 2  # the sample's two rejected records, raw
     assert watched.console_errors == [] and watched.page_errors == [] and watched.dialogs == []
     assert [request for request in watched.requests if not request.startswith("data:")] == [page_file.as_uri()]
+
+
+RUNS = """
+{ runsOrError { ... on Runs { results { runId jobName status parentRunId } } } }
+"""
+TICKS = """
+query Ticks($name: String!) {
+  sensorOrError(sensorSelector: {repositoryLocationName: "trajectory_assets.definitions:defs",
+                                 repositoryName: "__repository__", sensorName: $name}) {
+    ... on Sensor { sensorState { ticks(limit: 20) { status } } }
+  }
+}
+"""
+REEXECUTE = """
+mutation Reexecute($parent: String!) {
+  launchRunReexecution(reexecutionParams: {parentRunId: $parent, strategy: ALL_STEPS}) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def graphql(url: str, query: str, **variables) -> dict:
+    response = requests.post(f"{url}/graphql", json={"query": query, "variables": variables}, timeout=30)
+    response.raise_for_status()
+    return response.json()["data"]
+
+
+def finished_ticks(url: str, sensor: str) -> int:
+    state = graphql(url, TICKS, name=sensor)["sensorOrError"]["sensorState"]
+    return sum(tick["status"] in ("SKIPPED", "SUCCESS") for tick in state["ticks"])
+
+
+@pytest.fixture(scope="module")
+def dagster_dev_after_the_cli(tmp_path_factory):
+    """What a new user does after a CLI call: `dagster dev` on the same sources, storage and
+    DAGSTER_HOME."""
+    root = tmp_path_factory.mktemp("cli_then_ui")
+    home = root / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    source = root / "incoming"
+    shutil.copytree(SAMPLE, source / "rollouts")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "TRAJECTORY_SOURCE": str(source),
+           "TRAJECTORY_STORAGE": str(root / "out"), "TRAJECTORY_SENSOR_INTERVAL": "2"}
+    subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(source), "--storage",
+                    str(root / "out")], cwd=PROJECT_ROOT, env=env, check=True, capture_output=True, timeout=300)
+    port = free_port()
+    log = open(root / "dagster_dev.log", "w")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: requests.get(f"{url}/server_info", timeout=2).ok, 120, "dagster dev to answer")
+        yield {"url": url, "storage": root / "out"}
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        log.close()
+
+
+def test_opening_the_ui_on_what_the_cli_built_runs_nothing_again(dagster_dev_after_the_cli):
+    """The batch sensor's first ticks (no cursor yet) find every file already ingested with the
+    same data version, and declarative automation finds no data changed: no run is requested."""
+    url = dagster_dev_after_the_cli["url"]
+    wait_for(lambda: finished_ticks(url, "rollout_batch_sensor") >= 2
+             and finished_ticks(url, "refresh_datasets_when_batches_land") >= 2, 120, "two ticks of each sensor")
+    runs = graphql(url, RUNS)["runsOrError"]["results"]
+    assert sorted(run["jobName"] for run in runs) == ["build_training_datasets", "ingest_rollout_batch"]
+
+
+def test_a_cli_run_is_re_executed_from_the_ui(dagster_dev_after_the_cli):
+    """The run page's Re-execute (the launchRunReexecution mutation) on a run the CLI recorded:
+    the UI resolves its origin to the code location and runs it again."""
+    url = dagster_dev_after_the_cli["url"]
+    (parent,) = [run for run in graphql(url, RUNS)["runsOrError"]["results"]
+                 if run["jobName"] == "build_training_datasets" and run["parentRunId"] is None]
+    launched = graphql(url, REEXECUTE, parent=parent["runId"])["launchRunReexecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def finished():
+        (run,) = [run for run in graphql(url, RUNS)["runsOrError"]["results"] if run["runId"] == run_id]
+        return run if run["status"] in ("SUCCESS", "FAILURE", "CANCELED") else None
+
+    run = wait_for(finished, 300, "the re-executed run to finish", interval=1.0)
+    assert run["status"] == "SUCCESS" and run["parentRunId"] == parent["runId"]

@@ -119,24 +119,3 @@ def test_loading_the_code_location_leaves_the_plotting_libraries_to_the_report_s
     assert _modules_after_import("import trajectory_assets.definitions", ("altair", "vl_convert")) == []
     assert _modules_after_import("import trajectory_assets.datasets.plots", ("altair", "vl_convert")) == [
         "altair", "vl_convert"]  # the probe sees them when they are imported
-
-
-def test_the_cli_launches_runs_without_loading_the_code_location_itself():
-    """The code server holds the code location; the CLI needs only the jobs' names."""
-    loaded = _modules_after_import("import trajectory_assets.cli, trajectory_assets.defs.runner",
-                                   ("trajectory_assets.definitions", "trajectory_assets.defs.ingest",
-                                    "trajectory_assets.defs.runner"))
-    assert loaded == ["trajectory_assets.defs.runner"]
-
-
-def test_the_cli_holds_no_dataframe_or_contract_library():
-    """The CLI waits for its runs for the whole call: pandas, pyarrow and pandera are the
-    steps' business (imported, they take this process from 69 to 178 MiB); it imports the
-    registry only to check ``--exports`` and to list the exports in ``--help``."""
-    cli_modules = ("import trajectory_assets.cli, trajectory_assets.defs.runner, trajectory_assets.progress, "
-                   "trajectory_assets.config, trajectory_assets.io.sources, trajectory_assets.io.storage, "
-                   "trajectory_assets.datasets.token_budget")
-    heavy = ("pandas", "pyarrow", "pandera", "schemas.validation")
-    assert _modules_after_import(cli_modules, heavy) == []
-    # the registry (which --exports and --help read) holds them: the probe sees them when they are imported
-    assert _modules_after_import("import trajectory_assets.datasets.registry", heavy) == list(heavy)

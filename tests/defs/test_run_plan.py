@@ -48,9 +48,11 @@ def test_run_slots_follow_the_instance_run_queue(tmp_path, limit, slots):
 
 
 def test_the_project_instance_runs_one_run_per_core_of_this_machine(temporary_instance):
+    from trajectory_assets.defs.dagster_internals import pool_default_limit
+
     with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:  # the project's dagster.yaml
         assert run_slots(instance) == 2
-        assert instance.get_concurrency_config().pool_config.default_pool_limit == 4
+        assert pool_default_limit(instance) == 4
 
 
 def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary_instance):
@@ -62,31 +64,31 @@ def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary
 
     from tests.conftest import SAMPLE
     from trajectory_assets.definitions import INGEST_JOB, RunSettings, build_definitions
-    from trajectory_assets.defs.retries import STORAGE_POOL
+    from trajectory_assets.defs.dagster_internals import hold_pool_slot, pool_slots
+    from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
     from trajectory_assets.defs.runner import sync_batches
     from trajectory_assets.io.sources import batch_key, discover
 
     defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
     batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
     with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
-        storage = instance.event_log_storage
-        storage.initialize_concurrency_limit_to_default(STORAGE_POOL)
-        holders = [(f"another-run-{n}", "a_step") for n in range(storage.get_concurrency_info(STORAGE_POOL).slot_count)]
+        initialize_storage_pool(instance)
+        holders = [(f"another-run-{n}", "a_step") for n in range(pool_slots(instance, STORAGE_POOL)[0])]
         assert len(holders) == 4
         for run_id, step in holders:
-            storage.claim_concurrency_slot(STORAGE_POOL, run_id, step)
+            hold_pool_slot(instance, STORAGE_POOL, run_id, step)
         sync_batches(instance, batches)
         results = []
         run = threading.Thread(target=lambda: results.append(defs.resolve_job_def(INGEST_JOB).execute_in_process(
             instance=instance, tags=batch_run_tags(batches))))
         run.start()
         deadline = time.monotonic() + 120
-        while storage.get_concurrency_info(STORAGE_POOL).pending_step_count == 0 and time.monotonic() < deadline:
+        while pool_slots(instance, STORAGE_POOL)[2] == 0 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert storage.get_concurrency_info(STORAGE_POOL).pending_step_count == 1 and not results  # waiting
+        assert pool_slots(instance, STORAGE_POOL)[2] == 1 and not results  # waiting
         assert not (tmp_path / "raw").exists()  # nothing written while it waits
-        storage.free_concurrency_slot_for_step(*holders[0])
+        hold_pool_slot(instance, STORAGE_POOL, *holders[0], held=False)
         run.join(timeout=300)
         assert results and results[0].success
         assert (tmp_path / "trajectories" / "batches").is_dir()
-        assert storage.get_concurrency_info(STORAGE_POOL).active_slot_count == 3  # its slot is free again
+        assert pool_slots(instance, STORAGE_POOL)[1] == 3  # its slot is free again

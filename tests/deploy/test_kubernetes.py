@@ -15,14 +15,12 @@ import shlex
 import dagster as dg
 import pytest
 import yaml
-from dagster._config import validate_config
-from dagster._core.instance.config import dagster_instance_config_schema
-from dagster._core.system_config.objects import ResolvedRunConfig
 from dagster_k8s import K8sRunLauncher, k8s_job_executor
 from dagster_postgres import DagsterPostgresStorage
 
 from tests.conftest import PROJECT_ROOT
 from trajectory_assets.definitions import K8S_STEPS, MAIN_JOB, RunSettings, build_definitions
+from trajectory_assets.defs.dagster_internals import config_errors
 
 VALUES = yaml.safe_load((PROJECT_ROOT / "deploy" / "helm" / "values.yaml").read_text())
 DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()
@@ -80,21 +78,19 @@ def instance_config(values: dict) -> dict:
 
 def test_the_run_launcher_config_satisfies_dagster_k8s_schema():
     launcher = run_launcher_config(VALUES)
-    result = validate_config(K8sRunLauncher.config_type(), launcher["config"])
-    assert result.success, result.errors
+    assert config_errors(K8sRunLauncher.config_type(), launcher["config"]) == []
     assert "trajectory-assets-s3" in launcher["config"]["env_secrets"]  # run pods reach S3
 
 
 def test_a_broken_run_launcher_config_is_caught():
     broken = run_launcher_config(VALUES)["config"] | {"env_secrets": "trajectory-assets-s3"}  # not a list
-    assert not validate_config(K8sRunLauncher.config_type(), broken).success
+    assert config_errors(K8sRunLauncher.config_type(), broken)
 
 
 def test_the_rendered_instance_satisfies_dagster_and_dagster_postgres_schemas():
     config = instance_config(VALUES)
-    result = validate_config(dg.Shape(dagster_instance_config_schema()), config)
-    assert result.success, result.errors
-    assert validate_config(DagsterPostgresStorage.config_type(), config["run_storage"]["config"]).success
+    assert config_errors("instance", config) == []
+    assert config_errors(DagsterPostgresStorage.config_type(), config["run_storage"]["config"]) == []
 
 
 def test_the_definitions_build_with_the_k8s_executor_for_the_datasets_steps():
@@ -104,13 +100,11 @@ def test_the_definitions_build_with_the_k8s_executor_for_the_datasets_steps():
     datasets = defs.resolve_job_def(MAIN_JOB)
     assert datasets.executor_def.name == "k8s_job_executor"
     assert defs.resolve_job_def("ingest_rollout_batch").executor_def.name == "in_process"  # one small step
-    assert validate_config(k8s_job_executor.config_schema.config_type, K8S_STEPS).success
+    assert config_errors(k8s_job_executor.config_schema.config_type, K8S_STEPS) == []
     # what a run of the datasets job resolves its executor to on the cluster
-    execution = ResolvedRunConfig.build(datasets, {}).execution
-    assert execution.execution_engine_name == "k8s_job_executor"
-    assert execution.execution_engine_config["max_concurrent"] == 3
-    assert execution.execution_engine_config["step_k8s_config"]["container_config"] == K8S_STEPS["step_k8s_config"][
-        "container_config"]
+    (name, executor), = dg.validate_run_config(datasets, {})["execution"].items()
+    assert name == "k8s_job_executor" and executor["max_concurrent"] == 3
+    assert executor["step_k8s_config"]["container_config"] == K8S_STEPS["step_k8s_config"]["container_config"]
 
 
 def test_the_executor_is_chosen_by_the_environment(monkeypatch):

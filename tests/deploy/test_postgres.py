@@ -11,6 +11,7 @@ from tests.conftest import (PROJECT_ROOT, in_ci, make_rollout, message_item, tem
                             written_files)
 from tests.deploy.postgres_server import loopback_postgres, postgres_bin
 from trajectory_assets.cli import main
+from trajectory_assets.defs.dagster_internals import check_executions, storage_classes
 
 POSTGRES_CONFIG = PROJECT_ROOT / "deploy" / "postgres" / "dagster.yaml"
 if postgres_bin() is None and in_ci():
@@ -56,12 +57,12 @@ def rollout_folder(root, files: int):
 
 def test_concurrent_batch_runs_write_one_postgres_instance_and_match_sqlite(tmp_path, postgres_home):
     source = rollout_folder(tmp_path / "in", files=9)
-    # three ingest runs launched at once (three run slots), each a range of three batches, all
-    # writing the one database, then the datasets run
-    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "pg_out"), "--workers", "3"]) == 0
+    # three ingest runs forked at once, each a range of three batches, all writing the one
+    # database, then the datasets run (its steps forked too)
+    assert main(["run", "--source", str(source), "--storage", str(tmp_path / "pg_out"), "--execution", "forked",
+                 "--workers", "3"]) == 0
     with dg.DagsterInstance.get() as instance:
-        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
-        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert storage_classes(instance) == ("PostgresRunStorage", "PostgresEventLogStorage")
         runs = instance.get_run_records()
         ingest = [r for r in runs if r.dagster_run.job_name == "ingest_rollout_batch"]
         assert len(ingest) == 3 and all(r.dagster_run.is_success for r in runs)
@@ -69,9 +70,10 @@ def test_concurrent_batch_runs_write_one_postgres_instance_and_match_sqlite(tmp_
         assert len(batches) == 9
         records = instance.fetch_materializations(dg.AssetKey("validated_trajectories"), limit=20).records
         assert sorted(r.partition_key for r in records) == sorted(batches)
-        checks = instance.event_log_storage.get_asset_check_execution_history(
-            dg.AssetCheckKey(dg.AssetKey("validated_trajectories"), "nothing_lost"), limit=20)
-        assert sorted(c.partition for c in checks) == sorted(batches)
+        for batch in batches:
+            checks = check_executions(instance, dg.AssetCheckKey(dg.AssetKey("validated_trajectories"),
+                                                                 "nothing_lost"), batch)
+            assert [status for status, _ in checks] == ["SUCCEEDED"]
 
     sqlite_home = temporary_dagster_home(tmp_path / "sqlite_home")
     with pytest.MonkeyPatch.context() as patch:
@@ -91,7 +93,7 @@ def test_a_second_call_on_the_same_instance_adds_runs_and_drops_removed_batches(
     assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
     with dg.DagsterInstance.get() as instance:
         assert len(instance.get_dynamic_partitions("rollout_batches")) == 2
-        assert len([r for r in instance.get_runs() if r.job_name == "build_training_datasets"]) == 2
+        assert len([r for r in instance.get_run_records() if r.dagster_run.job_name == "build_training_datasets"]) == 2
     manifest = yaml.safe_load((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
     assert len(manifest["batches"]) == 2
 
@@ -100,14 +102,11 @@ def test_the_storage_pool_gets_its_default_limit_before_runs_are_launched_togeth
     """Two runs that both find the pool without a limit both insert one, and on Postgres the
     loser's run fails (dagster-io/dagster#33552): the CLI gives the pool its default limit
     (``dagster.yaml``: 4) before it launches them; a later call finds it there."""
+    from trajectory_assets.defs.dagster_internals import pool_limits as pools
     from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
-
-    def pools(instance):
-        return {pool.name: pool for pool in instance.event_log_storage.get_pool_limits()}
 
     with dg.DagsterInstance.get() as instance:
         assert STORAGE_POOL not in pools(instance)
         initialize_storage_pool(instance)
         initialize_storage_pool(instance)
-        pool = pools(instance)[STORAGE_POOL]
-        assert pool.limit == 4 and pool.from_default
+        assert pools(instance)[STORAGE_POOL] == (4, True)  # (the limit, from the default)

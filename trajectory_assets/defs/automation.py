@@ -6,10 +6,18 @@ import dagster as dg
 import orjson
 
 from trajectory_assets import layout
-from trajectory_assets.defs.ingest import ingest_batches, rollout_batches
+from trajectory_assets.defs import dagster_internals as internals
+from trajectory_assets.defs.ingest import RAW, TRAJECTORIES, ingest_batches, rollout_batches
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
 from trajectory_assets.defs.retries import initialize_storage_pool
-from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches, run_slots
+from trajectory_assets.defs.run_plan import (
+    INGEST_JOB,
+    MAIN_JOB,
+    batch_run_tags,
+    group_batches,
+    ingest_runs,
+    run_slots,
+)
 from trajectory_assets.formats.jsonutil import sha256_hex
 from trajectory_assets.io.sources import (
     SourceError,
@@ -18,22 +26,12 @@ from trajectory_assets.io.sources import (
     describe_batch,
     discover,
     source_fingerprint,
+    work_bytes,
 )
-from trajectory_assets.io.storage import NotMaterializedError, Storage
+from trajectory_assets.io.storage import Storage
 
 # the per-batch assets (raw_rollouts, validated_trajectories, quarantined_records: one step)
 BATCH_ASSETS = dg.AssetSelection.assets(ingest_batches)
-# The datasets job's steps (one per export family, then the report) are large: each runs in
-# a process of its own, two families at a time on two cores. The processes fork from a server
-# that imported the code location once per run, instead of each importing it again, and froze
-# what it imported (step_preload.py). This is the code location's default executor (so also
-# the automation's and the UI's runs).
-STEP_PROCESSES = dg.multiprocess_executor.configured(
-    {"start_method": {"forkserver": {"preload_modules": ["trajectory_assets.defs.step_preload"]}}},
-    name="forked_multiprocess_executor",
-)
-
-
 def build_jobs() -> tuple:
     """The ingest job (a range of batches per run; its one step in the run's own process) and
     the datasets job (the code location's default executor)."""
@@ -63,15 +61,33 @@ def plan_batches(
     return new, changed, gone
 
 
-def content_changed(store: Storage, key: str, source: SourceFile) -> bool:
-    """Whether the source's data version (its SHA-256, and its materialized inputs') differs
-    from the one its batch was last ingested from. An unreadable source counts as changed:
-    its run reports it. A passing storage fault is raised: the next evaluation looks again."""
-    try:
-        recorded = store.read_json(layout.batch_source(key))
-    except NotMaterializedError:
-        return True  # never ingested (or its record is gone): run it
-    return describe_batch(source)["data_version"] != recorded.get("data_version", recorded.get("sha256"))
+def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str) -> dg.EventLogRecord | None:
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]),
+                                              limit=1).records
+    return records[0] if records else None
+
+
+def ingested_as_is(instance: dg.DagsterInstance, store: Storage, key: str, source: SourceFile) -> bool:
+    """Whether the batch's trajectories in this storage were made from the source as it is
+    now, whoever made them (the CLI, the UI, another machine on the same instance): the
+    partition's latest trajectories were written here, from its latest raw record, whose
+    data version is the file's. The file is read (hashed) only when its fingerprint differs
+    from the one the raw record was made with. An unreadable source counts as changed: its
+    run reports it. A passing storage fault is raised: the next evaluation looks again."""
+    trajectories = _latest(instance, TRAJECTORIES, key)
+    raw = _latest(instance, RAW, key)
+    if trajectories is None or raw is None:
+        return False
+    written_to = trajectories.asset_materialization.metadata.get("dagster/uri")
+    if written_to is None or written_to.value != store.uri(layout.batch_trajectories(key)):
+        return False
+    if internals.recorded_input_event(trajectories, RAW) != raw.storage_id:
+        return False  # the trajectories were made from an older raw record
+    version = internals.recorded_data_version(raw)
+    fingerprint = raw.asset_materialization.metadata.get("fingerprint")
+    if fingerprint is not None and fingerprint.value == source_fingerprint(source):
+        return True
+    return describe_batch(source)["data_version"] == version
 
 
 def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) -> dg.SensorDefinition:
@@ -82,8 +98,8 @@ def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) 
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Registers each new source file as a batch partition and ingests it; re-runs a "
         "batch whose content changed (new SHA-256); removes batches whose file is gone and rebuilds "
-        "the datasets without them. The batches of a tick go into as many runs as may run at once "
-        "(partition ranges). The cursor holds every file's fingerprint, so nothing is read or "
+        "the datasets without them. The batches of a tick go into one run, or, when ingesting them "
+        "takes long enough, into as many runs as may run at once (partition ranges). The cursor holds every file's fingerprint, so nothing is read or "
         "processed twice.",
     )
     def rollout_batch_sensor(
@@ -97,11 +113,15 @@ def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) 
         current = {key: source_fingerprint(source) for key, source in by_key.items()}
         previous = orjson.loads(context.cursor) if context.cursor else {}
         new, changed, gone = plan_batches(current, previous)
-        # a new fingerprint (a touched file, a re-upload) is only a change if the bytes differ
+        # a new fingerprint (a touched file, a re-upload) is only a change if the bytes differ;
+        # a file this cursor has not seen may have been ingested already (by the CLI, another
+        # machine, an earlier sensor whose cursor was reset): only what differs is run
         store = storage.open()
-        changed = [key for key in changed if content_changed(store, key, by_key[key])]
         registered = list(context.instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
-        to_register = [key for key in new if key not in registered]
+        changed = [key for key in changed if not ingested_as_is(context.instance, store, key, by_key[key])]
+        new = [key for key in new if key not in registered
+               or not ingested_as_is(context.instance, store, key, by_key[key])]
+        to_register = [key for key in current if key not in registered]
         removed = [key for key in gone if key in registered]
         # the partitions as they will be once this tick's requests are applied: ranges resolve in this order
         order = [key for key in registered if key not in removed] + to_register
@@ -113,7 +133,9 @@ def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) 
                 partition_key=group[0] if len(group) == 1 else None,
                 tags=batch_run_tags(group),
             )
-            for group in group_batches(order, [*new, *changed], run_slots(context.instance))
+            for group in group_batches(order, [*new, *changed], ingest_runs(
+                len(new) + len(changed), work_bytes([by_key[key] for key in [*new, *changed]]),
+                run_slots(context.instance)))
         ]
         partition_requests = []
         if to_register:

@@ -17,20 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-# the tag names and the derivation Dagster itself uses for materializations it records
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
-from dagster._core.definitions.data_version import (
-    CODE_VERSION_TAG,
-    DATA_VERSION_IS_USER_PROVIDED_TAG,
-    DATA_VERSION_TAG,
-    DEFAULT_DATA_VERSION,
-    NULL_EVENT_POINTER,
-    compute_logical_data_version,
-    get_input_data_version_tag,
-    get_input_event_pointer_tag,
-)
+
+from trajectory_assets.defs.dagster_internals import check_target, materialization_version_tags
 
 
 def _latest(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dg.EventLogRecord | None:
@@ -51,19 +39,9 @@ def report_materialization(
     by the asset); without it the version derives from the code version and the current
     versions of the partition's inputs, as Dagster derives it."""
     spec = context.assets_def.specs_by_key[key]
-    code_version = spec.code_version or context.run_id
-    tags = {CODE_VERSION_TAG: code_version}
-    if data_version is not None:
-        tags.update({DATA_VERSION_TAG: data_version, DATA_VERSION_IS_USER_PROVIDED_TAG: "true"})
-    else:
-        inputs = {}
-        for dep in spec.deps:
-            record = _latest(context, dep.asset_key, partition)
-            version = (record and record.asset_materialization.tags.get(DATA_VERSION_TAG)) or DEFAULT_DATA_VERSION.value
-            inputs[dep.asset_key] = dg.DataVersion(version)
-            tags[get_input_data_version_tag(dep.asset_key)] = version
-            tags[get_input_event_pointer_tag(dep.asset_key)] = str(record.storage_id) if record else NULL_EVENT_POINTER
-        tags[DATA_VERSION_TAG] = compute_logical_data_version(code_version, inputs).value
+    inputs = {} if data_version is not None else {dep.asset_key: _latest(context, dep.asset_key, partition)
+                                                  for dep in spec.deps}
+    tags = materialization_version_tags(spec.code_version or context.run_id, data_version, inputs)
     context.log_event(dg.AssetMaterialization(asset_key=key, partition=partition, metadata=dict(metadata), tags=tags))
 
 
@@ -86,9 +64,7 @@ def report_check(
         description=description,
         blocking=spec.blocking,
         partition=partition,
-        target_materialization_data=AssetCheckEvaluationTargetMaterializationData(
-            run_id=target.run_id, storage_id=target.storage_id, timestamp=target.timestamp
-        ) if target else None,
+        target_materialization_data=check_target(target),
     ))
 
 

@@ -31,8 +31,9 @@ from trajectory_assets.datasets.token_budget import OVER_BUDGET, TokenBudget, To
 from trajectory_assets.datasets.viewer import SCAN_FIELDS
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
+from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
-from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
+from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
 from trajectory_assets.formats.arrow_rows import hf_features
 from trajectory_assets.io.export_files import StagedExport
 from trajectory_assets.io.storage import Storage
@@ -194,7 +195,7 @@ def build_family_asset(family: str, kinds: list[ExportSpec] | None = None) -> dg
                 description=kind.description,
                 metadata={"dagster/column_schema": written_column_schema(kind.arrow_schema,
                                                                          kind.column_descriptions)},
-                automation_condition=dg.AutomationCondition.eager(),
+                automation_condition=REBUILD_ON_CHANGED_DATA,
             )
             for kind in kinds
         ],
@@ -205,6 +206,7 @@ def build_family_asset(family: str, kinds: list[ExportSpec] | None = None) -> dg
     )
     def _family(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
         selected = [kind for kind in kinds if dg.AssetKey(kind.asset_name) in context.selected_asset_keys]
+        stop_if_canceling(context)
         with storage_faults_only():
             yield from _materialize_family(family, selected, context, storage, settings)
 

@@ -23,11 +23,24 @@ from trajectory_assets.datasets.trajectories import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
-from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
+from trajectory_assets.defs.retries import (
+    STORAGE_POOL,
+    STORAGE_RETRY,
+    RunInterrupted,
+    stop_if_canceling,
+    storage_faults_only,
+)
 from trajectory_assets.defs.run_plan import BATCHES_PER_RUN
 from trajectory_assets.formats.redaction import Redactor
 from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
-from trajectory_assets.io.sources import SourceError, SourceFile, batch_key, describe_batch, discover
+from trajectory_assets.io.sources import (
+    SourceError,
+    SourceFile,
+    batch_key,
+    describe_batch,
+    discover,
+    source_fingerprint,
+)
 from trajectory_assets.io.storage import Storage, StorageError
 
 GROUP = "rollouts"
@@ -128,12 +141,15 @@ def ingest_batches(context: dg.AssetExecutionContext, sources: RolloutSources, s
     for key in context.partition_keys:
         if key in done:
             continue
+        stop_if_canceling(context)
         try:
             with storage_faults_only():
                 failed_checks = _batch(context, key, assets, checks, sources, storage, settings)
             if failed_checks:
                 failed.append(f"batch {key}: failed {', '.join(failed_checks)}")
                 final = True
+        except RunInterrupted:
+            raise
         except dg.Failure as failure:
             failed.append(f"batch {key}: {failure.description}")
             final = True
@@ -187,16 +203,19 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
 
 def _write_source_record(context: dg.AssetExecutionContext, key: str, sources: RolloutSources,
                          store: Storage) -> dict:
-    """raw_rollouts: the batch's files, their SHA-256 and its data version (``describe_batch``).
-    A file that cannot be opened (a broken symlink, no permission, a missing object) is
+    """raw_rollouts: the batch's files, their SHA-256 and its data version (``describe_batch``),
+    and (for the materialization only) the files' fingerprint, which lets the batch sensor
+    know unchanged files without reading them. A file that cannot be opened (a broken symlink, no permission, a missing object) is
     recorded with its error; a passing storage fault is raised, for the retry policy."""
     source = find_batch_source(sources, key)
+    # taken before the bytes are read: a file that changes meanwhile gets another fingerprint
+    fingerprint = source_fingerprint(source)
     record = describe_batch(source)
     for problem in (record["error"], record["inputs_error"]):
         if problem:
             context.log.warning(f"{source.uri}: {problem}")
     store.write_bytes(layout.batch_source(key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
-    return record
+    return {**record, "fingerprint": fingerprint}
 
 
 def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:

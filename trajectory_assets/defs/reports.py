@@ -11,8 +11,9 @@ from trajectory_assets.datasets.report import MAIN_PLOTS, build_report
 from trajectory_assets.datasets.report_data import QuarantineExamples
 from trajectory_assets.datasets.registry import EXPORTS
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
+from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
-from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, storage_faults_only
+from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
 from trajectory_assets.io.export_files import StoredExport
 
 
@@ -21,7 +22,7 @@ from trajectory_assets.io.export_files import StoredExport
     code_version=code_version(),
     kinds={"html", "markdown"},
     deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORTS)],
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=REBUILD_ON_CHANGED_DATA,
     retry_policy=STORAGE_RETRY,
     pool=STORAGE_POOL,
 )
@@ -34,6 +35,7 @@ def stats_report(
     (every task in ``tasks.jsonl``), and as ``index.html``: plots, a seeded sample of every
     export shown as chats, quarantine examples. Also gathers every batch's quarantine into
     one ``quarantine/rejected.jsonl``."""
+    stop_if_canceling(context)
     with storage_faults_only():
         return _write_report(context, storage, settings)
 

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from trajectory_assets.defs.dagster_internals import EXECUTION_INTERRUPTS, initialize_pool_limit
 from trajectory_assets.io.storage import StorageError
 
 
@@ -27,11 +28,7 @@ def initialize_storage_pool(instance: dg.DagsterInstance) -> None:
     would otherwise both find no limit and both insert it; on Postgres the loser's run then
     fails (a unique violation aborts its transaction, and Dagster's fallback update runs
     inside it: dagster-io/dagster#33552)."""
-    storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits or storage.get_pool_config().default_pool_limit is None:
-        return
-    if STORAGE_POOL not in {pool.name for pool in storage.get_pool_limits()}:
-        storage.initialize_concurrency_limit_to_default(STORAGE_POOL)
+    initialize_pool_limit(instance, STORAGE_POOL)
 
 
 _STORAGE_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "s3fs", "fsspec", "gcsfs", "adlfs")
@@ -44,10 +41,29 @@ def is_storage_fault(error: BaseException) -> bool:
     )
 
 
+class RunInterrupted(dg.Failure):
+    """The run is being canceled (Ctrl-C in the CLI, Terminate in the UI): the step stops and
+    is not retried. Dagster retries an interrupted step that has a retry policy, so an
+    interrupt must not reach it as one; a step that fails while its run is canceling ends the
+    run CANCELED."""
+
+    def __init__(self) -> None:
+        super().__init__(description="interrupted: the run is being canceled", allow_retries=False)
+
+
+def stop_if_canceling(context: dg.AssetExecutionContext) -> None:
+    """Raises :class:`RunInterrupted` when the run is being canceled (a step that starts, or a
+    batch, after the interrupt reached an earlier one)."""
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is not None and run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED):
+        raise RunInterrupted()
+
+
 @contextlib.contextmanager
 def storage_faults_only() -> Iterator[None]:
     """Around an asset body under `STORAGE_RETRY`: anything but a storage fault fails the
-    step at once (re-running the same code on the same bytes would fail the same way)."""
+    step at once (re-running the same code on the same bytes would fail the same way), and
+    an interrupt stops it (:class:`RunInterrupted`)."""
     try:
         yield
     except (dg.Failure, dg.DagsterError):
@@ -56,3 +72,5 @@ def storage_faults_only() -> Iterator[None]:
         if is_storage_fault(error):
             raise
         raise dg.Failure(description=f"{type(error).__name__}: {error}", allow_retries=False) from error
+    except EXECUTION_INTERRUPTS as interrupt:
+        raise RunInterrupted() from interrupt

@@ -1,21 +1,23 @@
 """How batches are grouped into runs: one rule for the sensor, the CLI and UI backfills.
 
-A run pays a fixed start-up (a process importing the code location, about 2 s here), so one
-run per source file spends most of its time starting. A run takes a contiguous range of
-batch partitions instead; the batches of a tick (or of a CLI call) are split into about as
-many ranges as runs may run at once, so every core has one. The batch step reports each
-batch's own events (``batch_events.py``), so grouping changes nothing that the UI shows
-per batch.
+A run pays a fixed start-up (in the UI, a process importing the code location, about 2 s
+here; in the CLI, a fork), so one run per source file spends most of its time starting. A
+run takes a contiguous range of batch partitions instead. The batches of a tick (or of a
+CLI call) go into one run when ingesting them is quick, else into about as many ranges as
+runs may run at once, so every core has one (``ingest_runs``). The batch step reports each
+batch's own events (``batch_events.py``), so grouping changes nothing that the UI shows per
+batch.
 """
 
 import math
 import os
 from collections.abc import Collection, Sequence
 
-from dagster._core.storage.tags import (
+from trajectory_assets.defs.dagster_internals import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
+    run_queue_limit,
 )
 
 # The jobs' names: here, not beside the jobs (automation.py), so that the CLI can launch
@@ -27,6 +29,21 @@ MAIN_JOB = "build_training_datasets"
 # to redo and that a large backlog still spreads over every run slot
 BATCHES_PER_RUN = 50
 BATCHES_TAG = "trajectory/batches"  # every run that ingests batches names them
+# What ingesting costs in one process, fitted to `python -m bench.executors` (README,
+# Performance): about 0.11 s per batch (Dagster records a materialization and check results
+# per asset and batch) plus 0.012 s per MB of JSON lines. Splitting the batches over two
+# runs saved about a third of that, and the second process cost about 0.4 s: splitting paid
+# from about 1.2 s of that estimate.
+INGEST_SECONDS_PER_BATCH = 0.11
+INGEST_SECONDS_PER_MB = 0.012
+SPLIT_FROM_SECONDS = 1.2
+
+
+def ingest_runs(batches: int, work_bytes: int, slots: int) -> int:
+    """How many runs to spread ``batches`` batches holding ``work_bytes`` bytes of JSON lines
+    over, at most ``slots``: one unless the ingest is long enough for more to pay."""
+    estimate = batches * INGEST_SECONDS_PER_BATCH + work_bytes / 1e6 * INGEST_SECONDS_PER_MB
+    return max(1, min(slots, batches)) if estimate >= SPLIT_FROM_SECONDS else 1
 
 
 def group_batches(order: Sequence[str], wanted: Collection[str], runs: int) -> list[list[str]]:
@@ -60,6 +77,4 @@ def batch_run_tags(group: Sequence[str]) -> dict[str, str]:
 def run_slots(instance) -> int:
     """How many runs the instance lets run at once (its run queue's limit, in dagster.yaml);
     one per CPU where it sets none."""
-    queue = instance.get_concurrency_config().run_queue_config
-    limit = queue.max_concurrent_runs if queue is not None else -1
-    return limit if limit > 0 else (os.cpu_count() or 1)
+    return run_queue_limit(instance) or os.cpu_count() or 1

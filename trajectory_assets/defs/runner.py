@@ -1,41 +1,61 @@
-"""The CLI's runs, through the instance: the UI's jobs, launched by the instance's own run
-launcher from a code server of the project's code location (``workspace.yaml``), and
-recorded in ``DAGSTER_HOME`` like any run started from the UI.
+"""The CLI's runs: the UI's jobs, recorded in the instance and executed in the CLI's process.
 
-The batches become runs of the ingest job, each a range of batches (``run_plan.py``), as
-many at once as the instance's run queue allows; when every one has succeeded, one run of
-the datasets job builds the exports (its family steps in parallel processes) and the
-report. The sources, storage and config of the call go into each run's config, so the
-runs say in the UI what they read and wrote, and the code location needs no environment.
+Each run is created in ``DAGSTER_HOME`` with the origins a code server of the project's
+code location would give it (``workspace.yaml``), so the UI shows it like any run it
+started and can re-execute it from the run page; then it is executed here, with no code
+server and no run worker:
+
+- **small inputs** (one ingest run is enough, ``run_plan.ingest_runs``): every run in this
+  process, one after the other: the ingest run, then the datasets run;
+- **large inputs**: a fork server, started when the CLI starts and preloaded with the code
+  location and the instance's storage modules (``step_preload.py``); the ingest runs (about
+  one per core) are forked from it, and so are the datasets run's steps when the stored
+  trajectories are large (``executors.py``; its executor forks from the same server, so two
+  export families run at once on two cores).
+
+The batches become ranges of ingest runs (``run_plan.py``); when every one has succeeded,
+one run of the datasets job builds the exports and the report. The sources, storage and
+config of the call go into each run's config, so the runs say in the UI what they read and
+wrote.
+
+Ctrl-C cancels: SIGINT is taken by a thread of this process (the others block it), which
+marks every unfinished run canceling before the runs are interrupted, so Dagster ends them
+CANCELED instead of failed. A forked run whose process dies without ending its run is marked
+failed here; a run of a CLI process that died (killed, or crashed in a step run in its own
+process) is marked failed by the next CLI call on the same machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import multiprocessing
+import multiprocessing.connection
 import os
-import sys
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import signal
+import socket
+import threading
+import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
-from dagster._core.remote_representation.external import RemoteJob, RemoteRepository
-from dagster._core.storage.dagster_run import DagsterRunStatus
-from dagster._core.workspace.context import BaseWorkspaceRequestContext, WorkspaceProcessContext
-from dagster._core.workspace.load_target import WorkspaceFileTarget
-from dagster._core.definitions.selector import JobSubsetSelector
 
 from trajectory_assets import PROJECT_ROOT, layout
+from trajectory_assets.defs import dagster_internals as internals
+from trajectory_assets.defs.executors import trajectories_fit_in_process
+from trajectory_assets.defs.processes import Interrupts, start_fork_server
 from trajectory_assets.defs.retries import initialize_storage_pool
 from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
-POLL_SECONDS = 0.5
-FINISHED = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+# The CLI process that executes a run, and the run: "<host>:<pid>:<process start time> <run id>";
+# the next CLI call fails runs whose process is gone without having ended them. (The run's id
+# tells the run apart from a re-execution of it launched from the UI, which copies its tags.)
+EXECUTOR_TAG = "trajectory/executed_by"
+UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+              dg.DagsterRunStatus.CANCELING]
 
 
 @dataclass
@@ -84,28 +104,6 @@ def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
         instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, missing)
 
 
-def failure_reason(instance: dg.DagsterInstance, run_id: str) -> str:
-    """The error raised by our code in the run's first failed step (under Dagster's wrappers),
-    or why the run itself failed, in one line."""
-    for record in instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE):
-        event = record.dagster_event
-        data = event.step_failure_data
-        if data.user_failure_data is not None and data.user_failure_data.description:
-            return f"{event.step_key}: {data.user_failure_data.description}"
-        error = data.error
-        # under Dagster's wrappers, and under the retry policy's "Exceeded max_retries"
-        while error is not None and error.cause is not None and (
-            error.cls_name.startswith("Dagster") or error.cls_name.startswith("RetryRequested")
-        ):
-            error = error.cause
-        if error is not None:
-            lines = error.message.strip().splitlines()
-            return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
-    for record in instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE):
-        return " ".join((record.message or "the run failed").split())
-    return "unknown failure (rerun with --verbose)"
-
-
 def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, str]]:
     """(URI, error) of every source that could not be read at all: its read failed before
     it gave a single record, and not because the stream was cut. A source that was cut
@@ -120,136 +118,262 @@ def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, st
     ]
 
 
-@contextlib.contextmanager
-def _inherited_output(log: Path | None) -> Iterator[None]:
-    """Processes started inside the block write their stdout and stderr to ``log`` (None:
-    to ours). The code server and the run processes it starts keep what they inherit."""
-    if log is None:
-        yield
-        return
-    log.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(log, "ab") as target:
-        os.dup2(target.fileno(), 1)
-        os.dup2(target.fileno(), 2)
-        try:
-            yield
-        finally:
-            for fd, original in zip((1, 2), saved):
-                os.dup2(original, fd)
-                os.close(original)
+# What runs report while they execute ------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def code_location(instance: dg.DagsterInstance, log_level: str,
-                  log: Path | None = None) -> Iterator[tuple[BaseWorkspaceRequestContext, str]]:
-    """A code server of the project's code location (as ``dagster dev -w workspace.yaml``
-    loads it), and the location's name. The server's output and its runs' (Dagster's own
-    logging, warnings) go to ``log`` when one is given."""
-    with _inherited_output(log):
-        process = WorkspaceProcessContext(instance, WorkspaceFileTarget(paths=[str(WORKSPACE)]),
-                                          code_server_log_level=log_level)
-    with process:
-        workspace = process.create_request_context()
-        (name,) = workspace.code_location_names
-        error = workspace.get_code_location_error(name)
-        if error is not None:
-            raise RuntimeError(f"the code location {name} does not load: {error.message.strip().splitlines()[-1]}")
-        yield workspace, name
+def failure_reason(event: dg.DagsterEvent) -> str:
+    """The error our code raised in a failed step (under Dagster's wrappers), or why the
+    run itself failed, in one line."""
+    if not event.is_step_failure:
+        return " ".join((event.message or "the run failed").split())
+    data = event.step_failure_data
+    if data.user_failure_data is not None and data.user_failure_data.description:
+        return f"{event.step_key}: {data.user_failure_data.description}"
+    error = data.error
+    # under Dagster's wrappers, and under the retry policy's "Exceeded max_retries"
+    while error is not None and error.cause is not None and (
+        error.cls_name.startswith("Dagster") or error.cls_name.startswith("RetryRequested")
+    ):
+        error = error.cause
+    if error is None:
+        return f"{event.step_key}: failed"
+    lines = error.message.strip().splitlines()
+    return f"{event.step_key}: {lines[-1] if lines else error.cls_name}"
 
 
-class _Launcher:
-    def __init__(self, instance: dg.DagsterInstance, workspace: BaseWorkspaceRequestContext, location_name: str,
-                 run_config: dict) -> None:
-        self.instance, self.workspace, self.run_config = instance, workspace, run_config
-        self.location = workspace.get_code_location(location_name)
-        (self.repository,) = self.location.get_repositories().values()
-        self.plans: dict[tuple, tuple] = {}
-        self.launched: list[str] = []
-
-    def _plan(self, job_name: str, assets: list[dg.AssetKey] | None) -> tuple:
-        """The job subset and its execution plan, asked of the code server once per selection
-        (every ingest run has the same plan; only its tags differ)."""
-        key = (job_name, tuple(assets or ()))
-        if key not in self.plans:
-            remote_job: RemoteJob = self.location.get_job(JobSubsetSelector(
-                location_name=self.location.name, repository_name=self.repository.name, job_name=job_name,
-                op_selection=None, asset_selection=assets,
-            ))
-            plan = self.location.get_execution_plan(remote_job, self.run_config, step_keys_to_execute=None,
-                                                    known_state=None, instance=self.instance)
-            self.plans[key] = (remote_job, plan.execution_plan_snapshot)
-        return self.plans[key]
-
-    def launch(self, job_name: str, tags_of_runs: list[dict[str, str]], assets: list[dg.AssetKey] | None = None
-               ) -> list[str]:
-        """Creates a run per tag set as the UI's launch does (job subset, execution plan,
-        origins) and hands them to the instance's run launcher together: a launch returns
-        once its run's process has imported the code location (about 1.5 s here), so runs
-        launched one after the other would each wait for the one before."""
-        repository: RemoteRepository = self.repository
-        remote_job, plan = self._plan(job_name, assets)
-        run_ids = []
-        for tags in tags_of_runs:
-            run = self.instance.create_run(
-                job_name=job_name, run_id=None, run_config=self.run_config, resolved_op_selection=None,
-                step_keys_to_execute=plan.step_keys_to_execute, op_selection=None,
-                status=DagsterRunStatus.NOT_STARTED, root_run_id=None, parent_run_id=None,
-                tags={**remote_job.tags, **tags}, job_snapshot=remote_job.job_snapshot,
-                execution_plan_snapshot=plan, parent_job_snapshot=remote_job.parent_job_snapshot,
-                asset_selection=frozenset(assets) if assets else None, asset_check_selection=None,
-                remote_job_origin=remote_job.get_remote_origin(), job_code_origin=remote_job.get_python_origin(),
-                asset_graph=repository.asset_graph,
-            )
-            self.launched.append(run.run_id)
-            run_ids.append(run.run_id)
-        with ThreadPoolExecutor(len(run_ids), thread_name_prefix="launch") as launches:
-            for launched in [launches.submit(self.instance.launch_run, run_id, self.workspace) for run_id in run_ids]:
-                launched.result()  # a launch that failed raises here
-        return run_ids
-
-    def terminate_unfinished(self) -> None:
-        """Stops the runs still going (the CLI was interrupted or failed)."""
-        for run_id in self.launched:
-            if self.instance.get_run_by_id(run_id).status not in FINISHED:
-                self.instance.run_launcher.terminate(run_id)
+def run_report(event: dg.DagsterEvent) -> tuple | None:
+    """What the CLI shows of one of a run's events: ("batch", key, records) when a batch's
+    trajectories are written, ("export", name, rows, uri) when an export is, ("failure",
+    reason) for the first failure of a step or of the run; None for anything else."""
+    if event.is_step_materialization:
+        materialization = event.step_materialization_data.materialization
+        name, metadata = materialization.asset_key.to_user_string(), materialization.metadata
+        if name == "validated_trajectories":
+            return ("batch", materialization.partition, metadata["records_read"].value)
+        if name.endswith("_dataset"):
+            uri = metadata.get("dagster/uri")
+            return ("export", name.removesuffix("_dataset"), metadata["dagster/row_count"].value,
+                    uri.value if uri else None)
+    elif event.is_step_failure or event.event_type == dg.DagsterEventType.RUN_FAILURE:
+        return ("failure", failure_reason(event))
+    return None
 
 
-class _Watcher:
-    """Follows runs through their events in the instance, for progress and completion."""
+class _Reports:
+    """Applies run reports to the progress display, and keeps each run's first failure."""
 
-    def __init__(self, instance: dg.DagsterInstance, progress: Progress) -> None:
-        self.instance, self.progress = instance, progress
-        self.cursors: dict[str, str | None] = {}
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.failures: dict[str, str] = {}
 
-    def poll(self, run_id: str) -> bool:
-        """Reports the run's new materializations; whether it has finished."""
-        finished = self.instance.get_run_by_id(run_id).status in FINISHED  # read first: no event is missed
-        connection = self.instance.get_records_for_run(
-            run_id, cursor=self.cursors.get(run_id), of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=1000
-        )
-        self.cursors[run_id] = connection.cursor
-        for record in connection.records:
-            materialization = record.event_log_entry.asset_materialization
-            name, metadata = materialization.asset_key.to_user_string(), materialization.metadata
-            if name == "validated_trajectories":
-                self.progress.batch_done(materialization.partition, metadata["records_read"].value)
-            elif name.endswith("_dataset"):
-                uri = metadata.get("dagster/uri")
-                self.progress.export_written(name.removesuffix("_dataset"), metadata["dagster/row_count"].value,
-                                             uri.value if uri else None)
-        return finished and not connection.has_more
+    def apply(self, run_id: str, report: tuple) -> None:
+        kind, *values = report
+        if kind == "batch":
+            self.progress.batch_done(*values)
+        elif kind == "export":
+            self.progress.export_written(*values)
+        elif kind == "failure":
+            self.failures.setdefault(run_id, values[0])
 
-    def wait(self, run_ids: list[str], on_finished: Callable[[str], None]) -> None:
-        running = list(run_ids)
-        while running:
-            for run_id in [run_id for run_id in running if self.poll(run_id)]:
-                running.remove(run_id)
-                on_finished(run_id)
-            if running:
-                time.sleep(POLL_SECONDS)
+
+# Jobs and runs ---------------------------------------------------------------------------------
+
+
+def _process_identity(pid: int) -> str | None:
+    """``<host>:<pid>:<start time>`` of a live process on this machine (None: gone); the
+    start time tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            start = stat.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+    return f"{socket.gethostname()}:{pid}:{start}"
+
+
+def fail_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Ends the runs a process on this machine started and left unfinished when it died:
+    failed (canceled if they were being canceled). Returns their ids."""
+    host = socket.gethostname()
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=UNFINISHED))
+    ended = []
+    for record in records:
+        run = record.dagster_run
+        executor, _, run_id = run.tags.get(EXECUTOR_TAG, "").partition(" ")
+        if run_id != run.run_id or not executor.startswith(f"{host}:"):
+            continue  # not executed by a CLI on this machine (a UI run, maybe one that copied the tag)
+        pid = int(executor.split(":")[1])
+        if _process_identity(pid) == executor:
+            continue  # still running it
+        message = f"the process that ran it ({executor}) exited without ending it"
+        if run.status == dg.DagsterRunStatus.CANCELING:
+            internals.mark_run_canceled(instance, run, message)
+        else:
+            internals.mark_run_failed(instance, run, message)
+        ended.append(run.run_id)
+    return ended
+
+
+class _Jobs:
+    """The code location's jobs, as this process loaded them, and how runs of them are made."""
+
+    def __init__(self) -> None:
+        from trajectory_assets.definitions import defs  # the code location, loaded once per CLI call
+
+        self.defs = defs
+        self.repository = defs.get_repository_def().name
+
+    @staticmethod
+    def reconstructable(job_name: str):
+        """How a process forked from the fork server (an ingest run, a step) loads the job."""
+        return dg.build_reconstructable_job("trajectory_assets.definitions", "job_by_name", (job_name,),
+                                            reconstructor_working_directory=str(PROJECT_ROOT))
+
+    def create_run(self, instance: dg.DagsterInstance, job_name: str, run_config: dict, tags: dict[str, str],
+                   assets: list[dg.AssetKey] | None, executed_by: str) -> dg.DagsterRun:
+        run_id = str(uuid.uuid4())
+        return internals.create_recorded_run(
+            instance, self.defs.resolve_job_def(job_name), self.reconstructable(job_name),
+            internals.code_location_job_origin(str(WORKSPACE), self.repository, job_name),
+            run_config, {**tags, EXECUTOR_TAG: f"{executed_by} {run_id}"}, assets, run_id=run_id)
+
+
+def _die_with_parent() -> None:
+    """The kernel kills this process when its parent (the fork server) exits, which the fork
+    server does when the CLI exits: a killed CLI leaves no run going without it (the next
+    CLI call then fails the run, see :func:`fail_abandoned_runs`)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _execute_forked_run(instance_ref: Any, run_id: str, reports: multiprocessing.connection.Connection) -> None:
+    """An ingest run in a process forked from the fork server: it sends its reports to the
+    CLI. SIGINT stays blocked here: the CLI marks the run canceling, then stops this
+    process with SIGTERM, which Dagster takes as an interrupt."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    _die_with_parent()
+    with internals.instance_from_ref(instance_ref) as instance:
+        run = instance.get_run_by_id(run_id)
+        for event in internals.execute_recorded_run(_Jobs.reconstructable(run.job_name), run, instance):
+            report = run_report(event)
+            if report is not None:
+                reports.send(report)
+    reports.close()
+
+
+# The pipeline ----------------------------------------------------------------------------------
+
+
+class _Pipeline:
+    def __init__(self, instance: dg.DagsterInstance, run_config: dict, progress: Progress,
+                 forks: multiprocessing.context.BaseContext | None, taken: Interrupts) -> None:
+        self.instance, self.run_config, self.forks = instance, run_config, forks
+        self.reports = _Reports(progress)
+        self.jobs = _Jobs()
+        self.executed_by = _process_identity(os.getpid())
+        self.created: list[dg.DagsterRun] = []
+        self.children: dict[str, multiprocessing.process.BaseProcess] = {}
+        self.lock = threading.Lock()
+        self.canceling = False
+        # the interrupt thread's own connection, opened now: a Ctrl-C must mark the runs at once,
+        # before the interrupted runs read their status back
+        self.cancel_instance = internals.instance_from_ref(internals.instance_ref(instance))
+        taken.on_interrupt = self.cancel
+
+    def cancel(self) -> None:
+        """(The interrupt thread.) Marks every unfinished run canceling, then stops the forked
+        runs; the main thread is interrupted next."""
+        with self.lock:
+            self.canceling = True
+            runs, children = list(self.created), list(self.children.values())
+        for run in runs:
+            current = self.cancel_instance.get_run_by_id(run.run_id)
+            if current is not None and current.status in UNFINISHED:
+                internals.mark_run_canceling(self.cancel_instance, current, "interrupted (Ctrl-C) in the CLI")
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)
+
+    def create(self, job_name: str, tags: dict[str, str], run_config: dict,
+               assets: list[dg.AssetKey] | None = None) -> dg.DagsterRun:
+        with self.lock:
+            if self.canceling:
+                raise KeyboardInterrupt
+            run = self.jobs.create_run(self.instance, job_name, run_config, tags, assets, self.executed_by)
+            self.created.append(run)
+        return run
+
+    def execute_here(self, run: dg.DagsterRun) -> None:
+        """A run in this process, its steps as its executor says."""
+        for event in internals.execute_recorded_run(self.jobs.reconstructable(run.job_name), run, self.instance):
+            report = run_report(event)
+            if report is not None:
+                self.reports.apply(run.run_id, report)
+        self._raise_if_canceled()
+
+    def _raise_if_canceled(self) -> None:
+        """A run that took the interrupt ends (CANCELED) instead of raising it: the call stops here."""
+        if self.canceling:
+            raise KeyboardInterrupt
+
+    def execute_forked(self, runs: list[dg.DagsterRun], slots: int) -> None:
+        """Runs, each in a process forked from the fork server, at most ``slots`` at once."""
+        pending, running = list(runs), {}  # connection -> run
+        ref = internals.instance_ref(self.instance)
+        while pending or running:
+            while pending and len(running) < slots:
+                run = pending.pop(0)
+                receiving, sending = self.forks.Pipe(duplex=False)
+                child = self.forks.Process(target=_execute_forked_run, args=(ref, run.run_id, sending),
+                                           name=f"run {run.run_id[:8]}")
+                with self.lock:
+                    if self.canceling:
+                        raise KeyboardInterrupt
+                    child.start()
+                    self.children[run.run_id] = child
+                sending.close()
+                running[receiving] = run
+            for ready in multiprocessing.connection.wait(list(running)):
+                run = running[ready]
+                try:
+                    self.reports.apply(run.run_id, ready.recv())
+                except EOFError:  # the run's process is done
+                    del running[ready]
+                    self._reap(run)
+        self._raise_if_canceled()
+
+    def _reap(self, run: dg.DagsterRun) -> None:
+        child = self.children.pop(run.run_id)
+        child.join()
+        current = self.instance.get_run_by_id(run.run_id)
+        if current.status in UNFINISHED:  # it died without ending its run
+            message = f"the process that ran it exited with code {child.exitcode} without ending it"
+            if current.status == dg.DagsterRunStatus.CANCELING:
+                internals.mark_run_canceled(self.instance, current, message)
+            else:
+                internals.mark_run_failed(self.instance, current, message)
+                self.reports.failures.setdefault(run.run_id, message)
+
+    def stop(self) -> None:
+        """After an interrupt or an error: waits for the forked runs to stop, then ends every
+        run this call created that is still unfinished (canceled)."""
+        for child in list(self.children.values()):
+            child.join(timeout=60)
+            if child.is_alive():
+                child.kill()
+                child.join()
+        self.children.clear()
+        for run in self.created:
+            current = self.instance.get_run_by_id(run.run_id)
+            if current is not None and current.status in UNFINISHED:
+                internals.mark_run_canceled(self.instance, current, "the CLI stopped before the run ended")
+
+    def outcome(self, label: str, run: dg.DagsterRun) -> RunOutcome:
+        status = self.instance.get_run_by_id(run.run_id).status
+        success = status == dg.DagsterRunStatus.SUCCESS
+        failure = None if success else self.reports.failures.get(run.run_id, f"the run ended {status.value}")
+        return RunOutcome(label, run.run_id, success, failure)
 
 
 def run_pipeline(
@@ -257,58 +381,61 @@ def run_pipeline(
     batches: list[str],
     run_config: dict,
     slots: int,
+    runs: int = 1,
     assets: list[str] | None = None,
     progress: Progress | None = None,
-    log_level: str = "CRITICAL",
-    log: Path | None = None,
+    forks: multiprocessing.context.BaseContext | None = None,
+    steps: str = "auto",
+    taken: Interrupts | None = None,
 ) -> PipelineRun:
-    """Ingest runs over ranges of the batches (at most ``slots`` at a time; a bad batch never
-    blocks the others), then the datasets run: the whole datasets job (every export and the
-    stats report), or only the given ``assets`` of it."""
+    """``runs`` ingest runs over ranges of the batches (a bad batch never blocks the others),
+    then the datasets run: the whole datasets job (every export and the stats report), or only the
+    given ``assets`` of it. With ``forks`` (a fork server's context, see
+    ``processes.start_fork_server``) the ingest runs are forked, ``slots`` at a time; without,
+    they execute in this process, one after the other. The datasets run executes in this process, its steps as
+    ``steps`` says (``executors.py``: in_process, multiprocess or auto)."""
     progress = progress or Progress()
+    fail_abandoned_runs(instance)
     sync_batches(instance, batches)
-    initialize_storage_pool(instance)  # before runs that are launched together claim it
-    groups = group_batches(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS), batches, slots)
-    run = PipelineRun()
-    watcher = _Watcher(instance, progress)
-    with code_location(instance, log_level, log) as (workspace, location_name):
-        launcher = _Launcher(instance, workspace, location_name, run_config)
-        try:
-            _run_all(instance, launcher, watcher, groups, slots, assets, run)
-        except BaseException:  # interrupted, or the instance failed us: no run goes on without us
-            launcher.terminate_unfinished()
-            raise
-    return run
-
-
-def _run_all(instance: dg.DagsterInstance, launcher: _Launcher, watcher: _Watcher, groups: list[list[str]],
-             slots: int, assets: list[str] | None, run: PipelineRun) -> None:
-    """The ingest runs, at most ``slots`` at a time, then (if every batch succeeded) the datasets run."""
-    watcher.progress.batches_started(sum(len(group) for group in groups))
-    labels: dict[str, str] = {}
-
-    def finished(run_id: str) -> None:
-        status = instance.get_run_by_id(run_id).status
-        success = status == DagsterRunStatus.SUCCESS
-        outcome = RunOutcome(labels[run_id], run_id, success, None if success else failure_reason(instance, run_id))
-        (run.datasets if labels[run_id] == "datasets" else run.batches).append(outcome)
-
-    pending = list(groups)
-    running: list[str] = []
-    while pending or running:
-        starting = [pending.pop(0) for _ in range(min(len(pending), slots - len(running)))]
-        if starting:
-            for group, run_id in zip(starting, launcher.launch(INGEST_JOB, [batch_run_tags(g) for g in starting])):
-                labels[run_id] = group[0] if len(group) == 1 else f"{group[0]} .. {group[-1]} ({len(group)} batches)"
-                running.append(run_id)
-        done = [run_id for run_id in running if watcher.poll(run_id)]
-        for run_id in done:
-            running.remove(run_id)
-            finished(run_id)
-        if running and not done:
-            time.sleep(POLL_SECONDS)
-    if not all(outcome.success for outcome in run.batches):
-        return  # the exports need every batch
-    (run_id,) = launcher.launch(MAIN_JOB, [{}], None if assets is None else [dg.AssetKey(name) for name in assets])
-    labels[run_id] = "datasets"
-    watcher.wait([run_id], finished)
+    initialize_storage_pool(instance)  # before runs that start together claim it
+    groups = group_batches(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS), batches, runs)
+    taken = taken or Interrupts()  # (one not entered takes no signal)
+    pipeline = _Pipeline(instance, run_config, progress, forks, taken)
+    # what the code location's import made lives as long as the call: the export steps'
+    # garbage collections (one per chunk, memory.py) then walk only what the runs make
+    froze = gc.get_freeze_count() == 0
+    gc.freeze()
+    result = PipelineRun()
+    progress.batches_started(sum(len(group) for group in groups))
+    try:
+        ingest_runs = [(group, pipeline.create(INGEST_JOB, batch_run_tags(group), run_config))
+                       for group in groups]
+        if forks is not None:
+            pipeline.execute_forked([run for _, run in ingest_runs], slots)
+        else:
+            for _, run in ingest_runs:
+                pipeline.execute_here(run)
+        for group, run in ingest_runs:
+            label = group[0] if len(group) == 1 else f"{group[0]} .. {group[-1]} ({len(group)} batches)"
+            result.batches.append(pipeline.outcome(label, run))
+        if not all(outcome.success for outcome in result.batches):
+            return result  # the exports need every batch
+        if steps == "auto":  # decided here, as the executor would: the fork server is started from this thread
+            storage = run_config["resources"]["storage"]["config"]["root"]
+            steps = "in_process" if trajectories_fit_in_process(storage, batches) else "multiprocess"
+        if steps == "multiprocess" and pipeline.forks is None:
+            pipeline.forks = start_fork_server()
+        execution = {"config": {"steps": steps, "max_concurrent": slots}}
+        datasets = pipeline.create(MAIN_JOB, {}, {**run_config, "execution": execution},
+                                   None if assets is None else [dg.AssetKey(name) for name in assets])
+        pipeline.execute_here(datasets)
+        result.datasets.append(pipeline.outcome("datasets", datasets))
+    except BaseException:  # interrupted, or the instance failed us: no run is left going
+        pipeline.stop()
+        raise
+    finally:
+        taken.on_interrupt = lambda: None  # nothing of this call is left to cancel
+        pipeline.cancel_instance.dispose()
+        if froze:
+            gc.unfreeze()
+    return result

@@ -25,6 +25,7 @@ formats, value checks); this module finds the candidates and replaces what they 
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -627,8 +628,11 @@ class Redactor:
 
     @classmethod
     def from_config(cls, config) -> "Redactor":
-        """The redactor a `RedactionConfig` describes (whose `enabled` the caller checks)."""
-        return cls(emails=config.emails, allowlist=config.allowlist, extra_rules=config.extra_rules)
+        """The redactor a `RedactionConfig` describes (whose `enabled` the caller checks); one
+        per process and config (building one compiles every rule, which a run of many
+        batches would otherwise pay per batch)."""
+        return _redactor(cls, config.emails, tuple(config.allowlist),
+                         tuple(sorted((config.extra_rules or {}).items())))
 
     def __init__(self, emails: bool = False, allowlist: Sequence[str] = (),
                  extra_rules: Mapping[str, str] | None = None) -> None:
@@ -738,3 +742,9 @@ def rule_problem(pattern: str) -> str | None:
         return (f"has no literal of {MIN_LITERAL}+ characters that every match contains "
                 "(a fixed prefix such as `acme_`), so the prefilter could not find it")
     return None
+
+
+@functools.lru_cache(maxsize=4)
+def _redactor(cls: type[Redactor], emails: bool, allowlist: tuple[str, ...],
+              extra_rules: tuple[tuple[str, str], ...]) -> Redactor:
+    return cls(emails=emails, allowlist=allowlist, extra_rules=dict(extra_rules))

@@ -95,6 +95,22 @@ class Storage:
         if not self._local:
             self.fs.invalidate_cache(self.path(relative))
 
+    def total_size(self, relatives: list[str]) -> int:
+        """The bytes of those of the stored files that exist (one listing per folder)."""
+        by_folder: dict[str, set[str]] = {}
+        for relative in relatives:
+            path = self.path(relative)
+            by_folder.setdefault(posixpath.dirname(path), set()).add(path)
+        total = 0
+        for folder, wanted in by_folder.items():
+            try:
+                listing = self.fs.ls(folder, detail=True)
+            except FileNotFoundError:
+                continue
+            total += sum(int(entry["size"] or 0) for entry in listing
+                         if entry["name"].rstrip("/") in wanted)
+        return total
+
     def read_bytes(self, relative: str) -> bytes:
         with self.open_read(relative) as handle:
             return handle.read()

@@ -1,0 +1,183 @@
+"""One test per name of ``trajectory_assets/defs/dagster_internals.py``, the only module that
+uses Dagster's private API. Each runs the private function on a toy graph and checks the
+behaviour the project relies on, so that a Dagster upgrade that changes it fails here, with
+the name of what changed, instead of somewhere downstream."""
+
+
+import os
+import signal
+from datetime import timedelta
+
+import dagster as dg
+import pytest
+import yaml
+
+from trajectory_assets import PROJECT_ROOT
+from trajectory_assets.defs import dagster_internals as internals
+
+LETTERS = dg.StaticPartitionsDefinition(["a", "b", "c"])
+CHANGED = "a private Dagster API used in trajectory_assets/defs/dagster_internals.py changed"
+
+
+@dg.asset(partitions_def=LETTERS)
+def upstream(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    return dg.MaterializeResult(data_version=dg.DataVersion("bytes-of-" + ",".join(context.partition_keys)))
+
+
+@dg.asset(partitions_def=LETTERS, deps=[upstream], code_version="7")
+def downstream() -> None:
+    pass
+
+
+@dg.asset(freshness_policy=dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=30)))
+def fresh_asset() -> None:
+    pass
+
+
+TOY = dg.Definitions(assets=[upstream, downstream, fresh_asset],
+                     jobs=[dg.define_asset_job("toy", selection=[upstream, downstream], partitions_def=LETTERS,
+                                               tags={"team": "toy"})])
+
+
+def toy_job() -> dg.JobDefinition:
+    """What a forked process loads (``build_reconstructable_job``)."""
+    return TOY.resolve_job_def("toy")
+
+
+def reconstructable_toy():
+    return dg.build_reconstructable_job("tests.defs.test_dagster_internals", "toy_job",
+                                        reconstructor_working_directory=str(PROJECT_ROOT))
+
+
+def latest(instance, key: str, partition: str):
+    return instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(key),
+                                                                 asset_partitions=[partition]), limit=1).records[0]
+
+
+def test_code_location_job_origin_is_the_one_dagster_dev_loads():
+    workspace = yaml.safe_load((PROJECT_ROOT / "workspace.yaml").read_text())["load_from"][0]["python_module"]
+    origin = internals.code_location_job_origin(str(PROJECT_ROOT / "workspace.yaml"), "__repository__", "toy")
+    assert origin.location_name == f"{workspace['module_name']}:{workspace['attribute']}", CHANGED
+    assert origin.job_name == "toy" and origin.repository_origin.repository_name == "__repository__", CHANGED
+
+
+def test_create_and_execute_recorded_run_in_this_process():
+    origin = internals.code_location_job_origin(str(PROJECT_ROOT / "workspace.yaml"), "__repository__", "toy")
+    with dg.instance_for_test() as instance:
+        run = internals.create_recorded_run(instance, toy_job(), reconstructable_toy(), origin, {},
+                                            {"dagster/partition": "a", "mine": "1"})
+        assert run.status == dg.DagsterRunStatus.NOT_STARTED, CHANGED
+        assert run.remote_job_origin == origin and run.job_code_origin is not None, CHANGED
+        assert run.tags["team"] == "toy" and run.tags["mine"] == "1", CHANGED  # the job's tags, then ours
+        events = list(internals.execute_recorded_run(reconstructable_toy(), run, instance))
+        assert events[-1].event_type == dg.DagsterEventType.RUN_SUCCESS, CHANGED
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS, CHANGED
+        assert set(internals.step_durations(instance, run.run_id)) == {"upstream", "downstream"}, CHANGED
+
+
+def test_partition_tags_make_a_run_target_one_partition_or_a_range():
+    with dg.instance_for_test() as instance:
+        one = toy_job().execute_in_process(instance=instance, tags={internals.PARTITION_NAME_TAG: "b"})
+        assert {e.partition for e in one.asset_materializations_for_node("upstream")} == {"b"}, CHANGED
+        ranged = toy_job().execute_in_process(instance=instance, tags={
+            internals.ASSET_PARTITION_RANGE_START_TAG: "a", internals.ASSET_PARTITION_RANGE_END_TAG: "b"})
+        assert {e.partition for e in ranged.asset_materializations_for_node("upstream")} == {"a", "b"}, CHANGED
+        keys = internals.partition_keys_in_range(LETTERS, instance, dg.PartitionKeyRange("b", "c"))
+        assert keys == ["b", "c"], CHANGED
+
+
+def test_materialization_version_tags_derive_the_version_as_dagster_does():
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([upstream, downstream], instance=instance, partition_key="a").success
+        upstream_record, dagsters = latest(instance, "upstream", "a"), latest(instance, "downstream", "a")
+        ours = internals.materialization_version_tags("7", None, {dg.AssetKey("upstream"): upstream_record})
+        assert ours == {key: value for key, value in dagsters.asset_materialization.tags.items() if key in ours}, CHANGED
+        assert set(ours) >= {"dagster/code_version", "dagster/data_version",
+                             "dagster/input_data_version/upstream", "dagster/input_event_pointer/upstream"}, CHANGED
+        given = internals.materialization_version_tags("7", "content-hash", {})
+        assert given["dagster/data_version"] == "content-hash", CHANGED
+        assert internals.recorded_data_version(upstream_record) == "bytes-of-a", CHANGED
+        assert internals.recorded_input_event(dagsters, dg.AssetKey("upstream")) == upstream_record.storage_id, CHANGED
+        assert internals.recorded_data_version(None) is None
+
+
+def test_check_target_points_an_evaluation_at_a_materialization():
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([upstream], instance=instance, partition_key="c").success
+        record = latest(instance, "upstream", "c")
+        target = internals.check_target(record)
+        evaluation = dg.AssetCheckEvaluation(asset_key=dg.AssetKey("upstream"), check_name="c", passed=True,
+                                             partition="c", target_materialization_data=target)
+        assert evaluation.target_materialization_data.storage_id == record.storage_id, CHANGED
+        assert internals.check_target(None) is None
+
+
+def test_runs_can_be_marked_canceling_canceled_and_failed():
+    origin = internals.code_location_job_origin(str(PROJECT_ROOT / "workspace.yaml"), "__repository__", "toy")
+    with dg.instance_for_test() as instance:
+        canceled, failed = (internals.create_recorded_run(instance, toy_job(), reconstructable_toy(), origin, {}, {})
+                            for _ in range(2))
+        internals.mark_run_canceling(instance, canceled, "stop")
+        assert instance.get_run_by_id(canceled.run_id).status == dg.DagsterRunStatus.CANCELING, CHANGED
+        internals.mark_run_canceled(instance, instance.get_run_by_id(canceled.run_id), "stopped")
+        assert instance.get_run_by_id(canceled.run_id).status == dg.DagsterRunStatus.CANCELED, CHANGED
+        internals.mark_run_failed(instance, failed, "its process died")
+        assert instance.get_run_by_id(failed.run_id).status == dg.DagsterRunStatus.FAILURE, CHANGED
+        with internals.instance_from_ref(internals.instance_ref(instance)) as other:
+            assert other.get_run_by_id(failed.run_id).status == dg.DagsterRunStatus.FAILURE, CHANGED
+
+
+def test_execution_interrupts_are_what_dagster_raises_when_a_run_is_interrupted():
+    from dagster._core.errors import raise_execution_interrupts
+    from dagster._utils.interrupts import capture_interrupts
+
+    with pytest.raises(internals.EXECUTION_INTERRUPTS):
+        with capture_interrupts(), raise_execution_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.sigtimedwait([], 0.5)  # let the handler run
+
+
+def test_pools_and_the_run_queue_as_the_instance_configures_them():
+    overrides = {"concurrency": {"pools": {"default_limit": 3}, "runs": {"max_concurrent_runs": 5}}}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        assert internals.pool_default_limit(instance) == 3 and internals.run_queue_limit(instance) == 5, CHANGED
+        assert "p" not in internals.pool_limits(instance)
+        internals.initialize_pool_limit(instance, "p")
+        internals.initialize_pool_limit(instance, "p")  # a second call finds it there
+        assert internals.pool_limits(instance)["p"] == (3, True), CHANGED
+        internals.hold_pool_slot(instance, "p", "run-1", "step")
+        assert internals.pool_slots(instance, "p") == (3, 1, 0), CHANGED
+        internals.hold_pool_slot(instance, "p", "run-1", "step", held=False)
+        assert internals.pool_slots(instance, "p") == (3, 0, 0), CHANGED
+        assert internals.storage_classes(instance)[1].endswith("EventLogStorage"), CHANGED
+    with dg.instance_for_test() as instance:
+        assert internals.run_queue_limit(instance) == 10, CHANGED  # Dagster's default run queue
+
+
+def test_stale_status_and_check_executions_read_what_the_ui_shows():
+    @dg.asset_check(asset=upstream, partitions_def=LETTERS)
+    def upstream_check() -> dg.AssetCheckResult:
+        return dg.AssetCheckResult(passed=True)
+
+    defs = dg.Definitions(assets=[upstream, downstream], asset_checks=[upstream_check])
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([upstream, downstream, upstream_check], instance=instance, partition_key="a")
+        assert internals.stale_status(instance, defs, dg.AssetKey("downstream"), "a") == "FRESH", CHANGED
+        assert internals.stale_status(instance, defs, dg.AssetKey("downstream"), "b") == "MISSING", CHANGED
+        executions = internals.check_executions(instance, upstream_check.check_key, "a")
+        assert executions == [("SUCCEEDED", result.run_id)], CHANGED
+
+
+def test_freshness_state_is_the_daemons_verdict_at_a_given_time():
+    with dg.instance_for_test() as instance:
+        assert internals.freshness_state(instance, TOY, dg.AssetKey("fresh_asset")) == "UNKNOWN", CHANGED
+        assert dg.materialize([fresh_asset], instance=instance).success
+        built = instance.get_latest_materialization_event(dg.AssetKey("fresh_asset")).timestamp
+        assert internals.freshness_state(instance, TOY, dg.AssetKey("fresh_asset"), built + 60) == "PASS", CHANGED
+        assert internals.freshness_state(instance, TOY, dg.AssetKey("fresh_asset"), built + 31 * 60) == "FAIL", CHANGED
+
+
+def test_config_errors_come_from_dagsters_config_system():
+    assert internals.config_errors("instance", {"telemetry": {"enabled": False}}) == [], CHANGED
+    assert internals.config_errors("instance", {"telemetry": {"enabled": "yes please"}}), CHANGED
+    assert internals.config_errors(dg.Field(int).config_type, 3) == [], CHANGED
