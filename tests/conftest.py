@@ -18,6 +18,55 @@ SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
 
 
+# The tiers of `make test` (README, Tests). Every test not named here is a unit or contract
+# test: it needs no Dagster instance (a fixture below makes creating one fail), and they all
+# run in under a minute with `make test-fast`. End-to-end tests run the graph through Dagster
+# (the CLI, jobs in process); system tests start real servers and processes (`dagster dev`,
+# PostgreSQL, moto's S3, Chromium, the trainers, killed runs).
+E2E = {
+    "test_cli.py", "test_hermes_pipeline.py", "test_hostile_inputs.py", "test_redaction_pipeline.py",
+    "conformance/", "defs/test_pipeline.py", "defs/test_automation.py", "defs/test_freshness.py",
+    "defs/test_run_plan.py", "defs/test_dagster_internals.py", "datasets/test_report_page.py",
+    "datasets/test_registry.py",
+}
+SYSTEM = {"defs/test_dagster_dev.py", "defs/test_runner.py", "deploy/", "trainers/", "io/test_s3.py", "test_faults.py"}
+
+
+def _tier(path: Path) -> str | None:
+    relative = path.relative_to(Path(__file__).parent).as_posix()
+    for tier, names in (("system", SYSTEM), ("e2e", E2E)):
+        if any(relative == name or (name.endswith("/") and relative.startswith(name)) for name in names):
+            return tier
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "e2e: runs the graph through Dagster (a Dagster instance)")
+    config.addinivalue_line("markers", "system: starts real servers and processes")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        tier = _tier(Path(str(item.fspath)))
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(autouse=True)
+def no_instance_in_unit_tests(request, monkeypatch):
+    """A unit or contract test that creates a Dagster instance fails, naming the tiers: it
+    belongs in E2E (or SYSTEM), so that the fast tier stays fast."""
+    if request.node.get_closest_marker("e2e") or request.node.get_closest_marker("system"):
+        return
+    import dagster as dg
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} creates a Dagster instance: name its module in E2E or SYSTEM "
+                             "(tests/conftest.py)")
+
+    monkeypatch.setattr(dg.DagsterInstance, "__init__", refuse)
+
+
 def in_ci() -> bool:
     """Whether CI is set: there, a test whose tools or data are missing fails instead of skipping."""
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
@@ -34,7 +83,9 @@ def temporary_dagster_home(folder: Path) -> Path:
 def session_instance(tmp_path_factory):
     """Tests never write to the project's dagster_home: the CLI records its runs in
     DAGSTER_HOME, which points at a temporary instance (this one for module fixtures, a
-    fresh one per test below)."""
+    fresh one per test below). Checked when the session ends."""
+    project_home = PROJECT_ROOT / "dagster_home"
+    before = sorted(project_home.rglob("*"))
     previous = os.environ.get("DAGSTER_HOME")
     os.environ["DAGSTER_HOME"] = str(temporary_dagster_home(tmp_path_factory.mktemp("dagster_home")))
     yield
@@ -42,6 +93,7 @@ def session_instance(tmp_path_factory):
         os.environ.pop("DAGSTER_HOME", None)
     else:
         os.environ["DAGSTER_HOME"] = previous
+    assert sorted(project_home.rglob("*")) == before, "a test wrote to the project's dagster_home"
 
 
 @pytest.fixture(autouse=True)

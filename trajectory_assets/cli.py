@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.verbose:
         warnings.filterwarnings("ignore")  # Dagster's beta/preview notices are for developers
         os.environ["PYTHONWARNINGS"] = "ignore"  # and the fork server's processes'
-    from trajectory_assets.defs.processes import Interrupts
+    from trajectory_assets.defs.processes import Interrupts, stop_fork_server
 
     # first: every thread started from here on blocks SIGINT, which Interrupts takes
     with Interrupts() as interrupts:
@@ -82,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("trajectory-assets: interrupted; its runs were canceled", file=sys.stderr)
             return EXIT_INTERRUPTED
+        finally:
+            stop_fork_server()
 
 
 def _run_calls(args: argparse.Namespace, interrupts) -> int:

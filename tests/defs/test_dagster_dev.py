@@ -59,7 +59,7 @@ def dagster_dev(tmp_path_factory):
         "DAGSTER_HOME": str(home),
         "TRAJECTORY_SOURCE": str(source),
         "TRAJECTORY_STORAGE": str(root / "out"),
-        "TRAJECTORY_SENSOR_INTERVAL": "5",
+        "TRAJECTORY_SENSOR_INTERVAL": "2",
     }
     log = open(root / "dagster_dev.log", "w")
     process = subprocess.Popen(

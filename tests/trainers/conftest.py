@@ -43,9 +43,11 @@ def _cli_run(tmp_path_factory, source) -> Path:
     """`trajectory-assets run` on ``source``; the exports folder it writes."""
     from trajectory_assets.cli import main
 
+    from tests.conftest import temporary_dagster_home
+
     storage = tmp_path_factory.mktemp("out")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv("DAGSTER_HOME", raising=False)  # a temporary instance, never the project's
+    with pytest.MonkeyPatch.context() as patch:  # an instance of its own, never the project's
+        patch.setenv("DAGSTER_HOME", str(temporary_dagster_home(tmp_path_factory.mktemp("home"))))
         assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
     return storage / "exports"
 

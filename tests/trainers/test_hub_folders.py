@@ -158,9 +158,7 @@ def test_a_reload_after_a_rerun_sees_the_new_rows(tmp_path):
     storage, cache = tmp_path / "out", str(tmp_path / "cache")
     counts = []
     for source in (SAMPLE / "weather", SAMPLE):  # a first run on one file, then on all of them
-        with pytest.MonkeyPatch.context() as patch:
-            patch.delenv("DAGSTER_HOME", raising=False)
-            assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
+        assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
         manifest = json.loads((storage / "exports" / "trl_sft" / "manifest.json").read_text())
         loaded = datasets.load_dataset(str(storage / "exports" / "trl_sft"), cache_dir=cache)
         counts.append((sum(len(split) for split in loaded.values()), sum(manifest["rows"].values())))

@@ -32,6 +32,17 @@ def start_fork_server() -> multiprocessing.context.BaseContext:
     return context
 
 
+def stop_fork_server() -> None:
+    """Stops this process's fork server, if one runs, when a call that started it ends: it
+    holds the environment and the open files of the call (a later call in the same process,
+    with other settings, starts its own). The standard library's own tests stop it the same
+    way; a CLI process that exits stops it anyway."""
+    server = multiprocessing.forkserver._forkserver
+    stop = getattr(server, "_stop", None)
+    if stop is not None:
+        stop()
+
+
 class Interrupts:
     """Takes SIGINT in a thread of its own (every other thread of the process blocks it), so
     that runs are marked canceling before anything is interrupted: ``on_interrupt`` runs
