@@ -15,7 +15,7 @@ TORCH_WHEELS ?= /opt/wheels
 DAGSTER_HOME := $(CURDIR)/dagster_home
 UI_PORT ?= 3000
 
-.PHONY: setup trainers browser postgres run test ui bench bench-ui lock sample clean
+.PHONY: setup trainers browser postgres run test test-fast ui bench bench-ui lock sample clean
 
 setup: $(STAMP)
 
@@ -51,8 +51,14 @@ run: setup
 	@echo "Quarantine: data/quarantine/rejected.jsonl"
 	@echo "UI:       make ui, then open http://127.0.0.1:$(UI_PORT) (DAGSTER_HOME=dagster_home)"
 
+# Every tier (tests/conftest.py): unit and contract, end-to-end, system; a test file per
+# worker process, one worker per CPU
 test: setup browser postgres trainers
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
+
+# The inner loop: the unit and contract tests alone (no Dagster instance), under a minute
+test-fast: setup
+	$(BIN)/python -m pytest -m "not e2e and not system"
 
 # The browser test drives Debian's Chromium (Playwright never downloads a browser here).
 browser:

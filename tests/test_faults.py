@@ -36,10 +36,17 @@ def final_files(root):
     return {p.relative_to(root): p for p in root.rglob("*") if p.is_file() and ".tmp-" not in p.name}
 
 
-@pytest.mark.parametrize("kill_after", [1.5, 4.0, 7.0])
-def test_a_run_killed_mid_write_leaves_only_whole_files_and_the_next_run_completes(source, tmp_path, kill_after):
-    reference = tmp_path / "reference"
-    assert main(["run", "--source", str(source), "--storage", str(reference), "--workers", "1"]) == 0
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory):
+    """What an uninterrupted run writes."""
+    storage = tmp_path_factory.mktemp("reference")
+    assert main(["run", "--source", str(source), "--storage", str(storage), "--workers", "1"]) == 0
+    return storage
+
+
+@pytest.mark.parametrize("kill_after", [1.5, 3.0, 5.0])
+def test_a_run_killed_mid_write_leaves_only_whole_files_and_the_next_run_completes(source, reference, tmp_path,
+                                                                                   kill_after):
     target = tmp_path / "target"
     process = cli_process("run", "--source", str(source), "--storage", str(target), "--workers", "1")
     time.sleep(kill_after)
@@ -71,9 +78,7 @@ def test_storage_that_goes_away_fails_the_run_with_a_clear_message(tmp_path, mon
     assert "Traceback" not in message
 
 
-def test_two_runs_on_the_same_storage_do_not_corrupt_each_other(source, tmp_path):
-    reference = tmp_path / "reference"
-    assert main(["run", "--source", str(source), "--storage", str(reference), "--workers", "1"]) == 0
+def test_two_runs_on_the_same_storage_do_not_corrupt_each_other(source, reference, tmp_path):
     shared = tmp_path / "shared"
     runs = [cli_process("run", "--source", str(source), "--storage", str(shared), "--workers", "1") for _ in range(2)]
     for run in runs:

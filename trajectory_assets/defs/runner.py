@@ -237,22 +237,11 @@ class _Jobs:
             run_config, {**tags, EXECUTOR_TAG: f"{executed_by} {run_id}"}, assets, run_id=run_id)
 
 
-def _die_with_parent() -> None:
-    """The kernel kills this process when its parent (the fork server) exits, which the fork
-    server does when the CLI exits: a killed CLI leaves no run going without it (the next
-    CLI call then fails the run, see :func:`fail_abandoned_runs`)."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _execute_forked_run(instance_ref: Any, run_id: str, reports: multiprocessing.connection.Connection) -> None:
     """An ingest run in a process forked from the fork server: it sends its reports to the
     CLI. SIGINT stays blocked here: the CLI marks the run canceling, then stops this
     process with SIGTERM, which Dagster takes as an interrupt."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    _die_with_parent()
     with internals.instance_from_ref(instance_ref) as instance:
         run = instance.get_run_by_id(run_id)
         for event in internals.execute_recorded_run(_Jobs.reconstructable(run.job_name), run, instance):
