@@ -3,7 +3,7 @@ import weakref
 
 import pandas as pd
 
-from trajectory_assets.memory import chunk_memory
+from trajectory_assets.memory import RELEASE_EVERY_CHUNKS, chunk_memory
 
 
 def _chunk_with_an_accessor_cycle() -> weakref.ref:
@@ -13,12 +13,21 @@ def _chunk_with_an_accessor_cycle() -> weakref.ref:
     return weakref.ref(lines)
 
 
-def test_release_frees_a_chunks_reference_cycles():
-    with chunk_memory() as release:
-        chunk = _chunk_with_an_accessor_cycle()
-        assert chunk() is not None  # only the cycle keeps it: refcounting alone cannot free it
-        release()
-        assert chunk() is None
+def test_release_frees_the_reference_cycles_of_every_few_chunks():
+    gc.disable()  # as a long chunk would: the cycles outlive the young generations' collections
+    try:
+        with chunk_memory() as after_chunk:
+            chunks = []
+            for _ in range(RELEASE_EVERY_CHUNKS - 1):
+                chunks.append(_chunk_with_an_accessor_cycle())
+                after_chunk()
+            # only the cycles keep them: refcounting alone cannot free them
+            assert all(chunk() is not None for chunk in chunks)
+            chunks.append(_chunk_with_an_accessor_cycle())
+            after_chunk()
+            assert all(chunk() is None for chunk in chunks)
+    finally:
+        gc.enable()
 
 
 def test_objects_alive_before_the_loop_are_unfrozen_after_it():

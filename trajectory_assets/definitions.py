@@ -28,7 +28,10 @@ class RunSettings:
     sources: list[str]
     storage: str
     config_file: str | None = None
-    sensor_interval_seconds: int = 10
+    # how often the batch sensor lists the sources and the automation looks for changed inputs:
+    # a few seconds, so that `dagster dev` keeps pace with the CLI (the listing gives every
+    # file's fingerprint: an unchanged file costs no request of its own)
+    sensor_interval_seconds: int = 3
     refresh_cron: str = "0 3 * * *"
     executor: str = "multiprocess"  # how the datasets job's steps run: "multiprocess", or "k8s" (a pod each)
     # the exports and the report fail their freshness policy when not rebuilt for this long:
@@ -45,7 +48,7 @@ class RunSettings:
             sources=sources or [str(BUNDLED_SAMPLE)],
             storage=os.environ.get("TRAJECTORY_STORAGE") or str(Path.cwd() / "data"),
             config_file=os.environ.get("TRAJECTORY_CONFIG") or None,
-            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 10),
+            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 3),
             refresh_cron=os.environ.get("TRAJECTORY_REFRESH_CRON") or "0 3 * * *",
             executor=os.environ.get("TRAJECTORY_EXECUTOR") or "multiprocess",
             freshness_minutes=int(os.environ.get("TRAJECTORY_FRESHNESS_MINUTES") or 25 * 60),

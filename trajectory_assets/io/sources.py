@@ -33,6 +33,8 @@ class SourceFile:
     source_id: str  # stable, machine-independent name: path relative to the source root's parent
     inputs_uri: str | None = None  # its NeMo Gym materialized inputs, when they lie beside it
     size: int | None = field(default=None, compare=False)  # bytes as listed when discovered
+    # the file's and its side file's fingerprints as listed when discovered (None: not listed)
+    listed_fingerprint: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -70,8 +72,9 @@ def discover(paths: list[str]) -> list[SourceFile]:
                     continue
                 source_id = posixpath.relpath(name, parent) if parent else name
                 side = inputs.get(_stem(name))
+                fingerprints = [_listed_fingerprint(listed[name])] + ([_listed_fingerprint(listed[side])] if side else [])
                 found.setdefault(protocol + name, SourceFile(protocol + name, source_id, protocol + side if side else None,
-                                                             _size(listed[name])))
+                                                             _size(listed[name]), "+".join(fingerprints)))
         elif fs.isfile(root):
             side = next((candidate for candidate in _inputs_candidates(root) if fs.isfile(candidate)), None)
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
@@ -287,7 +290,10 @@ def describe_batch(source: SourceFile) -> dict[str, Any]:
 
 
 def source_fingerprint(source: SourceFile) -> str:
-    """:func:`fingerprint` of a source and of its side file."""
+    """:func:`fingerprint` of a source and of its side file: as the folder's listing gave them
+    when the source was discovered in one (no request per file), else asked of each file."""
+    if source.listed_fingerprint is not None:
+        return source.listed_fingerprint
     main = fingerprint(source.uri)
     return main if source.inputs_uri is None else f"{main}+{fingerprint(source.inputs_uri)}"
 
@@ -304,6 +310,10 @@ def fingerprint(uri: str) -> str:
             raise
         # still a batch: its run reports the source as unreadable
         return f"unreadable:{type(error).__name__}"
+    return _listed_fingerprint(info)
+
+
+def _listed_fingerprint(info: dict) -> str:
     etag = info.get("ETag") or info.get("etag")
     if etag:
         return f"etag:{str(etag).strip(chr(34))}"
