@@ -63,7 +63,7 @@ def profile_phases(source: Path, storage: Path) -> Counter:
 
     from trajectory_assets.cli import main
     from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB
-    from trajectory_assets.defs.dagster_internals import step_durations
+    from trajectory_assets.dagster_internals import step_durations
 
     spent: Counter = Counter()
     with tempfile.TemporaryDirectory(prefix="profile-home-") as home:
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     build_corpus(args.size << 20, source, CORPUS)
     print_phases(f"{args.size} MB corpus", profile_phases(source, storage))
     # imported once, shared with each forked step, as the run's fork server does (what it preloads)
-    import trajectory_assets.defs.step_preload  # noqa: F401
+    import trajectory_assets.runs.step_preload  # noqa: F401
     from trajectory_assets.datasets.registry import EXPORT_FAMILIES
 
     for family in EXPORT_FAMILIES:

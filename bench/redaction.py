@@ -40,8 +40,8 @@ import pyarrow.parquet as pq
 
 from bench.corpus import build_corpus
 from bench.run import CORPUS, OUT
-from trajectory_assets.formats import redaction
-from trajectory_assets.formats.redaction import Redactor
+from trajectory_assets.redaction import redactor as redaction
+from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.datasets.trajectories import ingest
 from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.sources import SourceFile

@@ -25,7 +25,7 @@ from bench.profile import _timed, stored_batches_context
 def profile_report(storage: Path) -> dict:
     import vl_convert
 
-    from trajectory_assets.datasets import report
+    from trajectory_assets.report import report
     from trajectory_assets.defs import reports
     from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
     from trajectory_assets.io.export_files import StoredExport

@@ -26,10 +26,10 @@ CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
 E2E = {
     "test_cli.py", "test_hermes_pipeline.py", "test_hostile_inputs.py", "test_redaction_pipeline.py",
     "conformance/", "defs/test_pipeline.py", "defs/test_automation.py", "defs/test_freshness.py",
-    "defs/test_run_plan.py", "defs/test_dagster_internals.py", "datasets/test_report_page.py",
+    "runs/test_run_plan.py", "test_dagster_internals.py", "report/test_page.py",
     "datasets/test_registry.py",
 }
-SYSTEM = {"defs/test_dagster_dev.py", "defs/test_runner.py", "deploy/", "trainers/", "io/test_s3.py", "test_faults.py"}
+SYSTEM = {"defs/test_dagster_dev.py", "runs/test_runner.py", "deploy/", "trainers/", "io/test_s3.py", "test_faults.py"}
 
 
 def _tier(path: Path) -> str | None:
@@ -155,7 +155,7 @@ def trajectory_frame(rows: list[dict[str, Any]], source_id: str = "src.jsonl"):
     """The validated-trajectory table (as the exports read it) for in-memory rollout rows."""
     import pyarrow as pa
 
-    from trajectory_assets.formats.jsonutil import dumps, sha256_hex
+    from trajectory_assets.jsonutil import dumps, sha256_hex
     from trajectory_assets.formats.records import convert_record
     from trajectory_assets.datasets.trajectories import trajectory_row
     from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA

@@ -38,7 +38,7 @@ def test_each_process_of_a_run_is_named_by_its_role():
 
     parents = {1: 0, 2: 1, 3: 2, 4: 3, 5: 1, 6: 1}  # pid -> parent pid, as /proc gives them
     forkserver = (b"python\0-c\0from multiprocessing.forkserver import main; main(5, 6, "
-                  b"['trajectory_assets.defs.fork_server_session', 'trajectory_assets.defs.step_preload'])")
+                  b"['trajectory_assets.runs.fork_server_session', 'trajectory_assets.runs.step_preload'])")
     cmdlines = {
         1: b"python\0trajectory-assets\0run",
         2: forkserver,

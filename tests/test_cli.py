@@ -79,7 +79,7 @@ def test_forked_runs_give_the_same_exports_as_one_process(sample_run, tmp_path):
 
 def test_progress_names_every_batch_and_every_export(tmp_path, capsys):
     """Plain progress lines (not a terminal): every batch, then every export as it is
-    written. (What the runs record in the instance: tests/defs/test_runner.py.)"""
+    written. (What the runs record in the instance: tests/runs/test_runner.py.)"""
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert printed.count("\nbatch ") == 3 and "batch 3/3 " in printed and "records/s)" in printed

@@ -7,14 +7,11 @@ import pkgutil
 import pytest
 
 import schemas
-import trajectory_assets.datasets
-import trajectory_assets.formats
-import trajectory_assets.io
+from tests.test_layout_rules import PACKAGE, PURE
 
-PURE_MODULES = sorted(f"{package.__name__}.{module.name}"
-                      for package in (trajectory_assets.formats, trajectory_assets.datasets, trajectory_assets.io,
-                                      schemas)
-                      for module in pkgutil.iter_modules(package.__path__))
+PURE_MODULES = sorted([".".join(("trajectory_assets", *path.relative_to(PACKAGE).with_suffix("").parts))
+                       .removesuffix(".__init__") for path in PURE]
+                      + [f"schemas.{module.name}" for module in pkgutil.iter_modules(schemas.__path__)])
 
 
 @pytest.mark.parametrize("name", PURE_MODULES)

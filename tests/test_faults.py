@@ -98,7 +98,7 @@ def run_ingest(source_folder, storage, key_of):
     from trajectory_assets import layout
     from trajectory_assets.definitions import RunSettings, build_definitions
     from trajectory_assets.defs.automation import INGEST_JOB
-    from trajectory_assets.defs.runner import failure_reason
+    from trajectory_assets.runs.runner import failure_reason
     from trajectory_assets.io.sources import batch_key
 
     defs = build_definitions(RunSettings(sources=[str(source_folder)], storage=str(storage)))

@@ -1,6 +1,6 @@
 """Headless CLI: runs the same asset jobs as the UI (ingest runs over ranges of batches,
 then the datasets job), like the sensor and automation do in `dagster dev`, in this one
-process (forking from a preloaded server when the inputs are large: ``defs/runner.py``).
+process (forking from a preloaded server when the inputs are large: ``runs/runner.py``).
 Every run is recorded in DAGSTER_HOME (the project's dagster_home/ unless set), so `make ui`
 shows them and can re-execute them.
 
@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.verbose:
         warnings.filterwarnings("ignore")  # Dagster's beta/preview notices are for developers
         os.environ["PYTHONWARNINGS"] = "ignore"  # and the fork server's processes'
-    from trajectory_assets.defs.processes import Interrupts, stop_fork_server
+    from trajectory_assets.runs.processes import Interrupts, stop_fork_server
 
     # first: every thread started from here on blocks SIGINT, which Interrupts takes
     with Interrupts() as interrupts:
@@ -90,7 +90,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.token_budget import TokenizerError, check_tokenizer
-    from trajectory_assets.defs.processes import start_fork_server
+    from trajectory_assets.runs.processes import start_fork_server
     from trajectory_assets.io.sources import SourceError, batch_key, discover, work_bytes
     from trajectory_assets.progress import progress_for
 
@@ -122,7 +122,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
     log = None if args.verbose else Path(home) / "logs" / "cli.log"  # Dagster's own output, the steps' too
     with _output_to(log):
         progress = progress_for(sys.stdout)
-        from trajectory_assets.defs.run_plan import ingest_runs
+        from trajectory_assets.runs.run_plan import ingest_runs
 
         slots = args.workers or _cpu_count()
         runs = {"auto": ingest_runs(len(batches), work_bytes(found), slots), "in-process": 1,
@@ -132,7 +132,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         steps = {"auto": "auto", "in-process": "in_process", "forked": "multiprocess"}[args.execution]
         import dagster as dg
 
-        from trajectory_assets.defs.runner import run_pipeline, unreadable_sources
+        from trajectory_assets.runs.runner import run_pipeline, unreadable_sources
 
         # the call's sources, storage and config travel in each run's config (shown with the run in the UI)
         config_file = str(Path(args.config).resolve()) if args.config else None

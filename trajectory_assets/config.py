@@ -182,7 +182,7 @@ class RedactionConfig(_Section):
     @field_validator("extra_rules")
     @classmethod
     def _rules_are_usable(cls, rules: dict[str, str]) -> dict[str, str]:
-        from trajectory_assets.formats.redaction import rule_problem
+        from trajectory_assets.redaction.redactor import rule_problem
 
         for name, pattern in rules.items():
             if not RULE_NAME.fullmatch(name):

@@ -12,12 +12,12 @@ import dagster as dg
 
 from trajectory_assets import PROJECT_ROOT
 from trajectory_assets.defs.automation import BATCH_ASSETS, build_automation, build_jobs
-from trajectory_assets.defs.executors import sized_executor
+from trajectory_assets.runs.executors import sized_executor
 from trajectory_assets.defs.exports import export_assets
 from trajectory_assets.defs.ingest import ingest_batches
 from trajectory_assets.defs.reports import stats_report
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
-from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB
+from trajectory_assets.runs.run_plan import INGEST_JOB, MAIN_JOB
 
 BUNDLED_SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 __all__ = ["INGEST_JOB", "MAIN_JOB", "RunSettings", "build_definitions", "defs"]

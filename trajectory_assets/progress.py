@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from trajectory_assets.defs.runner import Progress
+from trajectory_assets.runs.runner import Progress
 
 
 class LineProgress(Progress):

@@ -11,7 +11,7 @@ credential, so the list is empty: the redactor before this one replaced 5 values
 import pytest
 
 from tests.conftest import CORPUS
-from trajectory_assets.formats.redaction import Redactor
+from trajectory_assets.redaction.redactor import Redactor
 
 # (file, line number, type, the text replaced): every redaction over the corpus
 EXPECTED_REDACTIONS: list[tuple[str, int, str, str]] = []

@@ -10,7 +10,7 @@ from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
 from trajectory_assets.definitions import RunSettings, build_definitions
 from trajectory_assets.defs.automation import plan_batches
-from trajectory_assets.defs.run_plan import BATCHES_TAG, INGEST_JOB, batch_run_tags
+from trajectory_assets.runs.run_plan import BATCHES_TAG, INGEST_JOB, batch_run_tags
 from trajectory_assets.io.sources import batch_key, discover
 
 
@@ -93,7 +93,7 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
 def test_a_tick_that_requests_runs_gives_the_storage_pool_its_default_limit_first(tmp_path):
     """The runs of a tick may start together: the pool gets its limit before they claim it
     (see ``initialize_storage_pool``)."""
-    from trajectory_assets.defs.dagster_internals import pool_limits
+    from trajectory_assets.dagster_internals import pool_limits
     from trajectory_assets.defs.retries import STORAGE_POOL
 
     write_jsonl(tmp_path / "in" / "a.jsonl", [make_rollout()])
@@ -162,7 +162,7 @@ def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
 def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tmp_path):
     """47 files landing at once become as many runs as may run at once (here two), each a
     range of partitions that Dagster resolves to exactly its batches."""
-    from trajectory_assets.defs.dagster_internals import partition_keys_in_range
+    from trajectory_assets.dagster_internals import partition_keys_in_range
     from trajectory_assets.defs.ingest import rollout_batches
 
     source = tmp_path / "in"

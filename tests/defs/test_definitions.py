@@ -117,5 +117,5 @@ def test_loading_the_code_location_leaves_the_plotting_libraries_to_the_report_s
     """Altair and vl-convert (~26 MiB) would be held by every process that loads the code
     location (CLI, code server, run workers, fork server); only the report step draws."""
     assert _modules_after_import("import trajectory_assets.definitions", ("altair", "vl_convert")) == []
-    assert _modules_after_import("import trajectory_assets.datasets.plots", ("altair", "vl_convert")) == [
+    assert _modules_after_import("import trajectory_assets.report.plots", ("altair", "vl_convert")) == [
         "altair", "vl_convert"]  # the probe sees them when they are imported

@@ -6,9 +6,9 @@ import dagster as dg
 
 from tests.conftest import SAMPLE
 from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, build_definitions
-from trajectory_assets.defs.dagster_internals import freshness_state
-from trajectory_assets.defs.run_plan import batch_run_tags
-from trajectory_assets.defs.runner import sync_batches
+from trajectory_assets.dagster_internals import freshness_state
+from trajectory_assets.runs.run_plan import batch_run_tags
+from trajectory_assets.runs.runner import sync_batches
 from trajectory_assets.io.sources import batch_key, discover
 
 

@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import SAMPLE, make_rollout, message_item, write_jsonl
 from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, build_definitions
 from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME
-from trajectory_assets.defs.run_plan import batch_run_tags
-from trajectory_assets.defs.runner import sync_batches
+from trajectory_assets.runs.run_plan import batch_run_tags
+from trajectory_assets.runs.runner import sync_batches
 from trajectory_assets.io.export_files import StoredExport
 from trajectory_assets.io.sources import batch_key, discover
 from trajectory_assets.io.storage import Storage
@@ -304,7 +304,7 @@ def test_each_batch_of_a_ranged_run_has_its_own_data_version_lineage_and_checks(
     a check evaluation per batch, and Dagster's staleness view sees every batch up to date."""
     import hashlib
 
-    from trajectory_assets.defs.dagster_internals import check_executions, stale_status
+    from trajectory_assets.dagster_internals import check_executions, stale_status
 
     files = {f"{name}.jsonl": [make_rollout([message_item(f"answer {name}")], request_input=name)]
              for name in ("a", "b", "c")}

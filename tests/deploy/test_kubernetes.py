@@ -20,7 +20,7 @@ from dagster_postgres import DagsterPostgresStorage
 
 from tests.conftest import PROJECT_ROOT
 from trajectory_assets.definitions import K8S_STEPS, MAIN_JOB, RunSettings, build_definitions
-from trajectory_assets.defs.dagster_internals import config_errors
+from trajectory_assets.dagster_internals import config_errors
 
 VALUES = yaml.safe_load((PROJECT_ROOT / "deploy" / "helm" / "values.yaml").read_text())
 DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()

@@ -11,7 +11,7 @@ from tests.conftest import (PROJECT_ROOT, in_ci, make_rollout, message_item, tem
                             written_files)
 from tests.deploy.postgres_server import loopback_postgres, postgres_bin
 from trajectory_assets.cli import main
-from trajectory_assets.defs.dagster_internals import check_executions, storage_classes
+from trajectory_assets.dagster_internals import check_executions, storage_classes
 
 POSTGRES_CONFIG = PROJECT_ROOT / "deploy" / "postgres" / "dagster.yaml"
 if postgres_bin() is None and in_ci():
@@ -102,7 +102,7 @@ def test_the_storage_pool_gets_its_default_limit_before_runs_are_launched_togeth
     """Two runs that both find the pool without a limit both insert one, and on Postgres the
     loser's run fails (dagster-io/dagster#33552): the CLI gives the pool its default limit
     (``dagster.yaml``: 4) before it launches them; a later call finds it there."""
-    from trajectory_assets.defs.dagster_internals import pool_limits as pools
+    from trajectory_assets.dagster_internals import pool_limits as pools
     from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
 
     with dg.DagsterInstance.get() as instance:

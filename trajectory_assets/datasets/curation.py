@@ -24,7 +24,7 @@ import orjson
 import pandas as pd
 
 from trajectory_assets.config import Curation
-from trajectory_assets.formats.jsonutil import sha256_hex
+from trajectory_assets.jsonutil import sha256_hex
 
 # the flat trajectory columns the filters read
 FILTER_COLUMNS = [

@@ -54,7 +54,7 @@ from trajectory_assets.datasets.curation import (
 from trajectory_assets.datasets.token_budget import TokenBudget
 from trajectory_assets.formats.chat import divergence_point, role_shape
 from trajectory_assets.formats.hermes import render_hermes
-from trajectory_assets.formats.jsonutil import sha256_hex
+from trajectory_assets.jsonutil import sha256_hex
 from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
 from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG, TOKEN_KEYS
 from trajectory_assets.formats.nemo_rl import completions, require_final_assistant

@@ -26,10 +26,10 @@ from trajectory_assets.formats.chat import (
     unanswered_tool_calls,
 )
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.formats.jsonutil import dumps, loads, sha256_hex
+from trajectory_assets.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.formats.nemo_gym import task_inputs_of
 from trajectory_assets.formats.records import convert_record
-from trajectory_assets.formats.redaction import Redactor
+from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
 from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
 

@@ -6,11 +6,11 @@ import dagster as dg
 import orjson
 
 from trajectory_assets import layout
-from trajectory_assets.defs import dagster_internals as internals
+from trajectory_assets import dagster_internals as internals
 from trajectory_assets.defs.ingest import RAW, TRAJECTORIES, ingest_batches, rollout_batches
 from trajectory_assets.defs.resources import RolloutSources, TrajectoryStorage
 from trajectory_assets.defs.retries import initialize_storage_pool
-from trajectory_assets.defs.run_plan import (
+from trajectory_assets.runs.run_plan import (
     INGEST_JOB,
     MAIN_JOB,
     batch_run_tags,
@@ -18,7 +18,7 @@ from trajectory_assets.defs.run_plan import (
     ingest_runs,
     run_slots,
 )
-from trajectory_assets.formats.jsonutil import sha256_hex
+from trajectory_assets.jsonutil import sha256_hex
 from trajectory_assets.io.sources import (
     SourceError,
     SourceFile,

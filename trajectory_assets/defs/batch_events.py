@@ -18,7 +18,7 @@ from typing import Any
 
 import dagster as dg
 
-from trajectory_assets.defs.dagster_internals import check_target, materialization_version_tags
+from trajectory_assets.dagster_internals import check_target, materialization_version_tags
 
 
 def _latest(context: dg.AssetExecutionContext, key: dg.AssetKey, partition: str) -> dg.EventLogRecord | None:

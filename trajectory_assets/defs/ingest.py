@@ -30,8 +30,8 @@ from trajectory_assets.defs.retries import (
     stop_if_canceling,
     storage_faults_only,
 )
-from trajectory_assets.defs.run_plan import BATCHES_PER_RUN
-from trajectory_assets.formats.redaction import Redactor
+from trajectory_assets.runs.run_plan import BATCHES_PER_RUN
+from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.sources import (
     SourceError,

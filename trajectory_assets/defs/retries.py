@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from trajectory_assets.defs.dagster_internals import EXECUTION_INTERRUPTS, initialize_pool_limit
+from trajectory_assets.dagster_internals import EXECUTION_INTERRUPTS, initialize_pool_limit
 from trajectory_assets.io.storage import StorageError
 
 

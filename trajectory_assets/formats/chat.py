@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trajectory_assets.formats.jsonutil import canonical, sha256_hex
+from trajectory_assets.jsonutil import canonical, sha256_hex
 
 # system only first; every tool message answers the assistant call run before it;
 # at least one assistant turn. Pandera applies these to the role_shape column.

@@ -62,7 +62,7 @@ from typing import Any
 
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.formats.chat import prompt_key
-from trajectory_assets.formats.jsonutil import canonical, dumps, sha256_hex
+from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
 from trajectory_assets.formats.trajectory import Rejection, Trajectory
 
 SOURCE_FORMAT = "nemo_gym"

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from tests.conftest import PROJECT_ROOT
-from trajectory_assets.defs.run_plan import BATCHES_PER_RUN, BATCHES_TAG, batch_run_tags, group_batches, run_slots
+from trajectory_assets.runs.run_plan import BATCHES_PER_RUN, BATCHES_TAG, batch_run_tags, group_batches, run_slots
 
 
 def test_a_burst_of_batches_is_split_into_one_range_per_run_slot():
@@ -48,7 +48,7 @@ def test_run_slots_follow_the_instance_run_queue(tmp_path, limit, slots):
 
 
 def test_the_project_instance_runs_one_run_per_core_of_this_machine(temporary_instance):
-    from trajectory_assets.defs.dagster_internals import pool_default_limit
+    from trajectory_assets.dagster_internals import pool_default_limit
 
     with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:  # the project's dagster.yaml
         assert run_slots(instance) == 2
@@ -64,9 +64,9 @@ def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary
 
     from tests.conftest import SAMPLE
     from trajectory_assets.definitions import INGEST_JOB, RunSettings, build_definitions
-    from trajectory_assets.defs.dagster_internals import hold_pool_slot, pool_slots
+    from trajectory_assets.dagster_internals import hold_pool_slot, pool_slots
     from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
-    from trajectory_assets.defs.runner import sync_batches
+    from trajectory_assets.runs.runner import sync_batches
     from trajectory_assets.io.sources import batch_key, discover
 
     defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from trajectory_assets import layout
-from trajectory_assets.defs.processes import STEP_PRELOAD
+from trajectory_assets.runs.processes import STEP_PRELOAD
 from trajectory_assets.io.storage import Storage
 
 # Trajectory Parquet (compressed) of every registered batch up to which the datasets run's

@@ -1,4 +1,4 @@
-"""One test per name of ``trajectory_assets/defs/dagster_internals.py``, the only module that
+"""One test per name of ``trajectory_assets/dagster_internals.py``, the only module that
 uses Dagster's private API. Each runs the private function on a toy graph and checks the
 behaviour the project relies on, so that a Dagster upgrade that changes it fails here, with
 the name of what changed, instead of somewhere downstream."""
@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from trajectory_assets import PROJECT_ROOT
-from trajectory_assets.defs import dagster_internals as internals
+from trajectory_assets import dagster_internals as internals
 
 LETTERS = dg.StaticPartitionsDefinition(["a", "b", "c"])
-CHANGED = "a private Dagster API used in trajectory_assets/defs/dagster_internals.py changed"
+CHANGED = "a private Dagster API used in trajectory_assets/dagster_internals.py changed"
 
 
 @dg.asset(partitions_def=LETTERS)
@@ -45,7 +45,7 @@ def toy_job() -> dg.JobDefinition:
 
 
 def reconstructable_toy():
-    return dg.build_reconstructable_job("tests.defs.test_dagster_internals", "toy_job",
+    return dg.build_reconstructable_job("tests.test_dagster_internals", "toy_job",
                                         reconstructor_working_directory=str(PROJECT_ROOT))
 
 

@@ -16,7 +16,7 @@ import altair as alt
 import pandas as pd
 import vl_convert
 
-from trajectory_assets.datasets.report_data import PASS_BUCKETS, GrpoSpread
+from trajectory_assets.report.report_data import PASS_BUCKETS, GrpoSpread
 
 BLUE, RED, GREEN, GREY = "#4c78a8", "#e45756", "#54a24b", "#9d9d9d"
 WIDE, NARROW = 460, 170  # chart widths in pixels: one per row, or three per row (small multiples)

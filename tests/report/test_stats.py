@@ -1,5 +1,5 @@
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
-from trajectory_assets.datasets.stats import compute_stats, hermes_stats, render_markdown
+from trajectory_assets.report.stats import compute_stats, hermes_stats, render_markdown
 
 SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "sources_failed": 0,
            "rejected_by_reason": {"invalid_json": 2}, "sources": [{}]}
@@ -58,7 +58,7 @@ def test_hermes_section_counts_flags_reasoning_and_takes_its_tools():
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
-    from trajectory_assets.datasets.stats import pass_at_k
+    from trajectory_assets.report.stats import pass_at_k
 
     assert pass_at_k(5, 0, 1) == 0.0 and pass_at_k(5, 5, 3) == 1.0
     assert pass_at_k(4, 1, 1) == 0.25
@@ -67,7 +67,7 @@ def test_pass_at_k_is_the_unbiased_estimator():
 
 
 def test_task_stats_per_task_and_means_over_tasks_with_enough_rollouts():
-    from trajectory_assets.datasets.stats import task_stats
+    from trajectory_assets.report.stats import task_stats
 
     rows = [make_rollout(reward=r, request_input="t0", _ng_task_index=0, response_id=i)
             for i, r in enumerate([1.0, 0.0, 0.0, 0.0])]

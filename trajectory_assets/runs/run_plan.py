@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Collection, Sequence
 
-from trajectory_assets.defs.dagster_internals import (
+from trajectory_assets.dagster_internals import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,

@@ -17,9 +17,9 @@ from tests.fixtures.secrets import (
     STS_TOKEN, URLSAFE, all_positions, planted, rand,
 )
 from tests.conftest import CORPUS
-from trajectory_assets.formats import redaction
-from trajectory_assets.formats import secret_rules as rules
-from trajectory_assets.formats.redaction import (
+from trajectory_assets.redaction import redactor as redaction
+from trajectory_assets.redaction import secret_rules as rules
+from trajectory_assets.redaction.redactor import (
     AFTER, AhoCorasickPrefilter, HyperscanPrefilter, Redactor, required_literals, rule_problem,
 )
 from trajectory_assets.formats.records import convert_record

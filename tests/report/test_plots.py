@@ -6,8 +6,8 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from trajectory_assets.datasets import plots
-from trajectory_assets.datasets.report_data import GrpoSpread, histogram, pass_rate_buckets
+from trajectory_assets.report import plots
+from trajectory_assets.report.report_data import GrpoSpread, histogram, pass_rate_buckets
 
 HISTOGRAM = histogram(pd.Series([0.0, 1.0, 1.0, 0.5]).to_numpy(), pd.Series(["a", "a", "b", "b"]).to_numpy())
 LENGTHS = pd.DataFrame([{"export": "sft", "measure": m, "trajectories": 3, "min": 1, "p25": 2, "p50": 3, "p75": 4,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.datasets.families import TrajectoryTable
-from trajectory_assets.datasets.report_data import (
+from trajectory_assets.report.report_data import (
     MESSAGE_COLUMNS,
     ExportScan,
     QuarantineExamples,
@@ -31,8 +31,8 @@ from trajectory_assets.datasets.report_data import (
     top_tools,
     trajectory_infos,
 )
-from trajectory_assets.datasets.report_page import ExportSection, Figure, Page, render_page
-from trajectory_assets.datasets.stats import STATS_COLUMNS, compute_stats, hermes_stats, render_markdown, task_stats
+from trajectory_assets.report.page import ExportSection, Figure, Page, render_page
+from trajectory_assets.report.stats import STATS_COLUMNS, compute_stats, hermes_stats, render_markdown, task_stats
 from trajectory_assets.datasets.viewer import SCAN_FIELDS, TEXT_LIMIT, clip, trajectory_refs, view_sample
 
 # shown in the Markdown (and so inside Dagster's UI) as well as on the page
@@ -89,7 +89,7 @@ def build_report(
     # Imported here, not at the top: Altair and vl-convert cost ~26 MiB and ~0.2 s in every
     # process that loads the code location (CLI, code server, run workers, fork server), and
     # only the report step draws.
-    from trajectory_assets.datasets import plots
+    from trajectory_assets.report import plots
 
     figures = [plot for plot in (
         plots.reward_plot(reward_by_group(trajectories)),

@@ -4,17 +4,17 @@ Dagster's public API has no way to do four things the project needs, so they are
 with Dagster's own private functions, each wrapped in a function of ours that says what it
 is for. Nothing else in the repository imports ``dagster._core`` or calls an instance
 method that Dagster does not mark public (``tests/test_layout_rules.py`` keeps it so), and
-``tests/defs/test_dagster_internals.py`` has a test per name below that fails with a clear
+``tests/test_dagster_internals.py`` has a test per name below that fails with a clear
 message when an upgrade of Dagster changes it. ARCHITECTURE.md lists each one, why it is
 needed and the public alternative that was measured.
 
-1. **Recorded runs in the CLI's own process** (``defs/runner.py``): a run created with the
+1. **Recorded runs in the CLI's own process** (``runs/runner.py``): a run created with the
    origins a code server would give it (``remote_job_origin``, ``job_code_origin``), so the
    UI shows it like any other and can re-execute it, then executed in this process.
 2. **Each batch's own events from a ranged run** (``defs/batch_events.py``): the data
    version tags Dagster writes for a one-partition run, and a check evaluation that points
    at the partition's materialization.
-3. **Run tags of partition ranges** (``defs/run_plan.py``): the tags that make a run
+3. **Run tags of partition ranges** (``runs/run_plan.py``): the tags that make a run
    target a range of partitions.
 4. **Reading and writing the instance's run state**: canceling, failing a run the process
    that ran it left unfinished, a run's step timings, the storage pool's limit, the run

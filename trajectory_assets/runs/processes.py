@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 # What a fork server imports before it forks steps or runs (a module path, as Dagster's
 # multiprocess executor takes it): the code location and the instance's storage modules.
-STEP_PRELOAD = "trajectory_assets.defs.step_preload"
+STEP_PRELOAD = "trajectory_assets.runs.step_preload"
 
 
 def start_fork_server() -> multiprocessing.context.BaseContext:
@@ -21,7 +21,7 @@ def start_fork_server() -> multiprocessing.context.BaseContext:
     datasets run's steps from, too), preloaded with ``STEP_PRELOAD``: it imports in the
     background while this process goes on. Returns the context to fork from."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["trajectory_assets.defs.fork_server_session", STEP_PRELOAD])
+    context.set_forkserver_preload(["trajectory_assets.runs.fork_server_session", STEP_PRELOAD])
     # starting the resource tracker unblocks SIGINT in this thread when it is done (it blocks
     # it while it spawns): keep what Interrupts blocked
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())

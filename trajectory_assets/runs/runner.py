@@ -42,11 +42,11 @@ from typing import Any
 import dagster as dg
 
 from trajectory_assets import PROJECT_ROOT, layout
-from trajectory_assets.defs import dagster_internals as internals
-from trajectory_assets.defs.executors import trajectories_fit_in_process
-from trajectory_assets.defs.processes import Interrupts, start_fork_server
+from trajectory_assets import dagster_internals as internals
+from trajectory_assets.runs.executors import trajectories_fit_in_process
+from trajectory_assets.runs.processes import Interrupts, start_fork_server
 from trajectory_assets.defs.retries import initialize_storage_pool
-from trajectory_assets.defs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
+from trajectory_assets.runs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
 from trajectory_assets.io.storage import Storage
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"

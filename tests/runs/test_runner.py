@@ -1,4 +1,4 @@
-"""The CLI's runs (defs/runner.py): recorded in the instance as the UI records its own,
+"""The CLI's runs (runs/runner.py): recorded in the instance as the UI records its own,
 executed in the CLI's one process (or forked from one preloaded server), canceled by Ctrl-C,
 failed, never left started, when a process dies. Each test drives a real CLI process."""
 
@@ -15,9 +15,9 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, write_jsonl, written_files
 from tests.fixtures.probes import importing_processes, probe_env
-from trajectory_assets.defs.dagster_internals import check_executions
-from trajectory_assets.defs.run_plan import BATCHES_TAG
-from trajectory_assets.defs.runner import EXECUTOR_TAG
+from trajectory_assets.dagster_internals import check_executions
+from trajectory_assets.runs.run_plan import BATCHES_TAG
+from trajectory_assets.runs.runner import EXECUTOR_TAG
 
 INGEST, DATASETS = "ingest_rollout_batch", "build_training_datasets"
 

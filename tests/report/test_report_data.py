@@ -5,7 +5,7 @@ import orjson
 import pandas as pd
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
-from trajectory_assets.datasets.report_data import (
+from trajectory_assets.report.report_data import (
     MAX_GROUPS,
     ExportScan,
     QuarantineExamples,

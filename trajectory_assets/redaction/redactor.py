@@ -42,7 +42,7 @@ try:
 except ImportError:  # no wheel for this machine (it has them for x86_64): Aho-Corasick instead
     hyperscan = None
 
-from trajectory_assets.formats import secret_rules as rules
+from trajectory_assets.redaction import secret_rules as rules
 
 PLACEHOLDER = b"[REDACTED:%s]"
 DETECTOR = f"detect-secrets {version('detect-secrets')}"
