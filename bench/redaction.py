@@ -42,9 +42,9 @@ from bench.corpus import build_corpus
 from bench.run import CORPUS, OUT
 from trajectory_assets.redaction import redactor as redaction
 from trajectory_assets.redaction.redactor import Redactor
-from trajectory_assets.datasets.trajectories import ingest
-from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
-from trajectory_assets.io.sources import SourceFile
+from trajectory_assets.ingest import ingest
+from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+from trajectory_assets.io.source_files import SourceFile
 
 clock = time.process_time
 

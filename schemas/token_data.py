@@ -1,5 +1,5 @@
 """Contract of the token export: one row per trajectory with the token ids and log
-probabilities of its model calls (``formats/token_data.py``)."""
+probabilities of its model calls (``chat/token_data.py``)."""
 
 import pandera.pandas as pandera
 from pandera.typing import Series

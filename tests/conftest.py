@@ -156,10 +156,10 @@ def trajectory_frame(rows: list[dict[str, Any]], source_id: str = "src.jsonl"):
     import pyarrow as pa
 
     from trajectory_assets.jsonutil import dumps, sha256_hex
-    from trajectory_assets.formats.records import convert_record
-    from trajectory_assets.datasets.trajectories import trajectory_row
-    from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
-    from trajectory_assets.io.sources import SourceFile
+    from trajectory_assets.sources import convert_record
+    from trajectory_assets.ingest import trajectory_row
+    from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+    from trajectory_assets.io.source_files import SourceFile
 
     source = SourceFile(uri=f"/data/{source_id}", source_id=source_id)
     table_rows = []

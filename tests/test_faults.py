@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT, SAMPLE, loopback_s3, make_rollout, message_item, write_jsonl
 from trajectory_assets.cli import main
-from trajectory_assets.io.sources import batch_key
+from trajectory_assets.io.source_files import batch_key
 
 
 def cli_process(*args, env=None):
@@ -99,7 +99,7 @@ def run_ingest(source_folder, storage, key_of):
     from trajectory_assets.definitions import RunSettings, build_definitions
     from trajectory_assets.defs.automation import INGEST_JOB
     from trajectory_assets.runs.runner import failure_reason
-    from trajectory_assets.io.sources import batch_key
+    from trajectory_assets.io.source_files import batch_key
 
     defs = build_definitions(RunSettings(sources=[str(source_folder)], storage=str(storage)))
     key = batch_key(key_of)

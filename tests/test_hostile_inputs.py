@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from tests.conftest import make_rollout, message_item
 from tests.fixtures.hostile import write_hostile_folder
 from trajectory_assets.cli import main
-from trajectory_assets.datasets.trajectories import ingest
-from trajectory_assets.io.sources import batch_key, discover
+from trajectory_assets.ingest import ingest
+from trajectory_assets.io.source_files import batch_key, discover
 
 
 def test_an_adversarial_folder_runs_to_completion_with_every_record_accounted_for(tmp_path, capsys):

@@ -6,8 +6,8 @@ import json
 import pyarrow as pa
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
-from trajectory_assets.datasets.trajectories import ingest
-from trajectory_assets.io.sources import discover
+from trajectory_assets.ingest import ingest
+from trajectory_assets.io.source_files import discover
 
 
 def run_ingest(*paths):
@@ -92,7 +92,7 @@ def test_unreadable_gzip_source_is_reported_and_does_not_stop_others(tmp_path):
 
 
 def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatch):
-    from trajectory_assets.formats import nemo_gym
+    from trajectory_assets.sources import nemo_gym
 
     def explode(record, **options):
         raise KeyError("surprise")
@@ -106,7 +106,7 @@ def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatc
 
 
 def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, monkeypatch):
-    import trajectory_assets.datasets.trajectories as trajectories
+    import trajectory_assets.ingest as trajectories
 
     real_row = trajectories.trajectory_row
 

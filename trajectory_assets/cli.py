@@ -91,7 +91,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.datasets.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import start_fork_server
-    from trajectory_assets.io.sources import SourceError, batch_key, discover, work_bytes
+    from trajectory_assets.io.source_files import SourceError, batch_key, discover, work_bytes
     from trajectory_assets.progress import progress_for
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())

@@ -38,7 +38,7 @@ class Curation(_Section):
     exclude_unanswered_tool_calls: bool = Field(False, description="drop runs that end on a call no tool answered")
     exclude_quality_flags: list[str] = Field(
         default_factory=list,
-        description="drop trajectories carrying any of these quality flags (the Hermes flags, formats/hermes.py)",
+        description="drop trajectories carrying any of these quality flags (the Hermes flags, sources/hermes.py)",
     )
     min_turns: int | None = Field(None, ge=1, description="minimum assistant turns")
     max_turns: int | None = Field(None, ge=1, description="maximum assistant turns")
@@ -56,7 +56,7 @@ class Curation(_Section):
     max_chars: int | None = Field(None, ge=1, description="maximum length of the messages as JSON, in characters")
     max_tool_error_rate: float | None = Field(
         None, ge=0.0, le=1.0,
-        description="maximum share of tool results that failed (formats/chat.py tool_result_failed); "
+        description="maximum share of tool results that failed (chat/messages.py tool_result_failed); "
                     "rows without tool results pass",
     )
     dedup: Literal["none", "exact", "near"] = Field(
@@ -86,7 +86,7 @@ class SftConfig(Curation):
     # training on calls whose arguments are not JSON teaches the model to emit broken calls
     exclude_quality_flags: list[str] = Field(
         default_factory=lambda: ["unparseable_tool_call"],
-        description="drop trajectories carrying any of these quality flags (formats/hermes.py, formats/nemo_gym.py)",
+        description="drop trajectories carrying any of these quality flags (sources/hermes.py, sources/nemo_gym.py)",
     )
 
 
@@ -132,7 +132,7 @@ RULE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 class ConversionConfig(_Section):
     """How rollouts are read where real producers write something genuinely ambiguous.
-    The defaults read them as their own ecosystem does (formats/nemo_gym.py)."""
+    The defaults read them as their own ecosystem does (sources/nemo_gym.py)."""
 
     inline_reasoning: bool = Field(
         True,

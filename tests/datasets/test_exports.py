@@ -546,7 +546,7 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
 def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token_data():
     import pyarrow as pa
 
-    from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
+    from trajectory_assets.chat.token_data import TOKENS_ARROW_SCHEMA
 
     frame = trajectory_frame([tool_rollout(), task(0, 1.0, "no tokens here")])
     result = build("on_policy_tokens", frame, SftConfig(), ALL_TRAIN)

@@ -12,7 +12,7 @@ from trajectory_assets.datasets.viewer import (
     trajectory_refs,
     view_sample,
 )
-from trajectory_assets.formats.hermes import render_hermes
+from trajectory_assets.sources.hermes import render_hermes
 from trajectory_assets.formats.llama_factory import to_llama_factory
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]

@@ -11,7 +11,7 @@ from trajectory_assets import layout
 from trajectory_assets.definitions import RunSettings, build_definitions
 from trajectory_assets.defs.automation import plan_batches
 from trajectory_assets.runs.run_plan import BATCHES_TAG, INGEST_JOB, batch_run_tags
-from trajectory_assets.io.sources import batch_key, discover
+from trajectory_assets.io.source_files import batch_key, discover
 
 
 def test_plan_batches_splits_new_changed_and_gone():

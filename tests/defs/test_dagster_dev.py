@@ -20,7 +20,7 @@ import requests
 
 from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, write_jsonl
-from trajectory_assets.io.sources import batch_key, discover
+from trajectory_assets.io.source_files import batch_key, discover
 
 BATCH_ASSETS = {"raw_rollouts", "validated_trajectories", "quarantined_records"}
 DATASET_ASSETS = {"sft_dataset", "dpo_dataset", "grpo_dataset", "sft_hermes_dataset", "stats_report"}
@@ -183,7 +183,7 @@ def test_browser_shows_the_asset_graph_and_an_export(dagster_dev):
 
 
 def batches(dagster_dev) -> int:
-    from trajectory_assets.io.sources import discover
+    from trajectory_assets.io.source_files import discover
 
     return len(discover([str(dagster_dev["source"])]))  # a materialized inputs file is no batch
 

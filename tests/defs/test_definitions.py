@@ -82,7 +82,7 @@ def test_the_ui_shows_the_columns_of_the_written_files_each_described():
     """Column schemas are the Arrow schemas the files are written with (not the contracts'
     derived columns such as `role_shape` or `line`), and no column is left undescribed."""
     from trajectory_assets.datasets.registry import EXPORTS
-    from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
+    from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 
     graph = build_definitions(RunSettings(sources=["/in"], storage="/out")).resolve_asset_graph()
 

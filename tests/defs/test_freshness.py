@@ -9,7 +9,7 @@ from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, bui
 from trajectory_assets.dagster_internals import freshness_state
 from trajectory_assets.runs.run_plan import batch_run_tags
 from trajectory_assets.runs.runner import sync_batches
-from trajectory_assets.io.sources import batch_key, discover
+from trajectory_assets.io.source_files import batch_key, discover
 
 
 def freshness(defs, instance, asset: str, now: float | None = None) -> str:

@@ -12,7 +12,7 @@ from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME
 from trajectory_assets.runs.run_plan import batch_run_tags
 from trajectory_assets.runs.runner import sync_batches
 from trajectory_assets.io.export_files import StoredExport
-from trajectory_assets.io.sources import batch_key, discover
+from trajectory_assets.io.source_files import batch_key, discover
 from trajectory_assets.io.storage import Storage
 
 
@@ -96,7 +96,7 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
     weather = next(m for m in trajectories if m.partition.startswith("rollouts_weather"))
     assert weather.metadata["dagster/uri"].value == str(tmp_path / "trajectories" / "batches" / f"{weather.partition}.parquet")
     # a batch's data version is the SHA-256 of its file, combined with its materialized inputs'
-    from trajectory_assets.io.sources import data_version
+    from trajectory_assets.io.source_files import data_version
 
     raw = next(m for m in by_key["raw_rollouts"] if m.partition == weather.partition)
     assert raw.tags["dagster/data_version"] == data_version(raw.metadata["sha256"].value,

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import SAMPLE, LoopbackS3, loopback_s3
 from trajectory_assets.cli import main
-from trajectory_assets.io.sources import discover, fingerprint
+from trajectory_assets.io.source_files import discover, fingerprint
 from trajectory_assets.io.storage import Storage
 
 BUCKET = "rollout-bucket"

@@ -2,9 +2,9 @@ import pytest
 
 from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
-from trajectory_assets.datasets.trajectories import ingest
-from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
-from trajectory_assets.io.sources import discover
+from trajectory_assets.ingest import ingest
+from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+from trajectory_assets.io.source_files import discover
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 

@@ -22,7 +22,7 @@ from trajectory_assets.redaction import secret_rules as rules
 from trajectory_assets.redaction.redactor import (
     AFTER, AhoCorasickPrefilter, HyperscanPrefilter, Redactor, required_literals, rule_problem,
 )
-from trajectory_assets.formats.records import convert_record
+from trajectory_assets.sources import convert_record
 
 REDACTOR = Redactor()
 ENCODERS = {

@@ -67,7 +67,7 @@ def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary
     from trajectory_assets.dagster_internals import hold_pool_slot, pool_slots
     from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
     from trajectory_assets.runs.runner import sync_batches
-    from trajectory_assets.io.sources import batch_key, discover
+    from trajectory_assets.io.source_files import batch_key, discover
 
     defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
     batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})

@@ -266,7 +266,7 @@ def test_a_contract_checked_in_blocks_holds_chunks_back_and_finds_what_chunk_by_
 
 
 def raw_record(tmp_path, inputs=False):
-    from trajectory_assets.io.sources import describe_batch, discover
+    from trajectory_assets.io.source_files import describe_batch, discover
 
     (tmp_path / "run.jsonl").write_text('{"x": 1}\n')
     if inputs:

@@ -52,14 +52,14 @@ from trajectory_assets.datasets.curation import (
     near_duplicates,
 )
 from trajectory_assets.datasets.token_budget import TokenBudget
-from trajectory_assets.formats.chat import divergence_point, role_shape
-from trajectory_assets.formats.hermes import render_hermes
+from trajectory_assets.chat.messages import divergence_point, role_shape
+from trajectory_assets.sources.hermes import render_hermes
 from trajectory_assets.jsonutil import sha256_hex
 from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
-from trajectory_assets.formats.nemo_gym import HERMES_MARKUP_FLAG, TOKEN_KEYS
+from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, TOKEN_KEYS
 from trajectory_assets.formats.nemo_rl import completions, require_final_assistant
-from trajectory_assets.formats.text_chat import template_messages, value_types
-from trajectory_assets.formats.token_data import contiguous, token_calls
+from trajectory_assets.chat.template import template_messages, value_types
+from trajectory_assets.chat.token_data import contiguous, token_calls
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 from trajectory_assets.formats.verl import ground_truth_of, verl_row
 

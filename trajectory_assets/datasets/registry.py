@@ -46,7 +46,7 @@ from trajectory_assets.datasets.token_budget import TokenBudget
 from trajectory_assets.formats.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
 from trajectory_assets.formats.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
 from trajectory_assets.formats.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA
-from trajectory_assets.formats.token_data import TOKENS_ARROW_SCHEMA
+from trajectory_assets.chat.token_data import TOKENS_ARROW_SCHEMA
 from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
 from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import orjson
 
-from trajectory_assets.formats.chat import tool_result_failed
-from trajectory_assets.formats.hermes import CALL_NAME, THINK_BLOCK, TOOL_CALL_BLOCK, TOOL_RESPONSE_BLOCK
+from trajectory_assets.chat.messages import tool_result_failed
+from trajectory_assets.sources.hermes import CALL_NAME, THINK_BLOCK, TOOL_CALL_BLOCK, TOOL_RESPONSE_BLOCK
 from trajectory_assets.formats.llama_factory import TOOL_RESULT_JOINER
 
 TEXT_LIMIT = 2_000  # characters of one text (a message, reasoning, arguments, a result) shown
@@ -116,7 +116,7 @@ class Call:
     arguments_parse: bool  # False: the arguments are not JSON (shown as they are)
     call_id: str | None = None
     result: Text | None = None
-    result_failed: bool = False  # the result is an error, by formats/chat.py tool_result_failed
+    result_failed: bool = False  # the result is an error, by chat/messages.py tool_result_failed
 
 
 @dataclass

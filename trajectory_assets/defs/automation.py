@@ -19,7 +19,7 @@ from trajectory_assets.runs.run_plan import (
     run_slots,
 )
 from trajectory_assets.jsonutil import sha256_hex
-from trajectory_assets.io.sources import (
+from trajectory_assets.io.source_files import (
     SourceError,
     SourceFile,
     batch_key,

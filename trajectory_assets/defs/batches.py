@@ -3,7 +3,7 @@
 import dagster as dg
 
 from trajectory_assets import layout
-from trajectory_assets.datasets.trajectories import merge_summaries
+from trajectory_assets.ingest import merge_summaries
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 

@@ -19,7 +19,7 @@ from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import column_descriptions as trajectory_column_descriptions
 from schemas.validation import cast_columns, declared_dtypes, validate
 from trajectory_assets import code_version, layout
-from trajectory_assets.datasets.trajectories import QUARANTINE_FIELDS, ingest
+from trajectory_assets.ingest import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
@@ -32,8 +32,8 @@ from trajectory_assets.defs.retries import (
 )
 from trajectory_assets.runs.run_plan import BATCHES_PER_RUN
 from trajectory_assets.redaction.redactor import Redactor
-from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
-from trajectory_assets.io.sources import (
+from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+from trajectory_assets.io.source_files import (
     SourceError,
     SourceFile,
     batch_key,

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.formats.text_chat import JSON
+from trajectory_assets.chat.template import JSON
 
 # datasets' Value dtypes for the scalar Arrow types the exports use
 _DTYPES = {pa.string(): "string", pa.int64(): "int64", pa.int32(): "int32", pa.float64(): "float64",

@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 
 from trajectory_assets.formats.seed import SHAREGPT_TURNS
-from trajectory_assets.formats.text_chat import arguments_object
+from trajectory_assets.chat.template import arguments_object
 from trajectory_assets.formats.unrepresentable import Unrepresentable
 
 FROM_LETTER = {"human": "h", "gpt": "g", "function_call": "f", "observation": "o"}

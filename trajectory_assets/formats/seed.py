@@ -11,7 +11,7 @@ decodes a string that holds JSON text, so an argument string would come back as 
 
 import pyarrow as pa
 
-from trajectory_assets.formats.text_chat import JSON
+from trajectory_assets.chat.template import JSON
 
 LINEAGE = [("trajectory_id", pa.string()), ("task_key", pa.string())]
 # the columns every form of a family's rows shares beside its messages (trainer flavors too)

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.formats.text_chat import JSON, MESSAGES_TYPE, TOOLS_TYPE, template_messages
+from trajectory_assets.chat.template import JSON, MESSAGES_TYPE, TOOLS_TYPE, template_messages
 
 TOOL_AGENT, SINGLE_TURN_AGENT = "tool_agent", "single_turn_agent"
 

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajectory_assets import layout
-from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA
+from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 
 # rows per chunk of message payloads: an SFT chunk is rendered in four formats at once, so it

@@ -25,7 +25,7 @@ import orjson
 import pandas as pd
 
 from trajectory_assets.datasets.viewer import TrajectoryInfo, clip, margin_of, trajectory_refs
-from trajectory_assets.formats.chat import tool_result_failed
+from trajectory_assets.chat.messages import tool_result_failed
 
 MAX_GROUPS = 9  # reward histograms: the largest (agent, source format) groups; the rest are "other"
 MAX_TOOLS = 20  # tools in the per-tool plot, by calls

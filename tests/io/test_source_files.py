@@ -5,7 +5,7 @@ import hashlib
 
 import pytest
 
-from trajectory_assets.io.sources import SourceError, SourceReadStats, discover, iter_lines
+from trajectory_assets.io.source_files import SourceError, SourceReadStats, discover, iter_lines
 
 
 def lines_of(path):
@@ -66,7 +66,7 @@ def test_truncated_gzip_keeps_what_was_read_and_reports_the_error(tmp_path):
     ["../../etc/passwd", "/abs/path.jsonl", "a/../../b.jsonl", "spaces and ünïcode/x y.jsonl", "..", "", "~/x|y;z.jsonl"],
 )
 def test_batch_keys_are_safe_file_names_and_unique(source_id):
-    from trajectory_assets.io.sources import batch_key
+    from trajectory_assets.io.source_files import batch_key
     from trajectory_assets.io.storage import Storage
 
     key = batch_key(source_id)
@@ -76,7 +76,7 @@ def test_batch_keys_are_safe_file_names_and_unique(source_id):
 
 
 def test_a_name_with_double_colons_is_a_plain_file_not_a_chained_url(tmp_path):
-    from trajectory_assets.io.sources import fingerprint, sha256_of
+    from trajectory_assets.io.source_files import fingerprint, sha256_of
 
     path = tmp_path / "x::y.jsonl"
     path.write_bytes(b'{"n": 1}\n{"n": 2}\n')
@@ -90,7 +90,7 @@ def test_a_name_with_double_colons_is_a_plain_file_not_a_chained_url(tmp_path):
 
 
 def test_a_broken_symlink_is_a_source_that_cannot_be_opened_not_an_exception(tmp_path):
-    from trajectory_assets.io.sources import fingerprint, is_unreadable, sha256_of
+    from trajectory_assets.io.source_files import fingerprint, is_unreadable, sha256_of
 
     (tmp_path / "gone.jsonl").symlink_to(tmp_path / "missing-target.jsonl")
     (source,) = discover([str(tmp_path)])  # found in its folder (named alone, it is a SourceError)
@@ -104,7 +104,7 @@ def test_a_broken_symlink_is_a_source_that_cannot_be_opened_not_an_exception(tmp
 
 
 def test_only_missing_or_forbidden_objects_count_as_unreadable_remote_sources():
-    from trajectory_assets.io.sources import is_unreadable
+    from trajectory_assets.io.source_files import is_unreadable
 
     for error in (FileNotFoundError("k"), PermissionError("k")):
         assert is_unreadable(error, "s3://bucket/k.jsonl")
@@ -116,7 +116,7 @@ def test_only_missing_or_forbidden_objects_count_as_unreadable_remote_sources():
 def test_remote_and_local_sources_are_opened_without_parsing_their_names_as_urls():
     from fsspec.implementations.local import LocalFileSystem
 
-    from trajectory_assets.io.sources import filesystem_of
+    from trajectory_assets.io.source_files import filesystem_of
 
     fs, path = filesystem_of("/data/a::b/x::y.jsonl")
     assert isinstance(fs, LocalFileSystem) and path == "/data/a::b/x::y.jsonl"
@@ -168,7 +168,7 @@ def test_a_file_that_is_not_gzip_is_not_a_cut_stream(tmp_path):
 
 
 def test_lines_longer_than_a_read_block_stay_whole(tmp_path):
-    from trajectory_assets.io.sources import READ_BLOCK
+    from trajectory_assets.io.source_files import READ_BLOCK
 
     long_line = b'{"x": "' + b"y" * (3 * READ_BLOCK) + b'"}'
     path = tmp_path / "x.jsonl"

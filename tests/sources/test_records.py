@@ -5,8 +5,8 @@ import json
 import pytest
 
 from tests.conftest import make_rollout
-from trajectory_assets.formats.records import convert_record
-from trajectory_assets.formats.trajectory import Rejection
+from trajectory_assets.sources import convert_record
+from trajectory_assets.chat.trajectory import Rejection
 
 
 def reason(raw: bytes) -> str:

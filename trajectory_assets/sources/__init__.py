@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.formats import hermes, nemo_gym
-from trajectory_assets.formats.trajectory import Rejection, Trajectory
+from trajectory_assets.sources import hermes, nemo_gym
+from trajectory_assets.chat.trajectory import Rejection, Trajectory
 
 
 def parse_json_line(raw: bytes) -> tuple[Any, int]:

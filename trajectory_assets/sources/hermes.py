@@ -52,9 +52,9 @@ import math
 import re
 from typing import Any
 
-from trajectory_assets.formats.chat import unanswered_tool_calls
-from trajectory_assets.formats.nemo_gym import task_key_for
-from trajectory_assets.formats.trajectory import Rejection, Trajectory
+from trajectory_assets.chat.messages import unanswered_tool_calls
+from trajectory_assets.sources.nemo_gym import task_key_for
+from trajectory_assets.chat.trajectory import Rejection, Trajectory
 
 SOURCE_FORMAT = "hermes"
 FROM_ROLE = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import call_item, make_rollout, message_item, output_item
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.formats.chat import ROLE_SHAPE_PATTERN, role_shape
-from trajectory_assets.formats.nemo_gym import convert_rollout, convert_tools, task_key_for
-from trajectory_assets.formats.trajectory import Rejection
+from trajectory_assets.chat.messages import ROLE_SHAPE_PATTERN, role_shape
+from trajectory_assets.sources.nemo_gym import convert_rollout, convert_tools, task_key_for
+from trajectory_assets.chat.trajectory import Rejection
 
 
 def convert(row, source_id="src.jsonl", **options):
@@ -657,7 +657,7 @@ def test_malformed_token_data_is_flagged_and_kept_in_metadata(data):
 
 
 def test_the_documented_examples_hold():
-    from trajectory_assets.formats import nemo_gym
+    from trajectory_assets.sources import nemo_gym
 
     assert doctest.testmod(nemo_gym).failed == 0
 

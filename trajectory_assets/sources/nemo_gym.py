@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.formats.chat import prompt_key
+from trajectory_assets.chat.messages import prompt_key
 from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
-from trajectory_assets.formats.trajectory import Rejection, Trajectory
+from trajectory_assets.chat.trajectory import Rejection, Trajectory
 
 SOURCE_FORMAT = "nemo_gym"
 DEFAULT_OPTIONS = ConversionConfig()

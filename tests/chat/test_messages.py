@@ -1,4 +1,4 @@
-from trajectory_assets.formats.chat import (
+from trajectory_assets.chat.messages import (
     count_tool_calls,
     divergence_point,
     role_shape,

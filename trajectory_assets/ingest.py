@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from schemas.trajectory import TrajectorySchema
 from schemas.validation import contract_frame, validate
-from trajectory_assets.formats.chat import (
+from trajectory_assets.chat.messages import (
     count_assistant_turns,
     count_tool_calls,
     prompt_key,
@@ -27,11 +27,11 @@ from trajectory_assets.formats.chat import (
 )
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import dumps, loads, sha256_hex
-from trajectory_assets.formats.nemo_gym import task_inputs_of
-from trajectory_assets.formats.records import convert_record
+from trajectory_assets.sources.nemo_gym import task_inputs_of
+from trajectory_assets.sources import convert_record
 from trajectory_assets.redaction.redactor import Redactor
-from trajectory_assets.formats.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
-from trajectory_assets.io.sources import SourceFile, SourceReadStats, iter_lines
+from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
+from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_lines
 
 QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
 # the columns the trajectory contract declares: only these are turned into pandas to check

@@ -2,8 +2,8 @@
 
 import doctest
 
-from trajectory_assets.formats import token_data
-from trajectory_assets.formats.token_data import contiguous
+from trajectory_assets.chat import token_data
+from trajectory_assets.chat.token_data import contiguous
 
 
 def call(prompt, generation):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from trajectory_assets.formats.token_data import TOKEN_DATA_TYPE
+from trajectory_assets.chat.token_data import TOKEN_DATA_TYPE
 
 
 class Rejection(Exception):
@@ -55,7 +55,7 @@ class Trajectory:
 
 
 # One row of the validated-trajectories table per Trajectory: the columns of every batch's
-# Parquet file (``datasets/trajectories.py`` builds the rows, ``io/trajectory_table.py`` reads them).
+# Parquet file (``ingest.py`` builds the rows, ``io/trajectory_table.py`` reads them).
 TRAJECTORY_ARROW_SCHEMA = pa.schema(
     [
         ("trajectory_id", pa.string()),
