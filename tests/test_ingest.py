@@ -92,12 +92,15 @@ def test_unreadable_gzip_source_is_reported_and_does_not_stop_others(tmp_path):
 
 
 def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatch):
-    from trajectory_assets.sources import nemo_gym
+    import dataclasses
+
+    from trajectory_assets import sources
 
     def explode(record, **options):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(nemo_gym, "convert_rollout", explode)
+    monkeypatch.setattr(sources, "SOURCES", tuple(dataclasses.replace(source, convert=explode)
+                                                  for source in sources.SOURCES))
     path = write_jsonl(tmp_path / "x.jsonl", [make_rollout()])
     summary, table, rejected = run_ingest(path)
     assert table is None
@@ -106,9 +109,9 @@ def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatc
 
 
 def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, monkeypatch):
-    import trajectory_assets.ingest as trajectories
+    import trajectory_assets.ingest as ingest
 
-    real_row = trajectories.trajectory_row
+    real_row = ingest.trajectory_row
 
     def bad_row(*args, **kwargs):
         row = real_row(*args, **kwargs)
@@ -116,7 +119,7 @@ def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, mo
             row["role_shape"] = "x"  # a converter bug the contract must catch
         return row
 
-    monkeypatch.setattr(trajectories, "trajectory_row", bad_row)
+    monkeypatch.setattr(ingest, "trajectory_row", bad_row)
     path = write_jsonl(tmp_path / "x.jsonl", [make_rollout(), make_rollout(request_input="other")])
     summary, table, rejected = run_ingest(path)
     assert table["source_line"].tolist() == [1]

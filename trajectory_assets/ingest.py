@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,8 +27,7 @@ from trajectory_assets.chat.messages import (
 )
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import dumps, loads, sha256_hex
-from trajectory_assets.sources.nemo_gym import task_inputs_of
-from trajectory_assets.sources import convert_record
+from trajectory_assets.sources import convert_record, inputs_file_named
 from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
 from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_lines
@@ -221,10 +220,10 @@ def ingest(
         stats = SourceReadStats()
         counts = per_source[source.uri] = Counter()
         summaries.append((source, stats))
-        task_inputs = None
+        inputs = None
         if source.inputs_uri is not None:
-            task_inputs, skipped = read_task_inputs(source.inputs_uri, scrub)
-            inputs_read[source.uri] = (len(task_inputs), skipped)
+            inputs, skipped = read_inputs(source.inputs_uri, scrub)
+            inputs_read[source.uri] = (len(inputs), skipped)
         for line, raw in iter_lines(source, stats):
             summary.records_read += 1
             counts["records"] += 1
@@ -235,8 +234,7 @@ def ingest(
                 reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
                 continue
             try:
-                trajectory = convert_record(raw, source_id=source.source_id, options=options,
-                                            task_inputs=task_inputs)
+                trajectory = convert_record(raw, source_id=source.source_id, options=options, inputs=inputs)
                 row = trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line)
             except Rejection as rejection:
                 reject_row(source.uri, line, rejection.reason, rejection.detail, raw)
@@ -286,26 +284,24 @@ def ingest(
     return summary
 
 
-def read_task_inputs(
-    uri: str, scrub: Callable[[bytes, str], bytes]
-) -> tuple[dict[tuple[int, int], dict[str, Any]], int]:
-    """NeMo Gym's materialized inputs of a source: (verifier inputs by (``_ng_task_index``,
-    ``_ng_rollout_index``), how many lines are not usable input rows). Each line is scrubbed
-    of secrets first, as records are."""
-    inputs: dict[tuple[int, int], dict[str, Any]] = {}
+def read_inputs(uri: str, scrub: Callable[[bytes, str], bytes]) -> tuple[dict[Hashable, dict[str, Any]], int]:
+    """A source's inputs file (its source format's ``InputsFile``, told by its name): (what
+    each row gives the records, by their key; how many lines are not usable input rows).
+    Each line is scrubbed of secrets first, as records are."""
+    inputs_file = inputs_file_named(uri.rsplit("/", 1)[-1])
+    inputs: dict[Hashable, dict[str, Any]] = {}
     skipped = 0
     stats = SourceReadStats()
     for _, raw in iter_lines(SourceFile(uri, uri), stats):
         try:
-            row = loads(scrub(raw, sha256_hex(raw)[:32]))
+            found = inputs_file.row(loads(scrub(raw, sha256_hex(raw)[:32])))
         except ValueError:
+            found = None
+        if found is None:
             skipped += 1
             continue
-        key = (row.get("_ng_task_index"), row.get("_ng_rollout_index")) if isinstance(row, dict) else None
-        if key is None or not all(isinstance(k, int) and not isinstance(k, bool) for k in key):
-            skipped += 1
-            continue
-        inputs[key] = task_inputs_of(row)
+        key, given = found
+        inputs[key] = given
     return inputs, skipped + (stats.partial_record is not None)
 
 

@@ -617,9 +617,9 @@ def test_rollout_id_is_kept_as_lineage():
 
 def test_materialized_inputs_are_joined_on_task_and_rollout_index():
     inputs = {(3, 1): {"expected_answer": "42", "question_id": "q7"}}
-    joined = convert_rollout(make_rollout(_ng_task_index=3, _ng_rollout_index=1), source_id="s", task_inputs=inputs)
+    joined = convert_rollout(make_rollout(_ng_task_index=3, _ng_rollout_index=1), source_id="s", inputs=inputs)
     assert joined.task_inputs == {"expected_answer": "42", "question_id": "q7"}
-    other = convert_rollout(make_rollout(_ng_task_index=3, _ng_rollout_index=0), source_id="s", task_inputs=inputs)
+    other = convert_rollout(make_rollout(_ng_task_index=3, _ng_rollout_index=0), source_id="s", inputs=inputs)
     assert other.task_inputs is None
 
 

@@ -17,9 +17,6 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 SOURCE_SUFFIXES = (".jsonl", ".jsonl.gz")
-# NeMo Gym's collector writes <stem>_materialized_inputs.jsonl beside <stem>.jsonl: the input
-# rows, with what the verifier was given (expected_answer, ...). A side file, not a batch.
-INPUTS_SUFFIX = "_materialized_inputs"
 READ_BLOCK = 1 << 20
 
 
@@ -51,12 +48,16 @@ class SourceReadStats:
     hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
 
-def discover(paths: list[str]) -> list[SourceFile]:
+def discover(paths: list[str], inputs_suffixes: tuple[str, ...] | None = None) -> list[SourceFile]:
     """Expand folders (recursively) and single files into a sorted, de-duplicated list.
 
-    A ``<stem>_materialized_inputs.jsonl`` beside ``<stem>.jsonl`` is that source's side
-    file (``inputs_uri``), not a source of its own.
+    A ``<stem><suffix>.jsonl`` beside ``<stem>.jsonl``, for a suffix of ``inputs_suffixes``
+    (by default the source formats' inputs files, ``sources.INPUTS_SUFFIXES``: NeMo Gym's
+    ``_materialized_inputs``), is that source's inputs file (``inputs_uri``), not a source of
+    its own; given on its own, it is read as a source.
     """
+    if inputs_suffixes is None:
+        from trajectory_assets.sources import INPUTS_SUFFIXES as inputs_suffixes  # the formats say what is a side file
     found: dict[str, SourceFile] = {}
     for path in paths:
         fs, root = filesystem_of(path)
@@ -66,7 +67,8 @@ def discover(paths: list[str]) -> list[SourceFile]:
             listed = fs.find(root, detail=True)
             names = [name for name in sorted(listed) if name.endswith(SOURCE_SUFFIXES)]
             stems = {_stem(name) for name in names}
-            inputs = {stem: name for name in names if (stem := _inputs_stem(name)) is not None and stem in stems}
+            inputs = {stem: name for name in names
+                      if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
             for name in names:
                 if name in inputs.values():
                     continue
@@ -76,7 +78,8 @@ def discover(paths: list[str]) -> list[SourceFile]:
                 found.setdefault(protocol + name, SourceFile(protocol + name, source_id, protocol + side if side else None,
                                                              _size(listed[name]), "+".join(fingerprints)))
         elif fs.isfile(root):
-            side = next((candidate for candidate in _inputs_candidates(root) if fs.isfile(candidate)), None)
+            side = next((candidate for candidate in _inputs_candidates(root, inputs_suffixes) if fs.isfile(candidate)),
+                        None)
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
                                                          protocol + side if side else None, _size(fs.info(root))))
         else:
@@ -104,16 +107,16 @@ def _stem(name: str) -> str:
                 if name.endswith(suffix))
 
 
-def _inputs_stem(name: str) -> str | None:
-    """The stem of the rollout file whose side file ``name`` would be, if it is one."""
+def _inputs_stem(name: str, inputs_suffixes: tuple[str, ...]) -> str | None:
+    """The stem of the source file whose inputs file ``name`` would be, if it is one."""
     stem = _stem(name)
-    return stem[: -len(INPUTS_SUFFIX)] if stem.endswith(INPUTS_SUFFIX) else None
+    return next((stem[: -len(suffix)] for suffix in inputs_suffixes if stem.endswith(suffix)), None)
 
 
-def _inputs_candidates(name: str) -> list[str]:
-    if _inputs_stem(name) is not None:
-        return []  # a side file given on its own is read as a source
-    return [_stem(name) + INPUTS_SUFFIX + suffix for suffix in SOURCE_SUFFIXES]
+def _inputs_candidates(name: str, inputs_suffixes: tuple[str, ...]) -> list[str]:
+    if _inputs_stem(name, inputs_suffixes) is not None:
+        return []  # an inputs file given on its own is read as a source
+    return [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
 
 
 def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:

@@ -1,15 +1,37 @@
-"""One raw line -> a canonical trajectory, whatever the source format (detected per record)."""
+"""The source formats, and one raw line -> a canonical trajectory, whatever its format.
+
+A source format is one module of this package that defines ``FORMAT`` (``format.py`` says
+what that holds), and one line in :data:`SOURCES`. A record's format is told per record, not
+by file name (one folder may hold several): the first format whose ``detect`` accepts it
+converts it.
+
+>>> [source.name for source in SOURCES]
+['nemo_gym', 'hermes']
+>>> INPUTS_SUFFIXES
+('_materialized_inputs',)
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import orjson
 
+from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import hermes, nemo_gym
-from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.sources.format import InputsFile, SourceFormat
+
+# the source formats, in the order a record is offered to them
+SOURCES: tuple[SourceFormat, ...] = (
+    nemo_gym.FORMAT,
+    hermes.FORMAT,
+)
+SOURCES_BY_NAME: dict[str, SourceFormat] = {source.name: source for source in SOURCES}
+# what a file beside a source file is named when it is that source's inputs file
+INPUTS_SUFFIXES: tuple[str, ...] = tuple(source.inputs_file.suffix for source in SOURCES if source.inputs_file)
 
 
 def parse_json_line(raw: bytes) -> tuple[Any, int]:
@@ -42,31 +64,33 @@ def parse_json_line(raw: bytes) -> tuple[Any, int]:
         raise Rejection("invalid_json", f"not JSON: {fast_error}") from None
 
 
+def inputs_file_named(name: str) -> InputsFile | None:
+    """The inputs file a file of that name is, by its stem's suffix (None: none)."""
+    stem = name.removesuffix(".gz").removesuffix(".jsonl")
+    return next((source.inputs_file for source in SOURCES
+                 if source.inputs_file and stem.endswith(source.inputs_file.suffix)), None)
+
+
 def convert_record(
     raw: bytes,
     *,
     source_id: str,
     options: ConversionConfig = nemo_gym.DEFAULT_OPTIONS,
-    task_inputs: dict[tuple[int, int], dict[str, Any]] | None = None,
+    inputs: Mapping[Hashable, dict[str, Any]] | None = None,
 ) -> Trajectory:
-    """``task_inputs``: the source's materialized inputs (NeMo Gym), see ``nemo_gym.convert_rollout``."""
+    """``inputs``: the rows of the source's inputs file by key (see ``InputsFile``)."""
     record, non_finite = parse_json_line(raw)
     if not isinstance(record, dict):
         raise Rejection("not_an_object", f"a JSON {type(record).__name__}, not an object")
-    failure = nemo_gym.failure_rejection(record)
-    if failure is not None:
-        raise failure
-    # the format is told per record, not by file name: one folder may hold both
-    if nemo_gym.looks_like_rollout(record):
-        trajectory = nemo_gym.convert_rollout(record, source_id=source_id, options=options, task_inputs=task_inputs)
-    elif hermes.looks_like_hermes(record):
-        trajectory = hermes.convert_hermes(record, source_id=source_id)
-    else:
-        raise Rejection(
-            "not_a_rollout",
-            "neither a NeMo Gym rollout (responses_create_params with response.output or output) nor a Hermes "
-            "trajectory (conversations); keys: " + ", ".join(sorted(record)[:12]),
-        )
+    for source in SOURCES:
+        refused = source.refuse(record)
+        if refused is not None:
+            raise refused
+    source = next((source for source in SOURCES if source.detect(record)), None)
+    if source is None:
+        raise Rejection("not_a_rollout", "neither " + " nor ".join(source.shape for source in SOURCES)
+                        + "; keys: " + ", ".join(sorted(record)[:12]))
+    trajectory = source.convert(record, source_id=source_id, options=options, inputs=inputs)
     if non_finite:
         # a rollout with a non-finite reward was rejected above: these are elsewhere in the
         # record (verifier extras, ...), stored as null, so they are counted and flagged

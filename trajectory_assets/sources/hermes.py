@@ -52,9 +52,9 @@ import math
 import re
 from typing import Any
 
-from trajectory_assets.chat.messages import unanswered_tool_calls
-from trajectory_assets.sources.nemo_gym import task_key_for
+from trajectory_assets.chat.messages import prompt_key, unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.sources.format import SourceFormat
 
 SOURCE_FORMAT = "hermes"
 FROM_ROLE = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
@@ -104,7 +104,8 @@ def looks_like_hermes(record: dict[str, Any]) -> bool:
     return "conversations" in record or ("prompt_index" in record and ("discarded" in record or "failed" in record))
 
 
-def convert_hermes(record: dict[str, Any], *, source_id: str) -> Trajectory:
+def convert_hermes(record: dict[str, Any], *, source_id: str, **_: Any) -> Trajectory:
+    """Convert one parsed Hermes Agent trajectory (a batch runner's line)."""
     if "discarded" in record:
         raise Rejection("hermes_discarded", f"the batch runner discarded prompt {record.get('prompt_index')!r} "
                                             f"({record['discarded']})")
@@ -141,7 +142,7 @@ def convert_hermes(record: dict[str, Any], *, source_id: str) -> Trajectory:
         source_format=SOURCE_FORMAT,
         messages=messages,
         prompt_length=prompt_length,
-        task_key=task_key_for(source_id, None, prompt, tools),
+        task_key=prompt_key(prompt, tools),  # no task index: the task is the prompt's content
         tools=tools,
         reward=_supplied_reward(record),
         model=record["model"] if isinstance(record.get("model"), str) and record["model"] else None,
@@ -456,3 +457,11 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+
+
+FORMAT = SourceFormat(
+    name=SOURCE_FORMAT,
+    shape="a Hermes trajectory (conversations)",
+    detect=looks_like_hermes,
+    convert=convert_hermes,
+)

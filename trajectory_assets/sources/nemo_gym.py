@@ -57,13 +57,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajectory_assets.config import ConversionConfig
 from trajectory_assets.chat.messages import prompt_key
-from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.config import ConversionConfig
+from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
+from trajectory_assets.sources.format import InputsFile, SourceFormat
 
 SOURCE_FORMAT = "nemo_gym"
 DEFAULT_OPTIONS = ConversionConfig()
@@ -135,11 +137,11 @@ def convert_rollout(
     *,
     source_id: str,
     options: ConversionConfig = DEFAULT_OPTIONS,
-    task_inputs: dict[tuple[int, int], dict[str, Any]] | None = None,
+    inputs: Mapping[tuple[int, int], dict[str, Any]] | None = None,
 ) -> Trajectory:
-    """Convert one parsed rollout row. ``source_id`` scopes ``_ng_task_index``;
-    ``task_inputs`` are the verifier inputs of the file's materialized inputs, by
-    (``_ng_task_index``, ``_ng_rollout_index``)."""
+    """Convert one parsed rollout row. ``source_id`` scopes ``_ng_task_index``; ``inputs``
+    are the verifier inputs of the file's materialized inputs, by (``_ng_task_index``,
+    ``_ng_rollout_index``)."""
     if not looks_like_rollout(record):
         raise Rejection(
             "not_a_rollout",
@@ -205,9 +207,9 @@ def convert_rollout(
     usage = response.get("usage") if response is not None else None
     model = (response or {}).get("model") or request.get("model")
     rollout_id = record.get("_ng_rollout_id")
-    inputs = None
-    if task_inputs is not None and task_index is not None and rollout_index is not None:
-        inputs = task_inputs.get((task_index, rollout_index))
+    given = None  # what the verifier was given for this rollout
+    if inputs is not None and task_index is not None and rollout_index is not None:
+        given = inputs.get((task_index, rollout_index))
 
     return Trajectory(
         source_format=SOURCE_FORMAT,
@@ -231,7 +233,7 @@ def convert_rollout(
         total_tokens=_usage(usage, "total_tokens"),
         unknown_items=len(conversation.unknown),
         request=request,
-        task_inputs=inputs,
+        task_inputs=given,
         token_data=conversation.token_data or None,
         quality_flags=sorted(flags),
         metadata=metadata,
@@ -726,3 +728,24 @@ def _expect(value: Any, kind: type, name: str) -> Any:
     if not isinstance(value, kind):
         raise Rejection("invalid_structure", f"{name} is a {type(value).__name__}, expected {kind.__name__}")
     return value
+
+
+def input_row(row: Any) -> tuple[tuple[int, int], dict[str, Any]] | None:
+    """A row of the materialized inputs: its (``_ng_task_index``, ``_ng_rollout_index``) and
+    what it gave the verifier; None for a line that is no input row."""
+    key = (row.get("_ng_task_index"), row.get("_ng_rollout_index")) if isinstance(row, dict) else None
+    if key is None or not all(isinstance(index, int) and not isinstance(index, bool) for index in key):
+        return None
+    return key, task_inputs_of(row)
+
+
+FORMAT = SourceFormat(
+    name=SOURCE_FORMAT,
+    shape="a NeMo Gym rollout (responses_create_params with response.output or output)",
+    detect=looks_like_rollout,
+    convert=convert_rollout,
+    refuse=failure_rejection,
+    # the collector writes <stem>_materialized_inputs.jsonl beside <stem>.jsonl: the input rows,
+    # with what the verifier was given (expected_answer, ...)
+    inputs_file=InputsFile("_materialized_inputs", input_row),
+)

@@ -1,0 +1,48 @@
+"""What a source format is: how to tell its records, how to convert one into a canonical
+trajectory, and which files its producer writes beside a source file.
+
+A source format is one module of ``trajectory_assets/sources/`` that defines ``FORMAT``, and
+one line in ``SOURCES`` (``sources/__init__.py``). Everything else asks the registry: the
+conversion of a line (the first format whose ``detect`` accepts a record converts it),
+discovery (which files are a source's side files), ingest (joining an inputs file's rows to
+the records) and the report (the formats' names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from trajectory_assets.chat.trajectory import Rejection, Trajectory
+
+
+@dataclass(frozen=True)
+class InputsFile:
+    """A file the producer writes beside each source file, ``<stem><suffix>.jsonl`` (or
+    ``.jsonl.gz``) beside ``<stem>.jsonl``, whose rows give the records of that file what
+    they do not hold themselves (NeMo Gym's materialized inputs: what the verifier was
+    given). It is part of the source's batch, never a source of its own."""
+
+    suffix: str
+    # a row of it -> (the key of the record it belongs to, what it gives that record);
+    # None: the row is not an input row (counted as skipped)
+    row: Callable[[Any], tuple[Hashable, dict[str, Any]] | None]
+
+
+def _refuses_nothing(record: dict[str, Any]) -> Rejection | None:
+    return None
+
+
+@dataclass(frozen=True)
+class SourceFormat:
+    name: str  # the trajectories' source_format
+    shape: str  # what a record of it holds, in a few words (named when no format takes a record)
+    detect: Callable[[dict[str, Any]], bool]
+    # (record, *, source_id, options, inputs) -> Trajectory, or raises Rejection. ``inputs``:
+    # the rows of the source's inputs file by key (None: it has none)
+    convert: Callable[..., Trajectory]
+    # a record of the format that must never become a trajectory, and why (NeMo Gym's
+    # failure rows): asked of every record before any format converts it
+    refuse: Callable[[dict[str, Any]], Rejection | None] = _refuses_nothing
+    inputs_file: InputsFile | None = None
