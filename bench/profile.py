@@ -123,8 +123,8 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
     """One family's step, in this process, with its parts timed (what is left is reading the
     payloads, curating and planning, and the manifests), and its working set in bytes."""
     from trajectory_assets import memory
-    from trajectory_assets.datasets import families as builders
-    from trajectory_assets.datasets.registry import family_specs
+    from trajectory_assets.exports import families as builders
+    from trajectory_assets.exports.registry import family_specs
     from trajectory_assets.defs import exports as step
     from trajectory_assets.io import export_files
     from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     print_phases(f"{args.size} MB corpus", profile_phases(source, storage))
     # imported once, shared with each forked step, as the run's fork server does (what it preloads)
     import trajectory_assets.runs.step_preload  # noqa: F401
-    from trajectory_assets.datasets.registry import EXPORT_FAMILIES
+    from trajectory_assets.exports.registry import EXPORT_FAMILIES
 
     for family in EXPORT_FAMILIES:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as fresh:

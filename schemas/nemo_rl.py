@@ -2,7 +2,7 @@
 DPO preference rows ``{"context", "completions": [{"rank", "completion"}]}``.
 
 The TRL rules (text content, argument objects, role rules) plus what NeMo RL itself requires
-(``formats/nemo_rl.py``): an SFT conversation ends with the assistant's turn, and so does each
+(``exports/nemo_rl.py``): an SFT conversation ends with the assistant's turn, and so does each
 completion of a pair (its loss is on the final message only).
 """
 

@@ -63,7 +63,7 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path)]) == 0
     first, again = written_files(sample_run), written_files(tmp_path)
-    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.exports.registry import EXPORTS
 
     # every export's two splits, manifest and card, and LLaMA-Factory's dataset_info.json
     assert len([name for name in first if name.startswith("exports/")]) == len(EXPORTS) * 4 + 1
@@ -83,7 +83,7 @@ def test_progress_names_every_batch_and_every_export(tmp_path, capsys):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert printed.count("\nbatch ") == 3 and "batch 3/3 " in printed and "records/s)" in printed
-    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.exports.registry import EXPORTS
 
     assert printed.count("exported ") == len(EXPORTS)
 

@@ -38,7 +38,7 @@ class _Help(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.dest == "exports":
-            from trajectory_assets.datasets.registry import EXPORTS
+            from trajectory_assets.exports.registry import EXPORTS
 
             return f"{action.help}: {', '.join(spec.name for spec in EXPORTS)}"
         return super()._get_help_string(action)
@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.datasets.token_budget import TokenizerError, check_tokenizer
+    from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import start_fork_server
     from trajectory_assets.io.source_files import SourceError, batch_key, discover, work_bytes
     from trajectory_assets.progress import progress_for
@@ -100,7 +100,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
     exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
     assets = None  # the whole datasets job: every export and the report
     if exports is not None:
-        from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
+        from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
         unknown = sorted(set(exports) - set(EXPORTS_BY_NAME))
         if unknown or not exports:

@@ -91,7 +91,7 @@ def test_streaming_in_tiny_chunks_changes_no_output(corpus_run, tmp_path, monkey
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 3)
     assert main(["run", "--source", str(folder), "--storage", str(tmp_path)]) == 0
     default, tiny = written_files(storage), written_files(tmp_path)
-    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.exports.registry import EXPORTS
 
     assert sum(name.startswith("exports/") for name in default) == len(EXPORTS) * 4 + 1
     assert default.keys() == tiny.keys()
@@ -176,7 +176,7 @@ def test_the_corpus_token_data_becomes_on_policy_token_rows(corpus_run):
     import pandas as pd
 
     from trajectory_assets.config import SftConfig, SplitConfig
-    from trajectory_assets.datasets.registry import build
+    from trajectory_assets.exports.registry import build
 
     _, storage = corpus_run
     frame = pd.DataFrame(corpus_trajectories(storage))

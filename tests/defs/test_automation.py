@@ -224,7 +224,7 @@ def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
         assert [request.tags[BATCHES_TAG] for request in changed.run_requests] == [batch_key("in/b.jsonl")]
         ingest(defs, instance, changed)
         automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
-        from trajectory_assets.datasets.registry import EXPORTS
+        from trajectory_assets.exports.registry import EXPORTS
 
         datasets = [spec.asset_name for spec in EXPORTS] + ["stats_report"]
         assert [name for name in datasets if automation.get_num_requested(dg.AssetKey(name)) != 1] == []

@@ -231,7 +231,7 @@ def test_the_report_page_of_a_real_run_renders_plots_and_every_export(dagster_de
         quarantine = page.locator("#quarantine ~ .sample pre").count()
         page.screenshot(path=str(ARTIFACTS / "report_quarantine.png"))
     assert len(figures) == 6 and all(width > 100 for _, width in figures), figures
-    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.exports.registry import EXPORTS
 
     assert len(exports) == len(EXPORTS) and all(rendered.values()), rendered
     assert quarantine == 2  # the sample's two rejected records, raw

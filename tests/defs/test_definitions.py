@@ -81,7 +81,7 @@ def test_every_asset_is_versioned_by_the_code_that_makes_it():
 def test_the_ui_shows_the_columns_of_the_written_files_each_described():
     """Column schemas are the Arrow schemas the files are written with (not the contracts'
     derived columns such as `role_shape` or `line`), and no column is left undescribed."""
-    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.exports.registry import EXPORTS
     from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 
     graph = build_definitions(RunSettings(sources=["/in"], storage="/out")).resolve_asset_graph()

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import SAMPLE, make_rollout, message_item, write_jsonl
 from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, build_definitions
-from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME
+from trajectory_assets.exports.registry import EXPORTS, EXPORTS_BY_NAME
 from trajectory_assets.runs.run_plan import batch_run_tags
 from trajectory_assets.runs.runner import sync_batches
 from trajectory_assets.io.export_files import StoredExport
@@ -153,7 +153,7 @@ def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, 
     alternates, read one row per chunk so that rollouts of one prompt meet it twice."""
     import itertools
 
-    from trajectory_assets.datasets import families
+    from trajectory_assets.exports import families
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import ingest_batches
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
@@ -258,7 +258,7 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
 
     from tests.fixtures.tokenizer import save_word_tokenizer
     from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.datasets.families import ExportFrame
+    from trajectory_assets.exports.families import ExportFrame
     from trajectory_assets.defs.exports import _BrokenExport, _ExportWriter
     from trajectory_assets.io.storage import Storage
 

@@ -80,7 +80,7 @@ def test_concurrent_batch_runs_write_one_postgres_instance_and_match_sqlite(tmp_
         patch.setenv("DAGSTER_HOME", str(sqlite_home))
         assert main(["run", "--source", str(source), "--storage", str(tmp_path / "sqlite_out"), "--workers", "1"]) == 0
     postgres_files, sqlite_files = written_files(tmp_path / "pg_out"), written_files(tmp_path / "sqlite_out")
-    from trajectory_assets.datasets.registry import EXPORTS
+    from trajectory_assets.exports.registry import EXPORTS
 
     assert len([name for name in postgres_files if name.startswith("exports/")]) == len(EXPORTS) * 4 + 1
     assert postgres_files == sqlite_files

@@ -51,7 +51,7 @@ def test_a_missing_file_is_not_materialized_naming_it(tmp_path):
 
 
 def staged_sft(store, records_by_split, index_fields=("trajectory_id", "chosen_id", "trajectory_ids")):
-    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
+    from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
     staged = StagedExport(store, "sft", ("train", "validation"), "jsonl", EXPORTS_BY_NAME["sft"].arrow_schema,
                           index_fields)
@@ -108,7 +108,7 @@ def test_rows_holding_an_undeclared_index_field_leave_no_index_and_a_discard_lea
     export = StoredExport(store, "sft", manifest)
     assert not export.indexed and list(export.scan(("trajectory_ids",)))[0][2]["trajectory_ids"] == ["x"]
 
-    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME
+    from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
     staged = StagedExport(store, "dpo", ("train",), "jsonl", EXPORTS_BY_NAME["dpo"].arrow_schema, ("chosen_id",))
     staged.write("train", [{"prompt": [], "chosen_id": "c"}])

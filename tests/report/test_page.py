@@ -13,7 +13,7 @@ from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
 from tests.fixtures.hermes_rows import SYSTEM, call, cli_row, gpt, human, response
 from trajectory_assets.cli import main
-from trajectory_assets.datasets.registry import EXPORTS
+from trajectory_assets.exports.registry import EXPORTS
 
 # every way a record's text could try to become markup, script or a template
 HOSTILE = [

@@ -12,7 +12,7 @@ from schemas.trajectory import TrajectorySchema
 from schemas.validation import ARROW_STRING, cast_columns, contract_frame, declared_dtypes, validate
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.datasets.registry import build
+from trajectory_assets.exports.registry import build
 
 ID = "a" * 32
 KEY = "b" * 24

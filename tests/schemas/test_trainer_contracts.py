@@ -7,9 +7,9 @@ from schemas.llama_factory import LlamaFactorySchema
 from schemas.validation import validate
 from schemas.verl import VerlSchema
 from trajectory_assets.chat.messages import role_shape
-from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
+from trajectory_assets.exports.llama_factory import to_llama_factory, turn_shape
 from trajectory_assets.chat.template import value_types
-from trajectory_assets.formats.verl import verl_row
+from trajectory_assets.exports.verl import verl_row
 
 ID, OTHER_ID = "a" * 32, "c" * 32
 KEY, OTHER_KEY = "b" * 24, "d" * 24

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.trainers.conftest import trainer_libs_missing
-from trajectory_assets.datasets.registry import EXPORTS
+from trajectory_assets.exports.registry import EXPORTS
 
 pytestmark = pytest.mark.trainers
 
@@ -22,7 +22,7 @@ if not MISSING:
     import pyarrow.parquet as pq
     import yaml
 
-    from trajectory_assets.formats.arrow_rows import hf_features
+    from trajectory_assets.io.arrow_rows import hf_features
 
     datasets.disable_progress_bars()
 

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 JSON = pa.json_()  # a JSON value stored as its text; HF datasets' Json feature
 TOOLS_TYPE = pa.list_(JSON)  # one JSON object per tool, as TRL's docs declare them: List(Json())

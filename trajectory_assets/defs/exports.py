@@ -7,7 +7,7 @@ most of an export's cost). Each export is still its own asset with its own contr
 manifest and card, and is committed or discarded on its own: one that fails a check writes
 nothing, while the others of its family are written. Each line is checked by its contract
 before it is written. With a ``tokenizer`` configured, every row is measured with its chat
-template and the family's token budget enforced (``datasets/token_budget.py``).
+template and the family's token budget enforced (``exports/token_budget.py``).
 """
 
 
@@ -23,18 +23,18 @@ import pandas as pd
 from schemas.validation import ChunkedContract
 from trajectory_assets import code_version, layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.datasets.card import render_card
-from trajectory_assets.datasets.families import SPLITS, ExportFrame
-from trajectory_assets.datasets.manifest import build_manifest, describe
-from trajectory_assets.datasets.registry import EXPORT_FAMILIES, ExportSpec, family_specs, iter_family
-from trajectory_assets.datasets.token_budget import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
-from trajectory_assets.datasets.viewer import SCAN_FIELDS
+from trajectory_assets.exports.card import render_card
+from trajectory_assets.exports.families import SPLITS, ExportFrame
+from trajectory_assets.exports.manifest import build_manifest, describe
+from trajectory_assets.exports.registry import EXPORT_FAMILIES, ExportSpec, family_specs, iter_family
+from trajectory_assets.exports.token_budget import OVER_BUDGET, TokenBudget, TokenizerError, load_counter
+from trajectory_assets.report.viewer import SCAN_FIELDS
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
-from trajectory_assets.formats.arrow_rows import hf_features
+from trajectory_assets.io.arrow_rows import hf_features
 from trajectory_assets.io.export_files import StagedExport
 from trajectory_assets.io.storage import Storage
 from trajectory_assets.memory import chunk_memory, release_memory

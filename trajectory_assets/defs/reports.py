@@ -9,7 +9,7 @@ import orjson
 from trajectory_assets import code_version, layout
 from trajectory_assets.report.report import MAIN_PLOTS, build_report
 from trajectory_assets.report.report_data import QuarantineExamples
-from trajectory_assets.datasets.registry import EXPORTS
+from trajectory_assets.exports.registry import EXPORTS
 from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajectory_assets import layout
-from trajectory_assets.formats.arrow_rows import table_from_records
+from trajectory_assets.io.arrow_rows import table_from_records
 from trajectory_assets.io.storage import NotMaterializedError, StagedFile, Storage
 
 BATCH_ROWS = 4096

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from trajectory_assets.datasets.viewer import Sample
+from trajectory_assets.report.viewer import Sample
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from trajectory_assets.datasets.viewer import TrajectoryInfo, clip, margin_of, trajectory_refs
+from trajectory_assets.report.viewer import TrajectoryInfo, clip, margin_of, trajectory_refs
 from trajectory_assets.chat.messages import tool_result_failed
 
 MAX_GROUPS = 9  # reward histograms: the largest (agent, source format) groups; the rest are "other"

@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.formats.seed import SHAREGPT_TURNS
+from trajectory_assets.exports.seed import SHAREGPT_TURNS
 from trajectory_assets.chat.template import arguments_object
-from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 FROM_LETTER = {"human": "h", "gpt": "g", "function_call": "f", "observation": "o"}
 

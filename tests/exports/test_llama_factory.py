@@ -3,8 +3,8 @@
 import orjson
 import pytest
 
-from trajectory_assets.formats.llama_factory import dataset_info, to_llama_factory, turn_shape
-from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.exports.llama_factory import dataset_info, to_llama_factory, turn_shape
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 TOOLS = [{"type": "function", "function": {"name": "search", "description": "Web search",
                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]

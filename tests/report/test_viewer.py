@@ -3,7 +3,7 @@ results paired with their calls, reasoning kept apart, bounds on what is shown."
 
 import orjson
 
-from trajectory_assets.datasets.viewer import (
+from trajectory_assets.report.viewer import (
     SAMPLE_BUDGET,
     TEXT_LIMIT,
     TrajectoryInfo,
@@ -13,7 +13,7 @@ from trajectory_assets.datasets.viewer import (
     view_sample,
 )
 from trajectory_assets.sources.hermes import render_hermes
-from trajectory_assets.formats.llama_factory import to_llama_factory
+from trajectory_assets.exports.llama_factory import to_llama_factory
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 MESSAGES = [

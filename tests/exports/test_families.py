@@ -7,8 +7,8 @@ import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.datasets.families import FrameTable, collect, split_of
-from trajectory_assets.datasets.registry import build, iter_export
+from trajectory_assets.exports.families import FrameTable, collect, split_of
+from trajectory_assets.exports.registry import build, iter_export
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 
@@ -353,8 +353,8 @@ def test_trl_dpo_and_grpo_rows():
 
 
 def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
-    from trajectory_assets.formats.arrow_rows import table_from_records
-    from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
+    from trajectory_assets.io.arrow_rows import table_from_records
+    from trajectory_assets.exports.verl import VERL_ARROW_SCHEMA
 
     frame = trajectory_frame([task(0, 1.0, "a", expected_answer="yes"), task(0, 0.0, "b", expected_answer="yes"),
                               tool_rollout(agent_ref={"name": "weather"})])
@@ -429,7 +429,7 @@ def test_tasks_whose_rollouts_all_tie_make_no_pairs(pairing):
 
 @pytest.mark.parametrize("family", ["sft", "dpo", "grpo"])
 def test_a_family_renders_each_format_as_it_would_alone(family):
-    from trajectory_assets.datasets.registry import family_specs, iter_family
+    from trajectory_assets.exports.registry import family_specs, iter_family
 
     rows = [task(i % 3, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.25, 0.75])]
     rows.append(tool_rollout(agent_ref={"name": "weather"}))
@@ -451,13 +451,13 @@ def test_a_family_renders_each_format_as_it_would_alone(family):
 @pytest.fixture(scope="module")
 def words(tmp_path_factory):
     from tests.fixtures.tokenizer import save_word_tokenizer
-    from trajectory_assets.datasets.token_budget import load_counter
+    from trajectory_assets.exports.token_budget import load_counter
 
     return load_counter(save_word_tokenizer(tmp_path_factory.mktemp("tokenizer")))
 
 
 def budget(counter, max_tokens, truncate=False):
-    from trajectory_assets.datasets.token_budget import TokenBudget
+    from trajectory_assets.exports.token_budget import TokenBudget
 
     return TokenBudget(counter, max_tokens, truncate)
 
@@ -529,7 +529,7 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
     write a cut row whole: the item says it was cut."""
     import dataclasses
 
-    from trajectory_assets.datasets.registry import EXPORTS_BY_NAME, iter_family
+    from trajectory_assets.exports.registry import EXPORTS_BY_NAME, iter_family
 
     def probe(item):
         return {"trajectory_id": item.row.trajectory_id, "task_key": item.row.task_key,

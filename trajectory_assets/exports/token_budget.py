@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 OVER_BUDGET = "over_token_budget"
 TEMPLATE_ERROR = "chat_template_error"
@@ -71,7 +71,7 @@ def load_counter(name_or_path: str) -> ChatTemplateCounter:
 
 # load_counter in a child interpreter; its TokenizerError, if any, as its exit message
 _CHECK = """import sys
-from trajectory_assets.datasets.token_budget import TokenizerError, load_counter
+from trajectory_assets.exports.token_budget import TokenizerError, load_counter
 try:
     load_counter(sys.argv[1])
 except TokenizerError as error:

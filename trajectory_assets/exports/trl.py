@@ -12,7 +12,7 @@ keyword argument.
 
 import pyarrow as pa
 
-from trajectory_assets.formats.seed import PAIR_LINEAGE, PAIR_SCORES, SFT_COLUMNS, TASK_SUMMARY
+from trajectory_assets.exports.seed import PAIR_LINEAGE, PAIR_SCORES, SFT_COLUMNS, TASK_SUMMARY
 from trajectory_assets.chat.template import MESSAGES_TYPE, TOOLS_TYPE
 
 TRL_SFT_SCHEMA = pa.schema([("messages", MESSAGES_TYPE), ("tools", TOOLS_TYPE), *SFT_COLUMNS])

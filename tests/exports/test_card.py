@@ -2,7 +2,7 @@
 
 import yaml
 
-from trajectory_assets.datasets.card import front_matter
+from trajectory_assets.exports.card import front_matter
 
 
 def manifest(card: dict) -> dict:

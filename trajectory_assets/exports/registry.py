@@ -40,15 +40,15 @@ from schemas.trl import TrlDpoSchema, TrlGrpoSchema, TrlSftSchema
 from schemas.validation import declared_dtypes
 from schemas.verl import VerlSchema
 from trajectory_assets.config import SplitConfig
-from trajectory_assets.datasets import families
-from trajectory_assets.datasets.families import ExportFrame, FrameTable, TrajectoryTable, collect
-from trajectory_assets.datasets.token_budget import TokenBudget
-from trajectory_assets.formats.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
-from trajectory_assets.formats.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
-from trajectory_assets.formats.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA
+from trajectory_assets.exports import families
+from trajectory_assets.exports.families import ExportFrame, FrameTable, TrajectoryTable, collect
+from trajectory_assets.exports.token_budget import TokenBudget
+from trajectory_assets.exports.llama_factory import LLAMA_FACTORY_SCHEMA, dataset_info
+from trajectory_assets.exports.nemo_rl import NEMO_RL_DPO_SCHEMA, NEMO_RL_SFT_SCHEMA
+from trajectory_assets.exports.seed import DPO_SCHEMA, GRPO_SCHEMA, SFT_HERMES_SCHEMA, SFT_SCHEMA
 from trajectory_assets.chat.token_data import TOKENS_ARROW_SCHEMA
-from trajectory_assets.formats.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
-from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA
+from trajectory_assets.exports.trl import TRL_DPO_SCHEMA, TRL_GRPO_SCHEMA, TRL_SFT_SCHEMA
+from trajectory_assets.exports.verl import VERL_ARROW_SCHEMA
 
 SEED_GROUP = "exports"  # the formats of the seed specs
 FLAVORS_GROUP = "trainer_flavors"  # the same units in the form a trainer reads

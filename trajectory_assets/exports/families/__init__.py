@@ -3,12 +3,12 @@
 Every export works the same way, so memory stays bounded by a chunk:
 
 1. **plan** on the small flat columns of every trajectory (ids, keys, rewards, counts):
-   curation (``datasets/curation.py``) picks the trajectories, then the family builds its
+   curation (``exports/curation.py``) picks the trajectories, then the family builds its
    units: SFT rows (one per trajectory), DPO pairs (two rollouts of a task), GRPO tasks
    (one per task), and balances them (cap per task_type, sample);
 2. **fetch** the message payloads of only the planned trajectories, chunk by chunk;
 3. **measure** each unit with the configured tokenizer's chat template, when there is one
-   (``datasets/token_budget.py``): over the family's ``max_tokens`` it is left out or cut at a turn
+   (``exports/token_budget.py``): over the family's ``max_tokens`` it is left out or cut at a turn
    boundary, for every format of the family alike;
 4. **render** each unit in every requested :class:`Format` of the family: the seed formats
    (SFT, Hermes ShareGPT SFT, DPO, NeMo Gym GRPO input) and the trainer flavors (TRL,
@@ -44,24 +44,24 @@ import pandas as pd
 
 from schemas.validation import ARROW_STRING, cast_columns
 from trajectory_assets.config import Curation, DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.datasets.curation import (
+from trajectory_assets.exports.curation import (
     FILTER_COLUMNS,
     balance,
     drop_exact_duplicates,
     filter_trajectories,
     near_duplicates,
 )
-from trajectory_assets.datasets.token_budget import TokenBudget
+from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.chat.messages import divergence_point, role_shape
 from trajectory_assets.sources.hermes import render_hermes
 from trajectory_assets.jsonutil import sha256_hex
-from trajectory_assets.formats.llama_factory import to_llama_factory, turn_shape
+from trajectory_assets.exports.llama_factory import to_llama_factory, turn_shape
 from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, TOKEN_KEYS
-from trajectory_assets.formats.nemo_rl import completions, require_final_assistant
+from trajectory_assets.exports.nemo_rl import completions, require_final_assistant
 from trajectory_assets.chat.template import template_messages, value_types
 from trajectory_assets.chat.token_data import contiguous, token_calls
-from trajectory_assets.formats.unrepresentable import Unrepresentable
-from trajectory_assets.formats.verl import ground_truth_of, verl_row
+from trajectory_assets.exports.unrepresentable import Unrepresentable
+from trajectory_assets.exports.verl import ground_truth_of, verl_row
 
 SPLITS = ("train", "validation")
 

@@ -4,9 +4,9 @@ fields verl's multi-turn agent loop reads."""
 import orjson
 import pytest
 
-from trajectory_assets.formats.arrow_rows import table_from_records
-from trajectory_assets.formats.unrepresentable import Unrepresentable
-from trajectory_assets.formats.verl import VERL_ARROW_SCHEMA, ground_truth_of, verl_row
+from trajectory_assets.io.arrow_rows import table_from_records
+from trajectory_assets.exports.unrepresentable import Unrepresentable
+from trajectory_assets.exports.verl import VERL_ARROW_SCHEMA, ground_truth_of, verl_row
 
 TOOLS = [{"type": "function", "function": {"name": "f", "description": "", "parameters": {"type": "object"}}}]
 

@@ -33,7 +33,7 @@ import orjson
 
 from trajectory_assets.chat.messages import tool_result_failed
 from trajectory_assets.sources.hermes import CALL_NAME, THINK_BLOCK, TOOL_CALL_BLOCK, TOOL_RESPONSE_BLOCK
-from trajectory_assets.formats.llama_factory import TOOL_RESULT_JOINER
+from trajectory_assets.exports.llama_factory import TOOL_RESULT_JOINER
 
 TEXT_LIMIT = 2_000  # characters of one text (a message, reasoning, arguments, a result) shown
 SAMPLE_BUDGET = 16_000  # characters of one sample's conversations shown; the rest is counted

@@ -4,14 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from trajectory_assets.datasets.registry import EXPORTS, EXPORTS_BY_NAME, build, markdown_table
+from trajectory_assets.exports.registry import EXPORTS, EXPORTS_BY_NAME, build, markdown_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_table_is_the_registry():
     readme = README.read_text()
-    begin, end = "<!-- exports table: generated from datasets/registry.py -->\n", "\n<!-- end of the exports table -->"
+    begin, end = "<!-- exports table: generated from exports/registry.py -->\n", "\n<!-- end of the exports table -->"
     assert begin in readme and end in readme
     assert readme.split(begin, 1)[1].split(end, 1)[0] == markdown_table()
 
@@ -66,7 +66,7 @@ def test_parquet_built_from_records_is_what_their_json_would_give(spec):
     The table must be the same (no tuple, NaN or fragment the JSON would have changed)."""
     import orjson
 
-    from trajectory_assets.formats.arrow_rows import table_from_records
+    from trajectory_assets.io.arrow_rows import table_from_records
 
     records = built(spec).records
     if spec.name != "on_policy_tokens":  # the fixtures carry no token data

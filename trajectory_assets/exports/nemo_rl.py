@@ -23,10 +23,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trajectory_assets.formats.seed import PAIR_LINEAGE, PAIR_SCORES
+from trajectory_assets.exports.seed import PAIR_LINEAGE, PAIR_SCORES
 from trajectory_assets.chat.template import MESSAGES_TYPE, TOOLS_TYPE
-from trajectory_assets.formats.trl import TRL_SFT_SCHEMA
-from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.exports.trl import TRL_SFT_SCHEMA
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 CHOSEN_RANK, REJECTED_RANK = 0, 1
 

@@ -6,8 +6,8 @@ import pytest
 
 from tests.fixtures.tokenizer import save_word_tokenizer
 from trajectory_assets.config import ConfigError, load_config
-from trajectory_assets.datasets.token_budget import TokenBudget, TokenizerError, load_counter, renderable
-from trajectory_assets.formats.unrepresentable import Unrepresentable
+from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter, renderable
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 # with the word tokenizer: "<|im_start|>role" + one token per word + "<|im_end|>"
 USER = {"role": "user", "content": "what is two plus two"}  # 7 tokens
@@ -106,7 +106,7 @@ def test_config_refuses_truncation_it_cannot_do(tmp_path, text, message):
 
 
 def test_checking_a_tokenizer_gives_the_loaders_one_line_reason(tmp_path):
-    from trajectory_assets.datasets.token_budget import check_tokenizer
+    from trajectory_assets.exports.token_budget import check_tokenizer
 
     with pytest.raises(TokenizerError) as error:
         check_tokenizer(str(tmp_path / "nowhere"))
@@ -122,7 +122,7 @@ def test_checking_a_usable_tokenizer_leaves_transformers_out_of_the_checking_pro
     import sys
 
     tokenizer = save_word_tokenizer(tmp_path / "words")
-    probe = ("import sys; from trajectory_assets.datasets.token_budget import check_tokenizer; "
+    probe = ("import sys; from trajectory_assets.exports.token_budget import check_tokenizer; "
              f"check_tokenizer({tokenizer!r}); print('transformers' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

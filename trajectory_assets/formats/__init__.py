@@ -1,1 +1,0 @@
-"""Pure format conversion: source formats <-> canonical OpenAI Chat Completions messages."""
