@@ -95,21 +95,6 @@ def profile_phases(source: Path, storage: Path) -> Counter:
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def stored_batches_context(storage: Path):
-    """What an asset's body asks of its Dagster context, outside Dagster: the registered
-    batches, here every batch stored under ``storage``."""
-    batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
-
-    class Instance:
-        def get_dynamic_partitions(self, _name):
-            return batches
-
-    class Context:
-        instance = Instance()
-
-    return Context()
-
-
 def _rss() -> int:
     """This process's resident set, bytes."""
     with open("/proc/self/status", "rb") as handle:
@@ -122,31 +107,35 @@ def _rss() -> int:
 def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
     """One family's step, in this process, with its parts timed (what is left is reading the
     payloads, curating and planning, and the manifests), and its working set in bytes."""
-    from trajectory_assets import memory
-    from trajectory_assets.exports import families as builders
-    from trajectory_assets.exports.registry import family_specs
-    from trajectory_assets.defs import exports as step
+    from trajectory_assets.config import PipelineConfig
+    from trajectory_assets.exports import writer
+    from trajectory_assets.exports.families import dpo, grpo, sft
+    from trajectory_assets.exports.registry import family_exports
+    from trajectory_assets.ingest import read_summary
     from trajectory_assets.io import export_files
-    from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+    from trajectory_assets.io.storage import Storage
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
 
     spent: Counter = Counter()
-    patched = [(step, "ChunkedContract"), (export_files._SplitFile, "write"), (builders, "_render_all"),
-               (memory, "release_memory")]
+    families = (sft, dpo, grpo)
+    patched = [(writer, "ChunkedContract"), (export_files._SplitFile, "write"), (writer, "release_memory"),
+               *((module, "render_all") for module in families)]
     originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
 
-    class TimedContract(step.ChunkedContract):
+    class TimedContract(writer.ChunkedContract):
         def check(self, chunk):
             _timed(spent, "contract checks", super().check)(chunk)
 
         def result(self):  # checks the rows still held back
             return _timed(spent, "contract checks", super().result)()
 
-    step.ChunkedContract = TimedContract
+    writer.ChunkedContract = TimedContract
     export_files._SplitFile.write = _timed(spent, "writing files", export_files._SplitFile.write)
-    builders._render_all = _timed(spent, "rendering every format", builders._render_all)
-    memory.release_memory = _timed(spent, "memory release", memory.release_memory)
+    for module in families:
+        module.render_all = _timed(spent, "rendering every format", module.render_all)
+    writer.release_memory = _timed(spent, "memory release", writer.release_memory)
 
-    kinds = family_specs(family)
+    exports = family_exports(family)
     before = peak = _rss()
     done = threading.Event()
 
@@ -159,9 +148,12 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
     sampler.start()
     start = clock()
     try:
-        list(step._materialize_family(family, kinds, stored_batches_context(storage),
-                                      TrajectoryStorage(root=str(storage)),
-                                      PipelineSettings()))
+        store = Storage(str(storage))
+        batches = sorted(path.name[: -len(".parquet")]
+                         for path in (storage / "trajectories" / "batches").glob("*.parquet"))
+        list(writer.write_family(store, family, exports, StoredTrajectories(store, batches), PipelineConfig(), None,
+                                 batches, read_summary(store, batches)["sources"],
+                                 {export.name: "profile" for export in exports}))
     finally:
         done.set()
         sampler.join()

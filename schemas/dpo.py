@@ -7,7 +7,7 @@ from pandera.typing import Series
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
-from trajectory_assets.chat.messages import ROLE_SHAPE_PATTERN
+from schemas.patterns import ROLE_SHAPE_PATTERN
 
 STARTS_WITH_ASSISTANT = r"^[ac]"
 

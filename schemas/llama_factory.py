@@ -11,7 +11,7 @@ from pandera.typing import Series
 
 from schemas.sft import TrajectoryRowSchema
 from schemas.validation import ArrowString, leading_field
-from trajectory_assets.exports.llama_factory import TURN_SHAPE_PATTERN
+from schemas.patterns import TURN_SHAPE_PATTERN
 
 
 class LlamaFactorySchema(TrajectoryRowSchema):

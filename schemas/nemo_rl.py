@@ -12,7 +12,7 @@ from pandera.typing import Series
 from schemas.dpo import STARTS_WITH_ASSISTANT
 from schemas.trl import TrlDpoSchema, TrlSftSchema
 from schemas.validation import ArrowString, leading_field
-from trajectory_assets.chat.messages import ROLE_SHAPE_PATTERN
+from schemas.patterns import ROLE_SHAPE_PATTERN
 
 ENDS_WITH_ASSISTANT = r"[ac]$"
 

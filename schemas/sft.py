@@ -9,7 +9,7 @@ from pandera.typing import Series
 
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
-from trajectory_assets.chat.messages import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
+from schemas.patterns import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 
 SPLITS = ["train", "validation"]
 

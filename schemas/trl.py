@@ -4,7 +4,7 @@ DPO ``{"prompt", "chosen", "rejected", "tools"}`` and prompt-only GRPO ``{"promp
 Beyond the role rules they share with the seed formats, each checks ``value_types``: the
 types of every message ``content`` and tool-call ``arguments`` in the written row, which
 must be text and JSON objects, the form chat templates render right
-(``chat/template.py``), and ``tools_type``: ``tools`` is a list of tool objects or null.
+(``exports/template.py``), and ``tools_type``: ``tools`` is a list of tool objects or null.
 """
 
 import pandera.pandas as pandera
@@ -15,8 +15,7 @@ from schemas.sft import SPLITS, TrajectoryRowSchema
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
 from schemas.verl import SYSTEM_ONLY_FIRST
-from trajectory_assets.chat.messages import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
-from trajectory_assets.chat.template import TEMPLATE_VALUE_TYPES
+from schemas.patterns import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN, TEMPLATE_VALUE_TYPES
 
 TOOLS_TYPES = ["list", "NoneType"]
 

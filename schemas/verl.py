@@ -13,7 +13,7 @@ from pandera.typing import Series
 from schemas.sft import SPLITS
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
-from trajectory_assets.chat.template import TEMPLATE_VALUE_TYPES
+from schemas.patterns import TEMPLATE_VALUE_TYPES
 
 SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from trajectory_assets import PROJECT_ROOT
+from trajectory_assets.defs.code_versions import asset_code_versions, with_code_versions
 from trajectory_assets.defs.automation import BATCH_ASSETS, build_automation, build_jobs
 from trajectory_assets.runs.executors import sized_executor
 from trajectory_assets.defs.exports import export_assets
@@ -99,6 +100,7 @@ def build_definitions(settings: RunSettings) -> dg.Definitions:
     freshness = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=settings.freshness_minutes))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # map_resolved_asset_specs is marked preview in Dagster 1.13
+        defs = with_code_versions(defs, asset_code_versions(settings.config_file))
         return defs.map_resolved_asset_specs(func=lambda spec: dg.apply_freshness_policy(spec, freshness),
                                              selection=dg.AssetSelection.all() - BATCH_ASSETS)
 

@@ -30,7 +30,9 @@ from trajectory_assets.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.sources import convert_record, inputs_file_named
 from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
+from trajectory_assets import layout
 from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_lines
+from trajectory_assets.io.storage import Storage
 
 QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
 # the columns the trajectory contract declares: only these are turned into pandas to check
@@ -326,3 +328,8 @@ def merge_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     result = merged.as_dict()
     result["sources"] = [source for summary in summaries for source in summary["sources"]]
     return result
+
+
+def read_summary(store: Storage, batches: list[str]) -> dict[str, Any]:
+    """Every stored batch's ingest counts and sources as one summary."""
+    return merge_summaries([store.read_json(layout.batch_summary(key)) for key in batches])

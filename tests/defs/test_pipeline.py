@@ -153,14 +153,14 @@ def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, 
     alternates, read one row per chunk so that rollouts of one prompt meet it twice."""
     import itertools
 
-    from trajectory_assets.exports import families
     from trajectory_assets.defs import exports as export_defs
+    from trajectory_assets.exports.families import frames
     from trajectory_assets.defs.ingest import ingest_batches
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
     from trajectory_assets.io import trajectory_table
 
-    splits = itertools.cycle(families.SPLITS)
-    monkeypatch.setattr(families, "split_of", lambda prompt_key, config: next(splits))
+    splits = itertools.cycle(frames.SPLITS)
+    monkeypatch.setattr(frames, "split_of", lambda prompt_key, config: next(splits))
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 1)
     resources = {"sources": RolloutSources(paths=[str(SAMPLE)]), "storage": TrajectoryStorage(root=str(tmp_path)),
                  "settings": PipelineSettings()}
@@ -258,22 +258,22 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
 
     from tests.fixtures.tokenizer import save_word_tokenizer
     from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.exports.families import ExportFrame
-    from trajectory_assets.defs.exports import _BrokenExport, _ExportWriter
+    from trajectory_assets.exports.families.frames import ExportFrame
+    from trajectory_assets.exports.writer import Broken, ExportWriter
     from trajectory_assets.io.storage import Storage
 
-    kind = next(kind for kind in EXPORTS if kind.name == "trl_grpo")
+    export = EXPORTS_BY_NAME["trl_grpo"]
     config = PipelineConfig.model_validate({"tokenizer": save_word_tokenizer(tmp_path / "t"),
                                             "grpo": {"max_tokens": 10}})
-    writer = _ExportWriter(Storage(str(tmp_path / "out")), kind, config)
+    writer = ExportWriter(Storage(str(tmp_path / "out")), export, config)
     row = {"task_key": "a" * 24, "prompt_key": "a" * 24, "split": "train", "prompt_shape": "u", "mean_reward": 1.0,
            "value_types": "content:str", "tools_type": "NoneType", "fields": "prompt,tools"}
     record = {"prompt": [{"role": "user", "content": "q"}], "tools": None}
     writer.add(ExportFrame(pd.DataFrame([row]), [record], tokens=np.array([11.0])))  # what a renderer bug could pass
-    with pytest.raises(_BrokenExport) as broken:
-        writer.finish()
-    (failed,) = [check for check in broken.value.checks if not check.passed]
-    assert failed.check_name == "token_budget" and failed.metadata["over_budget"].value == 1
+    broken = writer.finish([], [], "test")
+    assert isinstance(broken, Broken) and broken.failed == ["token_budget"]
+    (failed,) = [check for check in broken.checks if not check.passed]
+    assert failed.metadata["over_budget"] == 1
     assert not (tmp_path / "out" / "exports" / "trl_grpo").exists() or not any(
         (tmp_path / "out" / "exports" / "trl_grpo").iterdir())
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.exports.families import FrameTable, collect, split_of
+from trajectory_assets.exports.families.frames import FrameTable, collect, split_of
 from trajectory_assets.exports.registry import build, iter_export
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
@@ -354,12 +354,12 @@ def test_trl_dpo_and_grpo_rows():
 
 def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
     from trajectory_assets.io.arrow_rows import table_from_records
-    from trajectory_assets.exports.verl import VERL_ARROW_SCHEMA
+    from trajectory_assets.exports.verl import SCHEMA as VERL_SCHEMA
 
     frame = trajectory_frame([task(0, 1.0, "a", expected_answer="yes"), task(0, 0.0, "b", expected_answer="yes"),
                               tool_rollout(agent_ref={"name": "weather"})])
     rows = rows_of(build("verl", frame, GrpoConfig(), ALL_TRAIN))
-    table = table_from_records(rows, VERL_ARROW_SCHEMA)
+    table = table_from_records(rows, VERL_SCHEMA)
     assert table.num_rows == 2
     assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "yes"}
     assert rows[0]["data_source"] == "agent" and rows[1]["data_source"] == "weather"
@@ -429,12 +429,12 @@ def test_tasks_whose_rollouts_all_tie_make_no_pairs(pairing):
 
 @pytest.mark.parametrize("family", ["sft", "dpo", "grpo"])
 def test_a_family_renders_each_format_as_it_would_alone(family):
-    from trajectory_assets.exports.registry import family_specs, iter_family
+    from trajectory_assets.exports.registry import family_exports, iter_family
 
     rows = [task(i % 3, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.25, 0.75])]
     rows.append(tool_rollout(agent_ref={"name": "weather"}))
     frame = trajectory_frame(rows)
-    specs = family_specs(family)
+    specs = family_exports(family)
     config = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig()}[family]
     together = list(iter_family(family, FrameTable(frame), config, ALL_TRAIN, specs))
     for spec in specs:
@@ -546,7 +546,7 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
 def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token_data():
     import pyarrow as pa
 
-    from trajectory_assets.chat.token_data import TOKENS_ARROW_SCHEMA
+    from trajectory_assets.exports.on_policy_tokens import SCHEMA as TOKENS_SCHEMA
 
     frame = trajectory_frame([tool_rollout(), task(0, 1.0, "no tokens here")])
     result = build("on_policy_tokens", frame, SftConfig(), ALL_TRAIN)
@@ -559,7 +559,7 @@ def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token
          "generation_log_probs": [-0.25]},
     ]
     assert row["contiguous"] is True and row["reward"] == 1.0
-    assert pa.Table.from_pylist([row], schema=TOKENS_ARROW_SCHEMA).num_rows == 1
+    assert pa.Table.from_pylist([row], schema=TOKENS_SCHEMA).num_rows == 1
     assert list(result.rows[["calls", "generated_tokens", "aligned"]].iloc[0]) == [2, 3, True]
     # the same trajectories as every SFT flavor
     assert set(result.rows["trajectory_id"]) <= set(build("sft", frame, SftConfig(), ALL_TRAIN).rows["trajectory_id"])

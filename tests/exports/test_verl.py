@@ -6,7 +6,8 @@ import pytest
 
 from trajectory_assets.io.arrow_rows import table_from_records
 from trajectory_assets.exports.unrepresentable import Unrepresentable
-from trajectory_assets.exports.verl import VERL_ARROW_SCHEMA, ground_truth_of, verl_row
+from trajectory_assets.exports.families.grpo import ground_truth_of
+from trajectory_assets.exports.verl import SCHEMA as VERL_SCHEMA, verl_row
 
 TOOLS = [{"type": "function", "function": {"name": "f", "description": "", "parameters": {"type": "object"}}}]
 
@@ -32,7 +33,7 @@ def tool_prompt(arguments):
 
 
 def to_table(rows):
-    return table_from_records(rows, VERL_ARROW_SCHEMA)
+    return table_from_records(rows, VERL_SCHEMA)
 
 
 def test_plain_row_converts_and_keeps_its_values():
@@ -66,7 +67,7 @@ def test_rows_with_different_argument_shapes_share_one_schema():
     rows = [row(tool_prompt('{"x": 1}')), row(tool_prompt('{"y": {"z": [1, 2]}}'), index=1),
             row([{"role": "user", "content": "q"}], index=2, ground_truth=None)]
     table = to_table(rows)
-    assert table.schema == VERL_ARROW_SCHEMA and table.num_rows == 3
+    assert table.schema == VERL_SCHEMA and table.num_rows == 3
     back = table.to_pylist()
     assert [r["prompt"][-1]["role"] for r in back] == ["tool", "tool", "user"]
     arguments = [orjson.loads(r["prompt"][2]["tool_calls"][0]["function"]["arguments"]) for r in back[:2]]

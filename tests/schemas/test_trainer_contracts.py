@@ -8,7 +8,7 @@ from schemas.validation import validate
 from schemas.verl import VerlSchema
 from trajectory_assets.chat.messages import role_shape
 from trajectory_assets.exports.llama_factory import to_llama_factory, turn_shape
-from trajectory_assets.chat.template import value_types
+from trajectory_assets.exports.template import value_types
 from trajectory_assets.exports.verl import verl_row
 
 ID, OTHER_ID = "a" * 32, "c" * 32
@@ -130,7 +130,7 @@ def test_verl_contract_is_strict():
 
 
 def sft_flavor_frame():
-    from trajectory_assets.chat.template import template_messages
+    from trajectory_assets.exports.template import template_messages
 
     rows = []
     for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:])):
@@ -142,7 +142,7 @@ def sft_flavor_frame():
 
 
 def test_template_messages_turn_argument_strings_into_objects():
-    from trajectory_assets.chat.template import template_messages
+    from trajectory_assets.exports.template import template_messages
 
     rendered = template_messages(MESSAGES)
     assert rendered[2]["tool_calls"][0]["function"]["arguments"] == {}

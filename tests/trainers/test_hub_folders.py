@@ -64,7 +64,7 @@ def written_rows(path: Path) -> list[dict[str, Any]]:
 def decode_json_fields(value: Any, schema_or_type: Any) -> Any:
     import pyarrow as pa
 
-    from trajectory_assets.chat.template import JSON
+    from trajectory_assets.io.arrow_rows import JSON
 
     if value is None:
         return None

@@ -19,10 +19,6 @@ from typing import Any
 
 from trajectory_assets.jsonutil import canonical, sha256_hex
 
-# system only first; every tool message answers the assistant call run before it;
-# at least one assistant turn. Pandera applies these to the role_shape column.
-ROLE_SHAPE_PATTERN = r"^s?(?:u|a|ct*)*$"
-HAS_ASSISTANT_PATTERN = r"[ac]"
 
 ROLE_LETTER = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
+# the keys NeMo Gym records a model call's token data under, on its output items
+TOKEN_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 # per model call, as the trajectory table keeps it (``token_data``): Arrow lists, never JSON text
 TOKEN_DATA_TYPE = pa.list_(
     pa.struct(
@@ -27,14 +29,6 @@ TOKEN_DATA_TYPE = pa.list_(
         ]
     )
 )
-TOKENS_ARROW_SCHEMA = pa.schema([
-    ("trajectory_id", pa.string()),
-    ("task_key", pa.string()),
-    ("reward", pa.float64()),
-    ("model", pa.string()),
-    ("calls", TOKEN_DATA_TYPE),
-    ("contiguous", pa.bool_()),
-])
 
 
 def token_calls(token_data: Any) -> list[dict[str, Any]]:

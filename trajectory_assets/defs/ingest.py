@@ -18,7 +18,7 @@ from schemas.quarantine import QuarantineSchema
 from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import column_descriptions as trajectory_column_descriptions
 from schemas.validation import cast_columns, declared_dtypes, validate
-from trajectory_assets import code_version, layout
+from trajectory_assets import layout
 from trajectory_assets.ingest import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
@@ -82,7 +82,6 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
         dg.AssetSpec(
             RAW,
             group_name=GROUP,
-            code_version=code_version(),
             kinds={"jsonl", "pandera"},
             description="One rollout file (NeMo Gym or Hermes ``*.jsonl`` / ``*.jsonl.gz``): its URI, size and "
             "SHA-256, and those of NeMo Gym's materialized inputs when they lie beside it; together they are the "
@@ -95,7 +94,6 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
             TRAJECTORIES,
             deps=[RAW],
             group_name=GROUP,
-            code_version=code_version(),
             kinds={"parquet", "pandera"},
             description="One row per accepted rollout in canonical Chat Completions form "
             "(messages/tools as JSON strings), with reward, task_key, lineage and counts.",
@@ -106,7 +104,6 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
             QUARANTINE,
             deps=[RAW],
             group_name=GROUP,
-            code_version=code_version(),
             kinds={"jsonl", "pandera"},
             description="Every record that could not become a trajectory: source, line, reason code, "
             "message and the raw line.",

@@ -6,22 +6,23 @@ import base64
 import dagster as dg
 import orjson
 
-from trajectory_assets import code_version, layout
+from trajectory_assets import layout
 from trajectory_assets.report.report import MAIN_PLOTS, build_report
 from trajectory_assets.report.report_data import QuarantineExamples
 from trajectory_assets.exports.registry import EXPORTS
-from trajectory_assets.defs.batches import read_summary, registered_batches, stored_trajectories
+from trajectory_assets.defs.batches import registered_batches
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
+from trajectory_assets.ingest import read_summary
 from trajectory_assets.io.export_files import StoredExport
+from trajectory_assets.io.trajectory_table import StoredTrajectories
 
 
 @dg.asset(
     group_name="reports",
-    code_version=code_version(),
     kinds={"html", "markdown"},
-    deps=["validated_trajectories", "quarantined_records", *(kind.asset_name for kind in EXPORTS)],
+    deps=["validated_trajectories", "quarantined_records", *(export.asset_name for export in EXPORTS)],
     automation_condition=REBUILD_ON_CHANGED_DATA,
     retry_policy=STORAGE_RETRY,
     pool=STORAGE_POOL,
@@ -46,7 +47,7 @@ def _write_report(
     config = settings.load()
     store = storage.open()
     batches = registered_batches(context)
-    table = stored_trajectories(store, batches)
+    table = StoredTrajectories(store, batches)
     ingest_summary = read_summary(store, batches)
     examples = QuarantineExamples(config.report.quarantine_examples, ingest_summary["rejected_by_reason"])
     with store.open_write(layout.QUARANTINE) as quarantine:
@@ -56,9 +57,9 @@ def _write_report(
             examples.add_lines(rejected)
     # every export in the storage (a run may have built only some of them)
     manifests = {
-        kind.name: store.read_json(layout.export_manifest(kind.name))
-        for kind in EXPORTS
-        if store.exists(layout.export_manifest(kind.name))
+        export.name: store.read_json(layout.export_manifest(export.name))
+        for export in EXPORTS
+        if store.exists(layout.export_manifest(export.name))
     }
     exports = {name: StoredExport(store, name, manifest) for name, manifest in manifests.items()}
     report = build_report(table, ingest_summary, manifests, exports, examples, config)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from trajectory_assets.dagster_internals import EXECUTION_INTERRUPTS, initialize_pool_limit
-from trajectory_assets.io.storage import StorageError
+from trajectory_assets.io.storage import NotMaterializedError, StorageError
 
 
 # Storage errors and timeouts (an endpoint that goes away for a moment, a reset
@@ -68,6 +68,8 @@ def storage_faults_only() -> Iterator[None]:
         yield
     except (dg.Failure, dg.DagsterError):
         raise
+    except NotMaterializedError as error:  # an input not written yet: retrying would not write it
+        raise dg.Failure(description=str(error), allow_retries=False) from None
     except Exception as error:
         if is_storage_fault(error):
             raise

@@ -1,4 +1,5 @@
-"""Canonical chat messages -> LLaMA-Factory ShareGPT rows (and their ``dataset_info.json``).
+"""``llama_factory``: LLaMA-Factory ShareGPT with ``system`` and ``tools`` columns,
+registered in ``dataset_info.json`` beside the splits.
 
 LLaMA-Factory's ShareGPT converter (``src/llamafactory/data/converter.py``,
 ``SharegptDatasetConverter``) reads ``{"conversations": [{"from", "value"}], "system",
@@ -11,27 +12,29 @@ here with :class:`Unrepresentable` and the export can count them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.exports.seed import SHAREGPT_TURNS
-from trajectory_assets.chat.template import arguments_object
+from schemas.llama_factory import LlamaFactorySchema
+from trajectory_assets.exports.columns import FIELDS, SHAREGPT_TURNS
+from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
+from trajectory_assets.exports.families.frames import SPLITS, lineage_of
+from trajectory_assets.exports.families.sft import SftItem
+from trajectory_assets.exports.template import arguments_object
 from trajectory_assets.exports.unrepresentable import Unrepresentable
+from schemas.patterns import TURN_SHAPE_PATTERN
 
 FROM_LETTER = {"human": "h", "gpt": "g", "function_call": "f", "observation": "o"}
-
-# the converter's alternation rule plus a human first turn (a conversation opening on a
-# tool result has no prompt); applied by the renderer and by the Pandera contract alike
-TURN_SHAPE_PATTERN = r"^h[gf](?:[ho][gf])*$"
 
 # the separator LLaMA-Factory's own OpenAI converter puts between parallel tool results
 # (its templates wrap the whole observation in one <tool_response> block)
 TOOL_RESULT_JOINER = "\n</tool_response>\n<tool_response>\n"
 
 # what datasets loads the JSON lines as (declared in the dataset card)
-LLAMA_FACTORY_SCHEMA = pa.schema([
+SCHEMA = pa.schema([
     ("conversations", SHAREGPT_TURNS),
     ("system", pa.string()),
     ("tools", pa.string()),
@@ -152,3 +155,79 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     raise Unrepresentable("non_text_content", "only string content (no image parts) can be a ShareGPT value")
+
+
+def render(item: SftItem) -> dict[str, Any]:
+    row = item.row
+    record = to_llama_factory(item.messages, item.tools)
+    record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
+    return {**lineage_of(row), "turn_shape": turn_shape(record["conversations"]), "record": record}
+
+
+def read_back(row: Mapping[str, Any]) -> ReadBack:
+    """The turns as chat messages: the ``system`` column first, ``function_call`` turns as
+    the assistant's calls (the arguments objects as JSON strings, ids ``call_<n>`` in order:
+    ShareGPT has none) and each ``observation`` split back into the results of those calls.
+
+    >>> read_back({"system": "", "tools": "", "conversations": [
+    ...     {"from": "human", "value": "Weather?"},
+    ...     {"from": "function_call", "value": '[{"name": "w", "arguments": {"city": "Oslo"}}]'},
+    ...     {"from": "observation", "value": "rain"}, {"from": "gpt", "value": "Rain."}]}).messages[1:3]
+    [{'role': 'assistant', 'content': None, 'tool_calls': [{'id': 'call_1', 'type': 'function', \
+'function': {'name': 'w', 'arguments': '{"city":"Oslo"}'}}]}, {'role': 'tool', 'tool_call_id': 'call_1', 'content': 'rain'}]
+    """
+    messages: list[dict[str, Any]] = [{"role": "system", "content": row["system"]}] if row.get("system") else []
+    open_calls: list[str] = []
+    calls = 0
+    for turn in row["conversations"]:
+        speaker, value = turn["from"], turn["value"]
+        reasoning, value = _split_thought(value) if speaker in ("gpt", "function_call") else (None, value)
+        if speaker == "human":
+            messages.append({"role": "user", "content": value})
+        elif speaker == "gpt":
+            messages.append({"role": "assistant", "content": value, **_reasoning(reasoning)})
+        elif speaker == "function_call":
+            tool_calls = []
+            for call in orjson.loads(value):
+                calls += 1
+                tool_calls.append({"id": f"call_{calls}", "type": "function",
+                                   "function": {"name": call["name"], "arguments": orjson.dumps(call["arguments"]).decode()}})
+            open_calls = [call["id"] for call in tool_calls]
+            messages.append({"role": "assistant", "content": None, **_reasoning(reasoning), "tool_calls": tool_calls})
+        elif speaker == "observation":
+            results = value.split(TOOL_RESULT_JOINER)
+            ids = open_calls if len(open_calls) == len(results) else [None] * len(results)
+            messages += [{"role": "tool", "tool_call_id": call_id, "content": result}
+                         for call_id, result in zip(ids, results)]
+            open_calls = []
+    tools = [{"type": "function", "function": function} for function in orjson.loads(row["tools"])] \
+        if row.get("tools") else None
+    return ReadBack(messages=messages, tools=tools)
+
+
+def _split_thought(value: str) -> tuple[str | None, str]:
+    """(the reasoning of a leading ``<think>`` block, the rest), as ``_assistant_turn`` wrote them."""
+    if value.startswith("<think>\n") and "\n</think>\n\n" in value:
+        thought, rest = value[len("<think>\n"):].split("\n</think>\n\n", 1)
+        return thought, rest
+    return None, value
+
+
+def _reasoning(reasoning: str | None) -> dict[str, str]:
+    return {"reasoning_content": reasoning} if reasoning else {}
+
+
+def _index(export: str) -> dict[str, bytes]:
+    files = {split: f"{split}.jsonl" for split in SPLITS}
+    return {"dataset_info.json": orjson.dumps(dataset_info(f"trajectory_assets_{export}", files),
+                                              option=orjson.OPT_INDENT_2)}
+
+
+EXPORT = Export(
+    "llama_factory", "sft", render, read_back, LlamaFactorySchema, SCHEMA,
+    {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
+     "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+    {**FIELDS, "system": "the system prompt",
+     "tools": "the tools offered to the model, as LLaMA-Factory's JSON text of bare function objects (empty: none)"},
+    "LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in `dataset_info.json`.",
+    group=FLAVORS_GROUP, index_files=_index)

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from trajectory_assets import code_version
 
 
 def describe(values: np.ndarray) -> dict[str, Any]:
@@ -35,6 +34,7 @@ def describe(values: np.ndarray) -> dict[str, Any]:
 def build_manifest(
     *,
     export: str,
+    code_version: str,
     file_format: str,
     config_section: str,
     batches: list[str],
@@ -51,7 +51,7 @@ def build_manifest(
         "export": export,
         "format": file_format,
         "producer": "trajectory-assets",
-        "code_version": code_version(),
+        "code_version": code_version,  # the export asset's (defs/code_versions.py)
         "config_section": config_section,  # the section of config that curated this export
         "config": config,  # the whole pipeline config: redaction changes the bytes too
         "batches": batches,

@@ -1,4 +1,4 @@
-"""Canonical prompts -> verl RL Parquet rows (the RL dataset of ``verl.utils.dataset.rl_dataset``).
+"""``verl``: verl RL Parquet rows, one per task (the RL dataset of ``verl.utils.dataset.rl_dataset``).
 
 verl's ``RLHFDataset`` reads ``data_source``, ``prompt`` (chat messages), ``ability``,
 ``reward_model {style, ground_truth}`` and ``extra_info {split, index, ...}``, and hands
@@ -15,24 +15,38 @@ follow verl's own preprocessing scripts (``examples/data_preprocess/gsm8k_tool_a
 - ``extra_info.interaction_kwargs``: ``{"name", "query", "ground_truth"}``, read when verl runs
   with an interaction config; ``name`` (required there) is the environment, ``data_source``.
 
-Parquet needs one type per column, so rows are built to match :data:`VERL_ARROW_SCHEMA`
-exactly: messages are ``text_chat.template_messages`` (text content, argument objects) and
+Parquet needs one type per column, so rows are built to match :data:`SCHEMA`
+exactly: messages are ``template.template_messages`` (text content, argument objects) and
 values whose shape varies (agent reference, tools, the kwargs) are JSON fields, which
 ``datasets`` loads as objects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import orjson
+import pandas as pd
 import pyarrow as pa
 
-from trajectory_assets.chat.template import JSON, MESSAGES_TYPE, TOOLS_TYPE, template_messages
+from schemas.verl import VerlSchema
+from trajectory_assets.chat.messages import role_shape
+from trajectory_assets.exports.columns import FIELDS
+from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
+from trajectory_assets.exports.families.grpo import TaskItem
+from trajectory_assets.exports.template import (
+    MESSAGES_TYPE,
+    TOOLS_TYPE,
+    from_template,
+    template_messages,
+    tools_from_template,
+    value_types,
+)
+from trajectory_assets.io.arrow_rows import JSON
 
 TOOL_AGENT, SINGLE_TURN_AGENT = "tool_agent", "single_turn_agent"
 
-VERL_ARROW_SCHEMA = pa.schema([
+SCHEMA = pa.schema([
     ("data_source", pa.string()),
     ("agent_name", pa.string()),
     ("prompt", MESSAGES_TYPE),
@@ -69,7 +83,7 @@ def verl_row(
     mean_reward: float | None,
     trajectory_ids: list[str],
 ) -> dict[str, Any]:
-    """One verl row, shaped to :data:`VERL_ARROW_SCHEMA` (key order = column order)."""
+    """One verl row, shaped to :data:`SCHEMA` (key order = column order)."""
     messages = template_messages(prompt)
     create_kwargs = {} if ground_truth is None else {"create_kwargs": {"ground_truth": ground_truth}}
     return {
@@ -99,14 +113,53 @@ def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
     return [(tool.get("function") or tool).get("name") for tool in tools or []]
 
 
-def ground_truth_of(metadata: dict[str, Any]) -> str | None:
-    """The verifier's reference answer carried by a rollout, as a string (rule rewards compare text)."""
-    for key in ("expected_answer", "ground_truth"):
-        value = metadata.get(key)
-        if value is not None:
-            return value if isinstance(value, str) else orjson.dumps(value).decode()
-    return None
-
-
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     return next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+
+
+def render(item: TaskItem) -> dict[str, Any]:
+    task, prompt = item.task, item.prompt
+    row = verl_row(
+        prompt=prompt,
+        data_source=task.agent_ref["name"],  # the environment: what picks the reward function
+        ability=task.task_type or "agent",
+        ground_truth=item.ground_truth,
+        split=item.split,
+        index=item.index,
+        task_key=task.task_key,
+        agent_ref=task.agent_ref,
+        tools=item.tools,
+        num_rollouts=int(task.num_rollouts),
+        mean_reward=None if pd.isna(task.mean_reward) else float(task.mean_reward),
+        trajectory_ids=task.trajectory_ids,
+    )
+    return {
+        "task_key": task.task_key,
+        "prompt_key": task.prompt_key,
+        "data_source": row["data_source"],
+        "ability": row["ability"],
+        "prompt_shape": role_shape(prompt),
+        "index": item.index,
+        "mean_reward": task.mean_reward,
+        "value_types": value_types(row["prompt"]),
+        "record": row,
+    }
+
+
+def read_back(row: Mapping[str, Any]) -> ReadBack:
+    return ReadBack(messages=from_template(row["prompt"]), tools=tools_from_template(row["extra_info"]["tools"]))
+
+
+EXPORT = Export(
+    "verl", "grpo", render, read_back, VerlSchema, SCHEMA,
+    {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
+     "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
+     "extra_info": ["task_key", "trajectory_id", "reward", "tools", "metadata"]},
+    {**FIELDS,
+     "agent_name": "verl's agent loop: tool_agent for a task that offers tools, else single_turn_agent",
+     "data_source": "verl's reward-function key: the agent",
+     "ability": "verl's task category: the task_type, else the agent",
+     "reward_model": "verl's {style: rule, ground_truth}",
+     "extra_info": "verl's extra fields: split, index, task_key, agent, tools and their kwargs, rollout statistics"},
+    "verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
+    group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",))

@@ -1,6 +1,6 @@
 """Export rows as Arrow tables with JSON fields, and the features HF ``datasets`` reads them as.
 
-A field typed ``pa.json_()`` (``text_chat.JSON``) holds a JSON value of any shape, stored as
+A field typed ``pa.json_()`` (:data:`JSON`) holds a JSON value of any shape, stored as
 its text: Parquet writes it with the JSON logical type, and ``datasets`` (4.7 and later)
 loads it as its ``Json`` feature, handing back the object as written. Rows arrive as Python
 values, so :func:`table_from_records` encodes the values of JSON fields to text, builds the
@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from trajectory_assets.chat.template import JSON
+
+JSON = pa.json_()  # a JSON value stored as its text; HF datasets' Json feature
 
 # datasets' Value dtypes for the scalar Arrow types the exports use
 _DTYPES = {pa.string(): "string", pa.int64(): "int64", pa.int32(): "int32", pa.float64(): "float64",

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.exports.families import TrajectoryTable
+from trajectory_assets.exports.families.frames import TrajectoryTable
 from trajectory_assets.report.report_data import (
     MESSAGE_COLUMNS,
     ExportScan,
@@ -33,7 +33,8 @@ from trajectory_assets.report.report_data import (
 )
 from trajectory_assets.report.page import ExportSection, Figure, Page, render_page
 from trajectory_assets.report.stats import STATS_COLUMNS, compute_stats, hermes_stats, render_markdown, task_stats
-from trajectory_assets.report.viewer import SCAN_FIELDS, TEXT_LIMIT, clip, trajectory_refs, view_sample
+from trajectory_assets.exports.writer import SCAN_FIELDS
+from trajectory_assets.report.viewer import TEXT_LIMIT, clip, trajectory_refs, view_sample
 
 # shown in the Markdown (and so inside Dagster's UI) as well as on the page
 MAIN_PLOTS = ("rewards", "pass_rate", "lengths", "tools")

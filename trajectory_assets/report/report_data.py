@@ -4,7 +4,7 @@ Everything the page shows is bounded whatever the corpus size: plots get aggrega
 tables (bins, quantiles, the top tools, a sample of tasks), the viewer a fixed number of
 rows per export, the quarantine a few examples per reason. The aggregates themselves are
 exact: every export row is scanned once, reading only the fields that say which
-trajectories it was made from (:data:`viewer.SCAN_FIELDS`).
+trajectories it was made from (``exports/writer.SCAN_FIELDS``).
 
 Samples are picked by a seeded hash of what a row refers to (its trajectory ids), so the
 exports of one family show the same trajectories: the same rollout as an SFT row, a

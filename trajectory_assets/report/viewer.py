@@ -52,9 +52,6 @@ ROLE_OF = {
 # fields shown as the trajectory a row is made of: (field, what the row calls it)
 REFERENCE_FIELDS = (("trajectory_id", "trajectory"), ("chosen_id", "chosen"), ("rejected_id", "rejected"),
                     ("trajectory_ids", "rollout"))
-# the fields a scan of every row reads: its references, a DPO margin, its task
-SCAN_FIELDS = ("trajectory_id", "chosen_id", "rejected_id", "trajectory_ids", "extra_info", "task_key",
-               "quality_difference")
 
 
 # ------------------------------------------------------------------ what the rows refer to

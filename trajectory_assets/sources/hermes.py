@@ -33,7 +33,7 @@ another call already holds it; a call that no response answers keeps a generated
 Where a matched response goes:
 
 - answering a call of the latest gpt turn: its own ``tool`` message, right after that
-  turn's calls (the canonical role rules, ``chat.ROLE_SHAPE_PATTERN``);
+  turn's calls (the canonical role rules, ``schemas.patterns.ROLE_SHAPE_PATTERN``);
 - answering a call of an earlier gpt turn (the model went on without the result): a tool
   message there would break the role rules and moving it would claim the model saw a
   result it did not, so it is kept in ``metadata["late_tool_responses"]`` (``turn``,
@@ -115,15 +115,7 @@ def convert_hermes(record: dict[str, Any], *, source_id: str, **_: Any) -> Traje
     if not isinstance(conversations, list):
         raise Rejection("invalid_structure", "conversations is not a list")
 
-    parser = _Parser()
-    for position, turn in enumerate(conversations):
-        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
-            raise Rejection("invalid_structure", f"conversations[{position}] is not a {{from, value}} object")
-        role = FROM_ROLE.get(turn.get("from"))
-        if role is None:
-            raise Rejection("unknown_role", f"conversations[{position}] is from {turn.get('from')!r}")
-        parser.add(role, turn["value"], position)
-
+    parser = _parse(conversations)
     messages = parser.messages
     users = [m for m in messages if m["role"] == "user"]
     if not users:
@@ -153,6 +145,31 @@ def convert_hermes(record: dict[str, Any], *, source_id: str, **_: Any) -> Traje
         quality_flags=sorted(flags),
         metadata=metadata,
     )
+
+
+def read_conversations(conversations: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """ShareGPT turns in Hermes markup -> (canonical messages, tools), by the rules the
+    source applies (the ``sft_hermes`` export reads its rows back with them). Raises
+    :class:`Rejection` for turns the rules refuse.
+
+    >>> read_conversations([{"from": "human", "value": "Hi"},
+    ...                     {"from": "gpt", "value": "<think>greet</think>Hello"}])
+    ([{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello', 'reasoning_content': 'greet'}], None)
+    """
+    parser = _parse(conversations)
+    return parser.messages, parser.tools
+
+
+def _parse(conversations: list[Any]) -> "_Parser":
+    parser = _Parser()
+    for position, turn in enumerate(conversations):
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise Rejection("invalid_structure", f"conversations[{position}] is not a {{from, value}} object")
+        role = FROM_ROLE.get(turn.get("from"))
+        if role is None:
+            raise Rejection("unknown_role", f"conversations[{position}] is from {turn.get('from')!r}")
+        parser.add(role, turn["value"], position)
+    return parser
 
 
 class _Call:

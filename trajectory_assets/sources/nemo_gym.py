@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajectory_assets.chat.messages import prompt_key
+from trajectory_assets.chat.token_data import TOKEN_KEYS
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
@@ -97,7 +98,6 @@ TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "summary_text"
 KNOWN_PART_TYPES = TEXT_PART_TYPES | {"refusal", "input_image"}
 CONTEXT_ROLES = {"system": "system", "developer": "system", "user": "user"}
 FINISHED_STATUSES = frozenset({None, "completed"})
-TOKEN_KEYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 # literal <think>/<tool_call>/<tool_response> tags in the text: a Hermes rendering of it
 # would parse back into calls the model never made
 HERMES_MARKUP_FLAG = "hermes_markup_in_content"
@@ -158,16 +158,7 @@ def convert_rollout(
     output = _expect(output, list, "output")
     reward = _reward(record)
 
-    raw_input = request.get("input")
-    if isinstance(raw_input, str):
-        input_items: list[Any] = [{"type": "message", "role": "user", "content": raw_input}]
-    elif isinstance(raw_input, list):
-        input_items = raw_input
-    else:
-        raise Rejection("invalid_structure", "responses_create_params.input is neither a string nor a list")
-    instructions = request.get("instructions")
-    if instructions is not None:
-        _expect(instructions, str, "responses_create_params.instructions")
+    input_items, instructions = _request_input(request)
 
     transcripts = _per_step_transcripts(output, options)
     conversation, input_length, stream = _read_conversation(instructions, input_items, output, transcripts, options)
@@ -238,6 +229,35 @@ def convert_rollout(
         quality_flags=sorted(flags),
         metadata=metadata,
     )
+
+
+def read_request(request: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """A request (``responses_create_params``) as (canonical messages, tools), by the rules a
+    rollout's input is read with (the ``grpo`` export reads its rows back with them).
+
+    >>> read_request({"instructions": "Be brief.", "input": "2+2?"})
+    ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2+2?'}], None)
+    """
+    input_items, instructions = _request_input(request)
+    conversation = _Conversation(DEFAULT_OPTIONS, instructions)
+    conversation.add_items(input_items, "responses_create_params.input")
+    conversation.end_turn()
+    return conversation.messages, convert_tools(request.get("tools"))[0]
+
+
+def _request_input(request: dict[str, Any]) -> tuple[list[Any], str | None]:
+    """(the request's input items, its instructions)."""
+    raw_input = request.get("input")
+    if isinstance(raw_input, str):
+        input_items: list[Any] = [{"type": "message", "role": "user", "content": raw_input}]
+    elif isinstance(raw_input, list):
+        input_items = raw_input
+    else:
+        raise Rejection("invalid_structure", "responses_create_params.input is neither a string nor a list")
+    instructions = request.get("instructions")
+    if instructions is not None:
+        _expect(instructions, str, "responses_create_params.instructions")
+    return input_items, instructions
 
 
 def _read_conversation(

@@ -23,8 +23,8 @@ import orjson
 import pyarrow as pa
 
 from trajectory_assets.exports.unrepresentable import Unrepresentable
+from trajectory_assets.io.arrow_rows import JSON
 
-JSON = pa.json_()  # a JSON value stored as its text; HF datasets' Json feature
 TOOLS_TYPE = pa.list_(JSON)  # one JSON object per tool, as TRL's docs declare them: List(Json())
 TOOL_CALL_TYPE = pa.struct([
     ("id", pa.string()),
@@ -39,8 +39,6 @@ MESSAGE_TYPE = pa.struct([
     ("tool_call_id", pa.string()),
 ])
 MESSAGES_TYPE = pa.list_(MESSAGE_TYPE)
-# value_types of messages a template renders right: text content, object arguments
-TEMPLATE_VALUE_TYPES = r"^(?:arguments:dict,)?content:str$"
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -89,7 +87,7 @@ def _template_call(call: dict[str, Any]) -> dict[str, Any]:
 def value_types(messages: list[dict[str, Any]]) -> str:
     """The Python types of every ``content`` and tool-call ``arguments`` value, as sorted
     ``content:<type>`` / ``arguments:<type>`` tokens joined by commas: the contracts require
-    :data:`TEMPLATE_VALUE_TYPES` (text content, object arguments)."""
+    ``schemas.patterns.TEMPLATE_VALUE_TYPES`` (text content, object arguments)."""
     types = {f"content:{type(message.get('content')).__name__}" for message in messages}
     types |= {
         f"arguments:{type(call.get('function', {}).get('arguments')).__name__}"
@@ -97,3 +95,41 @@ def value_types(messages: list[dict[str, Any]]) -> str:
         for call in message.get("tool_calls") or []
     }
     return ",".join(sorted(types))
+
+
+def json_value(value: Any) -> Any:
+    """A JSON field as a reader of the file gets it, decoded: Parquet hands a JSON-typed
+    value back as its text, a JSON-lines reader as the value itself.
+
+    >>> json_value('{"city": "Oslo"}'), json_value({"city": "Oslo"}), json_value(None)
+    ({'city': 'Oslo'}, {'city': 'Oslo'}, None)
+    """
+    return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def from_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Template-form messages (as written, or as Parquet reads them back with every struct
+    key present) -> canonical chat: keys that hold null dropped, arguments objects as the
+    JSON strings of OpenAI's wire format.
+
+    >>> from_template([{"role": "assistant", "content": "", "reasoning_content": None, "tool_call_id": None,
+    ...     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "w", "arguments": '{"q":1}'}}]}])
+    [{'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c1', 'type': 'function', \
+'function': {'name': 'w', 'arguments': '{"q":1}'}}]}]
+    """
+    canonical = []
+    for message in messages:
+        out = {key: value for key, value in message.items() if value is not None and key != "tool_calls"}
+        if message.get("tool_calls"):
+            out["tool_calls"] = [
+                {"id": call.get("id"), "type": call.get("type") or "function",
+                 "function": {"name": call["function"]["name"],
+                              "arguments": orjson.dumps(json_value(call["function"]["arguments"])).decode()}}
+                for call in message["tool_calls"]]
+        canonical.append(out)
+    return canonical
+
+
+def tools_from_template(tools: list[Any] | None) -> list[dict[str, Any]] | None:
+    """A template-form ``tools`` column (each tool a JSON value) as tool objects."""
+    return None if tools is None else [json_value(tool) for tool in tools]

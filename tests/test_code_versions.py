@@ -1,0 +1,90 @@
+"""Each asset's code version follows the code and config it is computed with: an edit to one
+module changes the versions of the assets whose computation imports it, and no other."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trajectory_assets import PROJECT_ROOT
+from trajectory_assets.code_versions import closure, imported_modules
+from trajectory_assets.defs.code_versions import COMPUTED_BY, INGEST_ASSETS, asset_code_versions
+from trajectory_assets.exports.registry import EXPORTS
+
+EXPORT_ASSETS = {export.asset_name for export in EXPORTS}
+
+
+@pytest.fixture(scope="module")
+def source_tree(tmp_path_factory) -> Path:
+    """A copy of the two packages, to edit."""
+    root = tmp_path_factory.mktemp("source")
+    for package in ("trajectory_assets", "schemas"):
+        shutil.copytree(PROJECT_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def changed_by(root: Path, module: str, config_file: str | None = None) -> set[str]:
+    """The assets whose code version changes when ``module`` (a path under ``root``) is edited."""
+    before = asset_code_versions(config_file, root=root)
+    path = root / module
+    original = path.read_text()
+    path.write_text(original + "\n# an edit\n")
+    try:
+        after = asset_code_versions(config_file, root=root)
+    finally:
+        path.write_text(original)
+    return {asset for asset in before if before[asset] != after[asset]}
+
+
+def test_a_change_to_the_report_leaves_the_trajectories_and_exports_as_they_are(source_tree):
+    assert changed_by(source_tree, "trajectory_assets/report/page.py") == {"stats_report"}
+
+
+def test_a_change_to_a_conversion_rule_versions_the_ingest_assets_anew(source_tree):
+    changed = changed_by(source_tree, "trajectory_assets/chat/messages.py")
+    assert set(INGEST_ASSETS) <= changed and "stats_report" in changed
+    hermes = changed_by(source_tree, "trajectory_assets/sources/hermes.py")
+    # the exports that read Hermes markup with its rules; the others only through the trajectories
+    assert hermes == {*INGEST_ASSETS, "sft_hermes_dataset", "stats_report"}
+
+
+def test_a_change_to_one_renderer_versions_that_export_and_what_reads_it(source_tree):
+    assert changed_by(source_tree, "trajectory_assets/exports/verl.py") == {"verl_dataset", "stats_report"}
+    # nemo_rl_sft writes the TRL rows, and nemo_rl_dpo applies NeMo RL's rule kept there
+    assert changed_by(source_tree, "trajectory_assets/exports/trl_sft.py") == {
+        "trl_sft_dataset", "nemo_rl_sft_dataset", "nemo_rl_dpo_dataset", "stats_report"}
+
+
+def test_a_change_to_a_contract_versions_the_exports_it_checks(source_tree):
+    assert changed_by(source_tree, "schemas/sft_hermes.py") == {"sft_hermes_dataset", "stats_report"}
+    # the TRL and NeMo RL preference contracts share the DPO one's rules
+    assert changed_by(source_tree, "schemas/dpo.py") == {
+        "dpo_dataset", "trl_dpo_dataset", "nemo_rl_dpo_dataset", "trl_sft_dataset", "trl_grpo_dataset",
+        "nemo_rl_sft_dataset", "stats_report"}
+
+
+def test_the_config_sections_an_asset_reads_are_part_of_its_version(tmp_path):
+    default = asset_code_versions(None)
+    config = tmp_path / "config.yaml"
+    config.write_text("dpo:\n  min_margin: 0.5\n")
+    changed = {asset for asset, version in asset_code_versions(str(config)).items() if version != default[asset]}
+    assert changed == {export.asset_name for export in EXPORTS if export.family == "dpo"}
+    config.write_text("dpo: [not a mapping\n")
+    broken = asset_code_versions(str(config))  # a config that does not load fails the runs, not the code location
+    assert broken["stats_report"] != default["stats_report"]
+
+
+def test_every_asset_has_a_version_made_of_the_release_its_code_and_its_config():
+    versions = asset_code_versions(None)
+    assert set(versions) == {*INGEST_ASSETS, *EXPORT_ASSETS, "stats_report"} == set(COMPUTED_BY)
+    assert all(version.startswith("0.") and "+" in version and "." in version.split("+")[1]
+               for version in versions.values())
+
+
+def test_imports_are_read_from_the_source_function_level_ones_included():
+    imported = imported_modules(PROJECT_ROOT, "trajectory_assets.config")
+    assert "trajectory_assets.redaction.redactor" in imported  # imported inside a validator
+    modules = closure(PROJECT_ROOT, ["trajectory_assets.exports.sft"])
+    assert "trajectory_assets.exports.families.sft" in modules and "schemas.sft" in modules
+    assert "trajectory_assets.exports" in modules  # the package's __init__ runs first
+    assert "trajectory_assets.exports.registry" not in modules and "trajectory_assets.report.page" not in modules

@@ -1,0 +1,92 @@
+"""Each asset's code version: the release, a hash of the source of every module its
+computation imports, and a hash of the config sections it reads.
+
+Dagster marks an asset stale when its code version changes, and everything downstream of it
+with it. So a version must change exactly when the asset's output could: a change to the
+report's page leaves the trajectories fresh, a change to a conversion rule marks the ingest
+assets (and so everything built from them) stale, a change to one export's renderer marks
+that export and the report that shows it.
+
+The modules are found by reading the source (every ``import`` line, function-level ones
+included) from the asset's own modules through ``trajectory_assets`` and ``schemas``. A
+package's ``__init__.py`` is hashed with any module under it (Python runs it first), but
+what it imports is followed only when a module imports the package itself: the sources'
+registry lives in ``sources/__init__.py``, and an export that reads Hermes markup with
+``sources/hermes.py`` does not depend on how NeMo Gym rows are converted.
+
+Config: an asset reads only some sections of ``PipelineConfig``; their values are hashed
+in, so editing ``dpo.min_margin`` marks the DPO exports stale and nothing else. Dagster
+reads code versions when the code location loads: after editing the config file, reload it
+in the UI (the CLI loads it on every call).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import orjson
+
+from trajectory_assets import PROJECT_ROOT, __version__
+
+PACKAGES = ("trajectory_assets", "schemas")
+IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(\([^)]*\)|[^\n#]+)|import\s+([\w., ]+))", re.M)
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    """The file of ``module`` under ``root`` (a package's ``__init__.py``), or None if it is not ours."""
+    path = root.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_modules(root: Path, module: str) -> set[str]:
+    """Our modules that ``module``'s source imports, anywhere in it."""
+    path = module_file(root, module)
+    if path is None:
+        return set()
+    found: set[str] = set()
+    for match in IMPORT.finditer(path.read_text()):
+        if match.group(3):  # import a.b, c
+            names = [name.strip().split(" as ")[0] for name in match.group(3).split(",")]
+        else:  # from a.b import c, d: c may be a module of package a.b
+            base = match.group(1)
+            names = [base] + [f"{base}.{name.strip().split(' as ')[0]}"
+                              for name in match.group(2).strip("()").split(",") if name.strip()]
+        found.update(name for name in names if name.split(".")[0] in PACKAGES and module_file(root, name))
+    return found
+
+
+def closure(root: Path, modules: Iterable[str]) -> list[str]:
+    """``modules``, what they import and the packages they are in, sorted."""
+    followed: set[str] = set()
+    pending = list(modules)
+    while pending:
+        module = pending.pop()
+        if module not in followed:
+            followed.add(module)
+            pending += imported_modules(root, module)
+    packages = {".".join(m.split(".")[:i]) for m in followed for i in range(1, m.count(".") + 1)}
+    return sorted(followed | {p for p in packages if module_file(root, p)})
+
+
+def source_hash(root: Path, modules: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for module in sorted(modules):
+        digest.update(f"{module}\n".encode())
+        digest.update(module_file(root, module).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def config_hash(config: dict, sections: Iterable[str]) -> str:
+    return hashlib.sha256(orjson.dumps({name: config.get(name) for name in sections},
+                                       option=orjson.OPT_SORT_KEYS)).hexdigest()[:8]
+
+
+def code_version(modules: Iterable[str], sections: Iterable[str], config: dict, root: Path = PROJECT_ROOT) -> str:
+    """``<release>+<source hash>.<config hash>``."""
+    return f"{__version__}+{source_hash(root, closure(root, modules))}.{config_hash(config, sections)}"

@@ -1,0 +1,218 @@
+"""The DPO family: one unit per pair of rollouts of a task (:class:`PairItem`), planned by
+``dpo.pairing`` and the margin, every export of the family rendered from it (``dpo``,
+``trl_dpo``, ``nemo_rl_dpo``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from functools import cached_property, partial
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from trajectory_assets.chat.messages import divergence_point, role_shape
+from trajectory_assets.config import DpoConfig, SplitConfig
+from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.export import Export
+from trajectory_assets.exports.families.frames import (
+    PLAN_COLUMNS,
+    ExportFrame,
+    TrajectoryTable,
+    curated_trajectories,
+    exclusions,
+    loads_or_none,
+    render_all,
+)
+from trajectory_assets.exports.template import template_messages, value_types
+from trajectory_assets.exports.token_budget import TokenBudget
+from trajectory_assets.exports.unrepresentable import Unrepresentable
+
+PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
+
+PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id", "reward_chosen", "reward_rejected"]
+
+
+def plan(table: TrajectoryTable, config: DpoConfig,
+         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+    """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance."""
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
+    rewarded = kept["reward"].notna()
+    if (~rewarded).any():
+        excluded["no_reward"] += int((~rewarded).sum())
+    pairs = candidate_pairs(kept.loc[rewarded], config, excluded)
+    margin = pairs["reward_chosen"] - pairs["reward_rejected"]
+    for reason, dropped in (("tied_rewards", margin <= 0), ("below_min_margin", (margin > 0) & (margin < config.min_margin))):
+        if dropped.any():
+            excluded[reason] += int(dropped.sum())
+    # assigned before filtering: assigning a Series to an empty frame would reindex it to the Series
+    pairs = pairs.assign(quality_difference=margin).loc[margin >= max(config.min_margin, np.nextafter(0.0, 1.0))]
+    pairs = balance(pairs.assign(pair_id=pairs["chosen_id"] + pairs["rejected_id"]), config, "pair_id", excluded)
+    return pairs.drop(columns="pair_id").reset_index(drop=True), excluded
+
+
+def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Counter) -> pd.DataFrame:
+    """(chosen, rejected) candidates per task by the configured strategy, before the margin.
+
+    Ranks every task at once (sorts and one merge, no per-group Python). ``trajectory_id``
+    breaks reward ties, so the choice never depends on file order.
+    """
+    sizes = candidates.groupby("task_key", sort=False)["task_key"].transform("size")
+    single = int(candidates.loc[sizes < 2, "task_key"].nunique())  # counted per task, not per row
+    if single:
+        excluded["single_rollout_task"] += single
+    groups = candidates.loc[sizes >= 2]
+    if config.pairing == "exactly_two":
+        group_sizes = groups.groupby("task_key", sort=False)["task_key"].transform("size")
+        skipped = int(groups.loc[group_sizes != 2, "task_key"].nunique())
+        if skipped:
+            excluded["task_without_exactly_two_rollouts"] += skipped
+        groups = groups.loc[group_sizes == 2]
+    order = {key: position for position, key in enumerate(groups["task_key"].unique())}
+    side = groups[["task_key", "prompt_key", "task_type", "trajectory_id", "reward"]]
+    if config.pairing == "all_pairs_with_margin":
+        pairs = side.merge(side[["task_key", "trajectory_id", "reward"]], on="task_key", suffixes=("_c", "_r"))
+        # each unordered pair once: the higher reward chosen; equal rewards once, as a tie
+        pairs = pairs.loc[(pairs["reward_c"] > pairs["reward_r"]) | (
+            (pairs["reward_c"] == pairs["reward_r"]) & (pairs["trajectory_id_c"] < pairs["trajectory_id_r"]))]
+        pairs = pairs.assign(order=pairs["task_key"].map(order), margin=pairs["reward_c"] - pairs["reward_r"])
+        pairs = pairs.sort_values(["order", "margin", "trajectory_id_c", "trajectory_id_r"],
+                                  ascending=[True, False, True, True], kind="mergesort")
+        widest = pairs["margin"] >= config.min_margin
+        # the cap counts only pairs that could be kept, widest first
+        over_cap = widest & (pairs.loc[widest].groupby("task_key").cumcount() >= config.max_pairs_per_task
+                             ).reindex(pairs.index, fill_value=False)
+        if over_cap.any():
+            excluded["pair_cap"] += int(over_cap.sum())
+        pairs = pairs.loc[~over_cap]
+        chosen = pairs.rename(columns={"trajectory_id_c": "chosen_id", "reward_c": "reward_chosen",
+                                       "trajectory_id_r": "rejected_id", "reward_r": "reward_rejected"})
+        return chosen[PAIR_COLUMNS].reset_index(drop=True)
+    best = groups.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
+    worst = groups.sort_values(["reward", "trajectory_id"], ascending=[True, True], kind="mergesort")
+    best = best.drop_duplicates("task_key").set_index("task_key")
+    worst = worst.drop_duplicates("task_key").set_index("task_key")
+    keys = sorted(order, key=order.__getitem__)
+    return pd.DataFrame({
+        "task_key": keys,
+        "prompt_key": best.loc[keys, "prompt_key"].to_numpy(),
+        "task_type": best.loc[keys, "task_type"].to_numpy(),
+        "chosen_id": best.loc[keys, "trajectory_id"].to_numpy(),
+        "rejected_id": worst.loc[keys, "trajectory_id"].to_numpy(),
+        "reward_chosen": best.loc[keys, "reward"].to_numpy(dtype=float),
+        "reward_rejected": worst.loc[keys, "reward"].to_numpy(dtype=float),
+    }, columns=PAIR_COLUMNS)
+
+
+class PairItem:
+    """One planned pair with both payloads; the conversations are decoded and split once."""
+
+    def __init__(self, pair, chosen_payload: tuple[str, str | None], rejected_payload: tuple[str, str | None],
+                 pairing: str) -> None:
+        self.pair = pair
+        self.tools_json = chosen_payload[1]
+        self.pairing = pairing
+        self._payloads = (chosen_payload[0], rejected_payload[0])
+
+    @cached_property
+    def parts(self) -> tuple[list, list, list, dict[str, Any]]:
+        """(prompt, chosen, rejected, the contract's flat pair columns)."""
+        chosen_messages, rejected_messages = (orjson.loads(payload) for payload in self._payloads)
+        shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
+        columns = _pair_columns(self.pair, shared, chosen_shape, rejected_shape)
+        return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:], columns
+
+    @cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return loads_or_none(self.tools_json)
+
+    @cached_property
+    def template_parts(self) -> tuple[list, list, list, str]:
+        """(prompt, chosen, rejected) as chat templates render them, and their value_types; made once."""
+        prompt, chosen, rejected, _ = self.parts
+        prompt, chosen, rejected = template_messages(prompt), template_messages(chosen), template_messages(rejected)
+        return prompt, chosen, rejected, value_types(prompt + chosen + rejected)
+
+    def record(self, prompt: list, chosen: list, rejected: list, tools: Any) -> dict[str, Any]:
+        """The pair's row in the seed DPO field order, with the sides given in an export's form."""
+        pair = self.pair
+        return {
+            "prompt": prompt, "chosen": chosen, "rejected": rejected,
+            "quality_difference": pair.quality_difference,
+            "reward_chosen": pair.reward_chosen, "reward_rejected": pair.reward_rejected,
+            **({"tools": tools} if tools is not None else {}),
+            "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key,
+            "pairing": self.pairing,
+        }
+
+    def template_columns(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The flat columns of a pair whose sides are in template form (TRL, NeMo RL)."""
+        return {**self.parts[3], "value_types": self.template_parts[3], "tools_type": type(self.tools).__name__,
+                "record": record}
+
+    def cut(self, chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> "PairItem":
+        """The same pair with shorter completions (each still starts with its first assistant turn)."""
+        prompt = self.parts[0]
+        return PairItem(self.pair, (orjson.dumps(prompt + chosen).decode(), self.tools_json),
+                        (orjson.dumps(prompt + rejected).decode(), self.tools_json), self.pairing)
+
+
+def iter_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig, exports: dict[str, Export],
+                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    pairs, excluded = plan(table, config, budget)
+    yield exclusions(excluded, exports, split)
+    if pairs.empty:
+        return
+    pair_rows = list(pairs.itertuples(index=False))
+    # payloads arrive chunk by chunk; a pair is rendered as soon as both sides are loaded,
+    # and a payload is dropped once no pair waits for it
+    waiting: dict[str, list[int]] = {}
+    for index, pair in enumerate(pair_rows):
+        waiting.setdefault(pair.chosen_id, []).append(index)
+        waiting.setdefault(pair.rejected_id, []).append(index)
+    loaded: dict[str, tuple[str, str | None]] = {}
+    written: set[int] = set()
+    for chunk in table.scan(PAYLOAD_COLUMNS, ids=set(waiting)):
+        loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
+        ready = sorted({
+            index
+            for trajectory_id in chunk["trajectory_id"]
+            for index in waiting[trajectory_id]
+            if pair_rows[index].chosen_id in loaded and pair_rows[index].rejected_id in loaded
+        } - written)
+        items = [PairItem(pair_rows[i], loaded[pair_rows[i].chosen_id], loaded[pair_rows[i].rejected_id],
+                          config.pairing) for i in ready]
+        written.update(ready)
+        for index in ready:
+            for trajectory_id in (pair_rows[index].chosen_id, pair_rows[index].rejected_id):
+                if all(other in written for other in waiting[trajectory_id]):
+                    loaded.pop(trajectory_id, None)
+        yield render_all(items, exports, split, None if budget is None else partial(_fit_pair, budget))
+
+
+def _fit_pair(budget: TokenBudget, item: PairItem) -> tuple[PairItem, int, bool]:
+    """The longer side counts, as in TRL and NeMo RL; each side is cut on its own."""
+    prompt, chosen, rejected, _ = item.parts
+    chosen, chosen_tokens, chosen_cut = budget.fit(prompt, chosen, item.tools)
+    rejected, rejected_tokens, rejected_cut = budget.fit(prompt, rejected, item.tools)
+    cut = chosen_cut or rejected_cut
+    return (item.cut(chosen, rejected) if cut else item), max(chosen_tokens, rejected_tokens), cut
+
+
+def _split_pair(chosen_messages: list, rejected_messages: list) -> tuple[int, str, str]:
+    """Where the two conversations diverge (both continue with an assistant turn there)."""
+    shared = divergence_point(chosen_messages, rejected_messages)
+    if shared == 0:
+        raise Unrepresentable("no_shared_prompt")
+    return shared, role_shape(chosen_messages), role_shape(rejected_messages)
+
+
+def _pair_columns(pair, shared: int, chosen_shape: str, rejected_shape: str) -> dict[str, Any]:
+    return {
+        "task_key": pair.task_key, "prompt_key": pair.prompt_key, "chosen_id": pair.chosen_id,
+        "rejected_id": pair.rejected_id, "prompt_shape": chosen_shape[:shared], "chosen_shape": chosen_shape[shared:],
+        "rejected_shape": rejected_shape[shared:], "reward_chosen": pair.reward_chosen,
+        "reward_rejected": pair.reward_rejected, "quality_difference": pair.quality_difference,
+    }

@@ -1,0 +1,148 @@
+"""The GRPO family: one unit per task (:class:`TaskItem`): its first rollout's request and
+prompt, and aggregates over all its rollouts, every export of the family rendered from it
+(``grpo``, ``trl_grpo``, ``verl``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from functools import cached_property, partial
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from trajectory_assets.config import GrpoConfig, SplitConfig
+from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.export import Export
+from trajectory_assets.exports.families.frames import (
+    PLAN_COLUMNS,
+    ExportFrame,
+    TrajectoryTable,
+    curated_trajectories,
+    exclusions,
+    loads_or_none,
+    render_all,
+    split_of,
+)
+from trajectory_assets.exports.token_budget import TokenBudget
+
+PLAN = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format"]
+PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "task_inputs", "metadata"]
+
+
+def plan(table: TrajectoryTable, config: GrpoConfig,
+         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+    """One row per task: its first rollout (in table order) and aggregates over all of them."""
+    kept, excluded = curated_trajectories(table, config, PLAN, budget)
+    passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
+    by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
+    aggregates = by_task.agg(
+        trajectory_ids=("trajectory_id", list),
+        num_rollouts=("trajectory_id", "size"),
+        rewarded=("reward", "count"),
+        mean_reward=("reward", "mean"),
+        reward_std=("reward", lambda r: r.std(ddof=0)),
+        pass_rate=("passed", "mean"),
+    )
+    tasks = kept.drop_duplicates("task_key").set_index("task_key", drop=False).join(aggregates)
+    # no learning signal: two or more rewarded rollouts, all with the same reward
+    tasks["zero_variance"] = (tasks["rewarded"] >= 2) & (tasks["reward_std"] == 0)
+    agent_refs = []
+    for first in tasks.itertuples(index=False):
+        fallback = config.hermes_agent_ref if first.source_format == "hermes" else config.default_agent_ref
+        agent_refs.append(_agent_ref(first.agent_ref, first.agent_name, fallback))
+    tasks["agent_ref"] = agent_refs
+    no_agent = tasks["agent_ref"].isna()
+    if no_agent.any():
+        excluded["no_agent_ref"] += int(no_agent.sum())
+    tasks = tasks.loc[~no_agent]
+    if config.zero_variance_groups == "drop" and tasks["zero_variance"].any():
+        excluded["zero_variance_group"] += int(tasks["zero_variance"].sum())
+        tasks = tasks.loc[~tasks["zero_variance"]]
+    return balance(tasks.reset_index(drop=True), config, "task_key", excluded), excluded
+
+
+def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name: str | None) -> dict[str, Any] | None:
+    """NeMo Gym routes RL rows by ``agent_ref``; ``ng_prepare_data`` writes
+    ``{"type": "responses_api_agents", "name"}``, so every row gets that form."""
+    if agent_ref_json is not None:
+        agent_ref = orjson.loads(agent_ref_json)
+        if isinstance(agent_ref, dict) and isinstance(agent_ref.get("name"), str) and agent_ref["name"]:
+            return {"type": "responses_api_agents", **agent_ref}
+    name = agent_name or default_name
+    return {"type": "responses_api_agents", "name": name} if name else None
+
+
+class TaskItem:
+    """One planned task with its first rollout's payload; JSON columns decoded once."""
+
+    def __init__(self, task, payload, index: int, split: SplitConfig) -> None:
+        self.task = task
+        self.payload = payload
+        self.index = index  # the task's position in the export (verl's extra_info.index)
+        self.split = split_of(task.prompt_key, split)
+
+    @cached_property
+    def prompt(self) -> list[dict[str, Any]]:
+        return orjson.loads(self.payload.messages)[: self.payload.prompt_length]
+
+    @cached_property
+    def task_inputs(self) -> dict[str, Any]:
+        """What the verifier was given (NeMo Gym's materialized inputs), when they were beside the file."""
+        return orjson.loads(self.payload.task_inputs) if self.payload.task_inputs is not None else {}
+
+    @cached_property
+    def ground_truth(self) -> str | None:
+        # the materialized inputs say what the verifier was given; a rollout's own keys may
+        # also hold what it produced, so they come second
+        return ground_truth_of(self.task_inputs) or ground_truth_of(orjson.loads(self.payload.metadata))
+
+    @cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return loads_or_none(self.payload.tools)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What every export of the task reports of its rollouts."""
+        task = self.task
+        return {
+            "task_key": task.task_key,
+            "trajectory_ids": task.trajectory_ids,
+            "num_rollouts": int(task.num_rollouts),
+            "mean_reward": None if pd.isna(task.mean_reward) else float(task.mean_reward),
+            "reward_std": None if pd.isna(task.reward_std) else float(task.reward_std),
+            "pass_rate": None if pd.isna(task.pass_rate) else float(task.pass_rate),
+            "zero_variance": bool(task.zero_variance),
+        }
+
+
+def iter_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig, exports: dict[str, Export],
+                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    tasks, excluded = plan(table, config, budget)
+    yield exclusions(excluded, exports, split)
+    if tasks.empty:
+        return
+    by_first = {task.trajectory_id: task for task in tasks.itertuples(index=False)}
+    position = {trajectory_id: index for index, trajectory_id in enumerate(by_first)}
+    for chunk in table.scan(PAYLOAD_COLUMNS, ids=set(by_first)):
+        items = (TaskItem(by_first[payload.trajectory_id], payload, position[payload.trajectory_id], split)
+                 for payload in chunk.itertuples(index=False))
+        yield render_all(items, exports, split, None if budget is None else partial(_fit_task, budget))
+
+
+def _fit_task(budget: TokenBudget, item: TaskItem) -> tuple[TaskItem, int, bool]:
+    return item, budget.prompt(item.prompt, item.tools), False
+
+
+def ground_truth_of(metadata: dict[str, Any]) -> str | None:
+    """The verifier's reference answer carried by a rollout, as a string (rule rewards compare text).
+
+    >>> ground_truth_of({"expected_answer": 42}), ground_truth_of({"ground_truth": "B"}), ground_truth_of({})
+    ('42', 'B', None)
+    """
+    for key in ("expected_answer", "ground_truth"):
+        value = metadata.get(key)
+        if value is not None:
+            return value if isinstance(value, str) else orjson.dumps(value).decode()
+    return None

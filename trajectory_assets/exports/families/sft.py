@@ -1,0 +1,99 @@
+"""The SFT family: one unit per curated trajectory (:class:`SftItem`), every export of the
+family rendered from it (``sft``, ``sft_hermes``, ``trl_sft``, ``llama_factory``,
+``nemo_rl_sft``, ``on_policy_tokens``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from functools import cached_property, partial
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from trajectory_assets.chat.messages import role_shape
+from trajectory_assets.config import SftConfig, SplitConfig
+from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.export import Export
+from trajectory_assets.exports.families.frames import (
+    PLAN_COLUMNS,
+    ExportFrame,
+    TrajectoryTable,
+    curated_trajectories,
+    exclusions,
+    lineage_of,
+    loads_or_none,
+    payload_columns,
+    render_all,
+)
+from trajectory_assets.exports.template import template_messages, value_types
+from trajectory_assets.exports.token_budget import TokenBudget
+
+PAYLOAD_COLUMNS = [
+    "trajectory_id", "task_key", "prompt_key", "task_type", "reward", "quality_flags", "messages", "tools", "role_shape",
+]
+
+
+def plan(table: TrajectoryTable, config: SftConfig,
+         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
+    return balance(kept, config, "trajectory_id", excluded), excluded
+
+
+class SftItem:
+    """One planned trajectory's payload; JSON columns are decoded once, on first use."""
+
+    def __init__(self, row) -> None:
+        self.row = row
+        self.cut_short = False  # cut to the token budget (see cut)
+
+    @cached_property
+    def messages(self) -> list[dict[str, Any]]:
+        return orjson.loads(self.row.messages)
+
+    @cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return loads_or_none(self.row.tools)
+
+    @cached_property
+    def template_row(self) -> dict[str, Any]:
+        """The row in the form chat templates render (TRL and NeMo RL share it), made once."""
+        row = self.row
+        messages = template_messages(self.messages)
+        record = {"messages": messages, "tools": self.tools, "reward": None if pd.isna(row.reward) else row.reward,
+                  "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
+        return {
+            **lineage_of(row),
+            "role_shape": row.role_shape,
+            "reward": row.reward,
+            "value_types": value_types(messages),
+            "tools_type": type(self.tools).__name__,
+            "record": record,
+        }
+
+    def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
+        """The same trajectory with only its first ``len(messages)`` messages (a format that
+        writes more of the trajectory than its messages must check ``cut_short``)."""
+        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode(), role_shape=role_shape(messages)))
+        item.messages = messages
+        item.cut_short = True
+        return item
+
+
+def iter_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, exports: dict[str, Export],
+                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    rows, excluded = plan(table, config, budget)
+    yield exclusions(excluded, exports, split)
+    planned = set(rows["trajectory_id"])
+    del rows  # its flat columns (a Python object per value) are not needed while the payloads are read
+    if not planned:
+        return
+    fit = None if budget is None else partial(_fit_sft, budget)
+    for chunk in table.scan(payload_columns(PAYLOAD_COLUMNS, exports), ids=planned):
+        yield render_all((SftItem(row) for row in chunk.itertuples(index=False)), exports, split, fit)
+
+
+def _fit_sft(budget: TokenBudget, item: SftItem) -> tuple[SftItem, int, bool]:
+    messages, tokens, cut = budget.fit([], item.messages, item.tools)
+    return (item.cut(messages) if cut else item), tokens, cut

@@ -1,0 +1,73 @@
+"""``grpo``: one NeMo Gym RL input per task ``{responses_create_params, agent_ref}``, the
+seed GRPO format: the row ``ng_prepare_data`` would write (the request to replay, the
+verifier's inputs beside it, the agent that runs the task), plus a summary of the task's
+collected rollouts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from schemas.grpo import GrpoSchema
+from trajectory_assets.chat.token_data import TOKEN_KEYS
+from trajectory_assets.exports.columns import FIELDS, TASK_LINEAGE, TASK_SUMMARY
+from trajectory_assets.exports.export import Export, ReadBack
+from trajectory_assets.exports.families.grpo import TaskItem
+from trajectory_assets.exports.template import json_value
+from trajectory_assets.exports.unrepresentable import Unrepresentable
+from trajectory_assets.io.arrow_rows import JSON
+from trajectory_assets.sources.nemo_gym import read_request
+
+SCHEMA = pa.schema([("responses_create_params", JSON), ("agent_ref", JSON), *TASK_SUMMARY])
+
+
+def render(item: TaskItem) -> dict[str, Any]:
+    task, payload = item.task, item.payload
+    if payload.request is None:
+        raise Unrepresentable("no_request")
+    request = without_token_data(orjson.loads(payload.request))
+    request_input = request.get("input")
+    record = {"responses_create_params": request, **item.task_inputs, "agent_ref": task.agent_ref, **item.summary}
+    return {
+        "task_key": task.task_key,
+        "prompt_key": task.prompt_key,
+        "agent_name": task.agent_ref["name"],
+        "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
+        # what the verifier was given, beside the request: its keys vary by environment, so
+        # the dataset card declares the ones the export holds
+        "input_keys": ",".join(item.task_inputs),
+        "mean_reward": task.mean_reward,
+        "record": record,
+    }
+
+
+def read_back(row: Mapping[str, Any]) -> ReadBack:
+    """The task's prompt: the request's input read as a rollout's input is."""
+    messages, tools = read_request(json_value(row["responses_create_params"]))
+    return ReadBack(messages=messages, tools=tools)
+
+
+def without_token_data(request: dict[str, Any]) -> dict[str, Any]:
+    """The request with no token ids or log probs on its input items: a request whose prompt
+    came from the output (a conversation recorded there) holds items a model server returned
+    with them, and an RL input row replays text, not a past policy's tokens (the
+    on_policy_tokens export keeps them).
+
+    >>> without_token_data({"input": [{"role": "user", "content": "q", "prompt_token_ids": [1]}]})
+    {'input': [{'role': 'user', 'content': 'q'}]}
+    """
+    items = request.get("input")
+    if not isinstance(items, list) or not any(isinstance(i, dict) and i.keys() & set(TOKEN_KEYS) for i in items):
+        return request
+    return {**request, "input": [{k: v for k, v in i.items() if k not in TOKEN_KEYS} if isinstance(i, dict) else i
+                                 for i in items]}
+
+
+EXPORT = Export(
+    "grpo", "grpo", render, read_back, GrpoSchema, SCHEMA, {"responses_create_params": ["request"], **TASK_LINEAGE},
+    {**FIELDS, "responses_create_params": "the request to replay (NeMo Gym's responses_create_params)"},
+    "One NeMo Gym RL input per task `{responses_create_params, agent_ref}` (the seed GRPO format).",
+    measures=("mean_reward",))
