@@ -1,21 +1,31 @@
 """Contract of DPO export rows: ``{"prompt", "chosen", "rejected", "quality_difference",
-"reward_chosen", "reward_rejected"}`` plus lineage (``chosen_id``, ``rejected_id``, ``pairing``)."""
+"reward_chosen", "reward_rejected"}`` plus lineage (``chosen_id``, ``rejected_id``, ``pairing``).
+
+The role rules hold over the written prompt followed by each side; each side starts with the
+model's turn (the pair diverges there); the margin is the rewards' gap.
+"""
 
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.sft import SPLITS
+from schemas.export_row import ExportRowSchema, number
+from schemas.shapes import ROLE_SHAPE_PATTERN, role_shape
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
-from schemas.patterns import ROLE_SHAPE_PATTERN
 
 STARTS_WITH_ASSISTANT = r"^[ac]"
 
 
-class DpoSchema(pandera.DataFrameModel):
+def pair_shapes(prompt, chosen, rejected) -> dict[str, str]:
+    """The role shapes of a pair's prompt and sides: each side read after the prompt (a tool
+    message answers a call only in context)."""
+    chosen_shape, rejected_shape = role_shape([*prompt, *chosen]), role_shape([*prompt, *rejected])
+    return {"prompt_shape": chosen_shape[: len(prompt)], "chosen_shape": chosen_shape[len(prompt):],
+            "rejected_shape": rejected_shape[len(prompt):]}
+
+
+class DpoSchema(ExportRowSchema):
     task_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
-    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
-    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
     chosen_id: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
     rejected_id: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
     prompt_shape: Series[ArrowString] = pandera.Field(str_contains="u")
@@ -42,6 +52,18 @@ class DpoSchema(pandera.DataFrameModel):
     @pandera.dataframe_check(name="prompt_plus_rejected_follows_role_rules")
     def prompt_plus_rejected_follows_role_rules(cls, df):
         return (df["prompt_shape"] + df["rejected_shape"]).str.match(ROLE_SHAPE_PATTERN)
+
+    @classmethod
+    def pair_columns(cls, record) -> dict:
+        """The pair's scores and lineage, as every preference row holds them."""
+        return {"task_key": record.get("task_key"), "chosen_id": record.get("chosen_id"),
+                "rejected_id": record.get("rejected_id"), "reward_chosen": number(record.get("reward_chosen")),
+                "reward_rejected": number(record.get("reward_rejected")),
+                "quality_difference": number(record.get("quality_difference"))}
+
+    @classmethod
+    def row(cls, record):
+        return {**cls.pair_columns(record), **pair_shapes(record["prompt"], record["chosen"], record["rejected"])}
 
     class Config:
         strict = True

@@ -2,17 +2,18 @@
 DPO preference rows ``{"context", "completions": [{"rank", "completion"}]}``.
 
 The TRL rules (text content, argument objects, role rules) plus what NeMo RL itself requires
-(``exports/nemo_rl.py``): an SFT conversation ends with the assistant's turn, and so does each
-completion of a pair (its loss is on the final message only).
+(``exports/nemo_rl_sft.py``, ``exports/nemo_rl_dpo.py``): an SFT conversation ends with the
+assistant's turn, and so does each completion of a pair (its loss is on the final message
+only); the two completions are ranked 0 (chosen) and 1.
 """
 
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.dpo import STARTS_WITH_ASSISTANT
+from schemas.dpo import STARTS_WITH_ASSISTANT, pair_shapes
+from schemas.shapes import ROLE_SHAPE_PATTERN, type_name, value_types
 from schemas.trl import TrlDpoSchema, TrlSftSchema
 from schemas.validation import ArrowString, leading_field
-from schemas.patterns import ROLE_SHAPE_PATTERN
 
 ENDS_WITH_ASSISTANT = r"[ac]$"
 
@@ -29,7 +30,18 @@ class NemoRlDpoSchema(TrlDpoSchema):
         str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
     rejected_shape: Series[ArrowString] = pandera.Field(
         str_matches=STARTS_WITH_ASSISTANT, str_contains=ENDS_WITH_ASSISTANT)
+    ranks: Series[ArrowString] = pandera.Field(isin=["0,1"])  # two completions, the chosen one first
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("context"))
+
+    @classmethod
+    def row(cls, record):
+        completions = record["completions"]
+        context = record["context"]
+        sides = [completion["completion"] for completion in completions]
+        chosen, rejected = (sides + [[], []])[:2]
+        return {**cls.pair_columns(record), **pair_shapes(context, chosen, rejected),
+                "ranks": ",".join(str(completion["rank"]) for completion in completions),
+                "tools_type": type_name(record.get("tools")), "value_types": value_types([*context, *chosen, *rejected])}
 
     class Config:
         strict = True

@@ -4,7 +4,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.validation import ArrowString
-from schemas.patterns import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
+from schemas.shapes import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 
 HEX_ID = r"^[0-9a-f]{24,64}$"
 

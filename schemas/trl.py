@@ -11,21 +11,28 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.dpo import DpoSchema
-from schemas.sft import SPLITS, TrajectoryRowSchema
+from schemas.export_row import ExportRowSchema, number
+from schemas.sft import TOOLS_TYPES, SftSchema
+from schemas.shapes import (
+    HAS_ASSISTANT_PATTERN,
+    ROLE_SHAPE_PATTERN,
+    TEMPLATE_VALUE_TYPES,
+    role_shape,
+    type_name,
+    value_types,
+)
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
 from schemas.verl import SYSTEM_ONLY_FIRST
-from schemas.patterns import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN, TEMPLATE_VALUE_TYPES
-
-TOOLS_TYPES = ["list", "NoneType"]
 
 
-class TrlSftSchema(TrajectoryRowSchema):
+class TrlSftSchema(SftSchema):
     role_shape: Series[ArrowString] = pandera.Field(str_matches=ROLE_SHAPE_PATTERN, str_contains=HAS_ASSISTANT_PATTERN)
-    reward: Series[float] = pandera.Field(nullable=True)
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
-    tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
-    fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("messages"))
+
+    @classmethod
+    def row(cls, record):
+        return {**super().row(record), "value_types": value_types(record["messages"])}
 
     class Config:
         strict = True
@@ -35,20 +42,29 @@ class TrlDpoSchema(DpoSchema):
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
 
+    @classmethod
+    def row(cls, record):
+        return {**super().row(record), "tools_type": type_name(record.get("tools")),
+                "value_types": value_types([*record["prompt"], *record["chosen"], *record["rejected"]])}
+
     class Config:
         strict = True
         unique = ["chosen_id", "rejected_id"]
 
 
-class TrlGrpoSchema(pandera.DataFrameModel):
+class TrlGrpoSchema(ExportRowSchema):
     task_key: Series[ArrowString] = pandera.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
-    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
     prompt_shape: Series[ArrowString] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
     tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("prompt"))
+
+    @classmethod
+    def row(cls, record):
+        return {"task_key": record.get("task_key"), "prompt_shape": role_shape(record["prompt"]),
+                "mean_reward": number(record.get("mean_reward")), "value_types": value_types(record["prompt"]),
+                "tools_type": type_name(record.get("tools"))}
 
     class Config:
         strict = True

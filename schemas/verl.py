@@ -1,34 +1,43 @@
-"""Contract of verl RL rows: ``{"data_source", "prompt", "ability", "reward_model", "extra_info"}``.
+"""Contract of verl RL rows: ``{"data_source", "agent_name", "prompt", "ability", "reward_model",
+"extra_info"}``.
 
-One row per task (verl samples its own rollouts from the prompt); its prompt in the form chat
-templates render right (``value_types``: text content, argument objects). ``prompt_shape`` holds the
-prompt's role letters (``chat.role_shape``): system only first, at least one user turn.
-``fields`` lists the row's top-level fields; the writer builds Parquet from the rows with
-``VERL_ARROW_SCHEMA``.
+One row per task (verl samples its own rollouts from the prompt), its prompt in the form chat
+templates render right (``value_types``: text content, argument objects): system only first,
+at least one user turn (``prompt_shape``, the written prompt's role letters). ``task_key``,
+``index`` and ``mean_reward`` are read from ``extra_info``.
 """
 
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.sft import SPLITS
+from schemas.export_row import ExportRowSchema, number
+from schemas.shapes import TEMPLATE_VALUE_TYPES, role_shape, value_types
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
-from schemas.patterns import TEMPLATE_VALUE_TYPES
 
 SYSTEM_ONLY_FIRST = r"^s?[^s]*$"
 
 
-class VerlSchema(pandera.DataFrameModel):
+class VerlSchema(ExportRowSchema):
     task_key: Series[ArrowString] = pandera.Field(unique=True, str_matches=HEX_ID)
-    prompt_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
-    split: Series[ArrowString] = pandera.Field(isin=SPLITS)
     data_source: Series[ArrowString] = pandera.Field(str_length={"min_value": 1})
+    agent_name: Series[ArrowString] = pandera.Field(isin=["tool_agent", "single_turn_agent"])
     ability: Series[ArrowString] = pandera.Field(str_length={"min_value": 1})
+    reward_style: Series[ArrowString] = pandera.Field(isin=["rule"])
     prompt_shape: Series[ArrowString] = pandera.Field(str_matches=SYSTEM_ONLY_FIRST, str_contains="u")
     index: Series[int] = pandera.Field(ge=0)
     mean_reward: Series[float] = pandera.Field(nullable=True)  # null for tasks without rewards (Hermes)
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)  # the prompt, as for TRL
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("data_source"))
+
+    @classmethod
+    def row(cls, record):
+        extra = record["extra_info"]
+        return {"task_key": extra.get("task_key"), "data_source": record.get("data_source"),
+                "agent_name": record.get("agent_name"), "ability": record.get("ability"),
+                "reward_style": (record.get("reward_model") or {}).get("style"),
+                "prompt_shape": role_shape(record["prompt"]), "index": extra.get("index"),
+                "mean_reward": number(extra.get("mean_reward")), "value_types": value_types(record["prompt"])}
 
     class Config:
         strict = True

@@ -21,10 +21,10 @@ from trajectory_assets.chat.messages import (
     count_assistant_turns,
     count_tool_calls,
     prompt_key,
-    role_shape,
     tool_result_counts,
     unanswered_tool_calls,
 )
+from schemas.shapes import role_shape
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.sources import convert_record, inputs_file_named

@@ -1,9 +1,5 @@
-from trajectory_assets.chat.messages import (
-    count_tool_calls,
-    divergence_point,
-    role_shape,
-    unanswered_tool_calls,
-)
+from trajectory_assets.chat.messages import count_tool_calls, divergence_point, unanswered_tool_calls
+from schemas.shapes import role_shape
 
 SYSTEM = {"role": "system", "content": "s"}
 USER = {"role": "user", "content": "u"}

@@ -67,6 +67,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
         ("validated_trajectories", "trajectory_contract"),
         ("quarantined_records", "quarantine_contract"),
         *((asset, check) for asset in exports for check in ("contract", "no_split_leak", "token_budget")),
+        *((export.asset_name, "arrow_schema") for export in EXPORTS if export.file_format == "jsonl"),
         ("dpo_dataset", "dpo_margin"),
         ("trl_dpo_dataset", "dpo_margin"),
         ("nemo_rl_dpo_dataset", "dpo_margin"),
@@ -117,8 +118,9 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
 
     sft = EXPORTS_BY_NAME["sft"]
 
-    def buggy_render(item):
-        return {**sft.render(item), "role_shape": "x"}  # what a bug in the renderer would produce
+    def buggy_render(item):  # what a bug in the renderer could write: the model's turns lost
+        row = sft.render(item)
+        return {**row, "messages": [message for message in row["messages"] if message["role"] != "assistant"]}
 
     buggy = dataclasses.replace(sft, render=buggy_render)
     healthy = EXPORTS_BY_NAME["trl_sft"]

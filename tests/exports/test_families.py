@@ -532,15 +532,14 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
     from trajectory_assets.exports.registry import EXPORTS_BY_NAME, iter_family
 
     def probe(item):
-        return {"trajectory_id": item.row.trajectory_id, "task_key": item.row.task_key,
-                "prompt_key": item.row.prompt_key, "role_shape": item.row.role_shape, "reward": 1.0,
-                "record": {"cut_short": item.cut_short, "messages": len(item.messages)}}
+        return {"messages": item.messages, "cut_short": item.cut_short, "trajectory_id": item.row.trajectory_id,
+                "task_key": item.row.task_key}
 
     probe_spec = dataclasses.replace(EXPORTS_BY_NAME["sft"], name="probe", render=probe)
     frames = iter_family("sft", FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, [probe_spec],
                          budget(words, 12, truncate=True))
     probed = collect(frames["probe"] for frames in frames)
-    assert rows_of(probed) == [{"cut_short": False, "messages": 2}, {"cut_short": True, "messages": 2}]
+    assert [(row["cut_short"], len(row["messages"])) for row in probed.records] == [(False, 2), (True, 2)]
 
 
 def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token_data():

@@ -3,7 +3,8 @@
 import orjson
 import pytest
 
-from trajectory_assets.exports.llama_factory import dataset_info, to_llama_factory, turn_shape
+from schemas.shapes import LLAMA_FACTORY_LETTER, turn_shape
+from trajectory_assets.exports.llama_factory import dataset_info, to_llama_factory
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 TOOLS = [{"type": "function", "function": {"name": "search", "description": "Web search",
@@ -54,7 +55,7 @@ def test_parallel_calls_become_one_function_call_list_and_one_joined_observation
         assistant("done"),
     ]
     conversations = to_llama_factory(messages, TOOLS)["conversations"]
-    assert turn_shape(conversations) == "hfog"
+    assert turn_shape(conversations, LLAMA_FACTORY_LETTER) == "hfog"
     assert orjson.loads(conversations[1]["value"]) == [
         {"name": "search", "arguments": {"q": "a"}},
         {"name": "fetch", "arguments": {"url": "u", "n": 2}},

@@ -136,7 +136,7 @@ def test_the_page_has_every_export_its_samples_and_the_quarantine(hostile_run):
     sampled = [attrs["data-export"] for tag, attrs in page.elements if "data-export" in attrs]
     assert sorted(set(sampled)) == exports and len(exports) == len(EXPORTS) - 1
     shapes = {attrs["data-export"]: attrs["data-shape"] for tag, attrs in page.elements if "data-shape" in attrs}
-    assert shapes["sft"] == shapes["trl_sft"] == "chat" and shapes["sft_hermes"] == "sharegpt"
+    assert shapes["sft"] == shapes["trl_sft"] == shapes["sft_hermes"] == shapes["llama_factory"] == "chat"
     assert shapes["dpo"] == shapes["trl_dpo"] == "preference"
     assert shapes["grpo"] == shapes["trl_grpo"] == shapes["verl"] == "task"
     ids = {attrs["id"] for tag, attrs in page.elements if "id" in attrs}

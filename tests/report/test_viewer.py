@@ -8,11 +8,11 @@ from trajectory_assets.report.viewer import (
     TEXT_LIMIT,
     TrajectoryInfo,
     local_file_href,
-    row_shape,
+    read_back,
     trajectory_refs,
     view_sample,
 )
-from trajectory_assets.sources.hermes import render_hermes
+from trajectory_assets.exports.sft_hermes import render_hermes
 from trajectory_assets.exports.llama_factory import to_llama_factory
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
@@ -57,13 +57,15 @@ def test_a_chat_row_pairs_each_result_with_its_call_by_id_and_folds_reasoning_ap
 
 
 def test_arguments_as_objects_strings_and_broken_json_are_all_shown():
-    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "a", "function": {"name": "f", "arguments": {"x": 1}}},  # an object (a Json-typed flavor)
-        {"id": "b", "function": {"name": "g", "arguments": "{not json"}}]}]
-    calls = view_sample("trl_sft", "train", 0, {"messages": messages}, {}).conversation.turns[1].calls
+    template = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "function": {"name": "f", "arguments": {"x": 1}}}]}]  # an object (a Json-typed flavor)
+    calls = view_sample("trl_sft", "train", 0, {"messages": template}, {}).conversation.turns[1].calls
     assert orjson.loads(calls[0].arguments.shown) == {"x": 1} and calls[0].arguments_parse
-    assert calls[1].arguments.shown == "{not json" and not calls[1].arguments_parse
     assert calls[0].result is None  # no result in the row: shown as unanswered
+    wire = [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "b", "function": {"name": "g", "arguments": "{not json"}}]}]  # as a model wrote it
+    calls = view_sample("sft", "train", 0, {"messages": wire}, {}).conversation.turns[1].calls
+    assert calls[0].arguments.shown == "{not json" and not calls[0].arguments_parse
 
 
 def test_parquet_rows_with_null_optional_keys_read_like_json_rows():
@@ -87,27 +89,28 @@ def test_hermes_sharegpt_rows_show_reasoning_calls_and_results_paired():
     messages[2] = {**messages[2], "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
         {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Oslo"}'}}]}
+    messages[3], messages[4] = messages[4], messages[3]  # in call order: Hermes pairs by position and name
     conversations = render_hermes(messages, TOOLS)
     sample = view_sample("sft_hermes", "train", 0, {"conversations": conversations, "trajectory_id": "t1"}, INFOS)
     chat = sample.conversation
-    assert sample.shape == "sharegpt" and roles(chat) == ["system", "user", "assistant", "assistant"]
+    assert sample.shape == "chat" and roles(chat) == ["system", "user", "assistant", "assistant"]
     calling = chat.turns[2]
-    assert calling.label == "gpt" and calling.reasoning.shown == "Two cities: two calls."
+    assert calling.reasoning.shown == "Two cities: two calls."
     assert [c.name.shown for c in calling.calls] == ["get_weather", "get_time"]
-    # the responses come Oslo first: each goes to its tool's call
     results = {orjson.loads(c.arguments.shown)["city"]: c.result.shown for c in calling.calls}
-    assert results == {"Paris": "error: city service down", "Oslo": '{\n  "temp_c": 9\n}'}
+    assert results == {"Paris": "error: city service down", "Oslo": '{"temp_c": 9}'}
     assert "<tool_call>" not in (calling.text.shown if calling.text else "")
 
 
 def test_llama_factory_rows_show_function_calls_and_observations_in_order():
-    row = to_llama_factory(MESSAGES, TOOLS)
+    in_call_order = [*MESSAGES[:3], MESSAGES[4], MESSAGES[3], MESSAGES[5]]
+    row = to_llama_factory(in_call_order, TOOLS)
     chat = view_sample("llama_factory", "train", 0, row, {}).conversation
-    assert [t.label for t in chat.turns] == ["system (column)", "human", "function_call", "gpt"]
+    assert roles(chat) == ["system", "user", "assistant", "assistant"]
     calling = chat.turns[2]
     assert calling.reasoning.shown == "Two cities: two calls." and calling.text is None
-    # parallel results are joined in the order of the tool messages and paired by position
-    assert [c.result.shown for c in calling.calls] == ['{"temp_c": 9}', "error: city service down"]
+    # parallel results are joined in the order of the calls and paired by position
+    assert [c.result.shown for c in calling.calls] == ["error: city service down", '{"temp_c": 9}']
     assert chat.tools == ["get_weather"]
 
 
@@ -133,10 +136,10 @@ def test_nemo_rl_preference_rows_rank_zero_is_chosen_and_rewards_come_from_the_t
     assert (sample.reward_chosen, sample.reward_rejected, sample.margin) == (1.0, 0.0, 1.0)
 
 
-def test_string_prompts_and_completions_are_user_and_assistant_turns():
-    sample = view_sample("x", "train", 0, {"prompt": "2+2?", "chosen": "4", "rejected": "5"}, {})
-    assert [(t.role, t.text.shown) for t in sample.conversation.turns] == [("user", "2+2?")]
-    assert sample.chosen.turns[0].role == "assistant" and sample.rejected.turns[0].text.shown == "5"
+def test_a_row_its_export_cannot_read_back_is_shown_as_stored():
+    row = {"prompt": "2+2?", "chosen": "4", "rejected": "5"}  # not messages: no DPO writer makes this
+    sample = view_sample("dpo", "train", 0, row, {})
+    assert sample.shape == "raw" and sample.conversation is None and orjson.loads(sample.raw.shown) == row
 
 
 def test_a_nemo_gym_task_shows_its_request_and_its_rollouts_best_first():
@@ -147,23 +150,26 @@ def test_a_nemo_gym_task_shows_its_request_and_its_rollouts_best_first():
         "agent_ref": {"type": "responses_api_agents", "name": "w"}, "task_key": "k",
         "trajectory_ids": ["t2", "t1", "missing"], "mean_reward": 0.5}
     sample = view_sample("grpo", "train", 0, row, INFOS)
-    assert sample.shape == "task" and roles(sample.conversation) == ["system", "system", "user"]
-    assert sample.conversation.turns[2].note == "not shown: input_image"
+    # read as a rollout's input is: the instructions and the developer message are one system turn
+    assert sample.shape == "task" and roles(sample.conversation) == ["system", "user"]
+    assert sample.conversation.turns[0].text.shown == "Be brief.\n\nUse tools."
+    assert sample.conversation.turns[1].note == "not shown: image_url"
     assert sample.conversation.tools == ["get_weather"]
     assert [(r.trajectory_id, r.reward) for r in sample.rollouts] == [("t1", 1.0), ("t2", 0.0), ("missing", None)]
     assert ("agent_ref", '{"type":"responses_api_agents","name":"w"}') in sample.facts
 
 
 def test_verl_rows_name_their_rollouts_inside_extra_info():
-    row = {"data_source": "w", "prompt": MESSAGES[:2], "extra_info": {"trajectory_ids": ["t1", "t3"],
-                                                                      "tools": orjson.dumps(TOOLS).decode()}}
+    # as Parquet reads it back: each tool a JSON text
+    row = {"data_source": "w", "prompt": MESSAGES[:2], "extra_info": {
+        "trajectory_ids": ["t1", "t3"], "tools": [orjson.dumps(tool).decode() for tool in TOOLS]}}
     assert trajectory_refs(row) == [("rollout", "t1"), ("rollout", "t3")]
     sample = view_sample("verl", "train", 0, row, INFOS)
     assert [r.reward for r in sample.rollouts] == [1.0, 0.5] and sample.conversation.tools == ["get_weather"]
 
 
 def test_an_unknown_row_shape_is_shown_as_json():
-    assert row_shape({"text": "hello"}) == "raw"
+    assert read_back("future", {"text": "hello"}) == ("raw", None)
     sample = view_sample("future", "train", 0, {"text": "hello"}, {})
     assert sample.conversation is None and orjson.loads(sample.raw.shown) == {"text": "hello"}
 
@@ -182,7 +188,8 @@ def test_long_texts_and_long_conversations_are_cut_and_counted():
 
 def test_both_sides_of_a_pair_get_room_when_the_chosen_side_is_long():
     long_side = [{"role": "assistant", "content": "c" * 1_500} for _ in range(40)]
-    row = {"prompt": "q", "chosen": long_side, "rejected": [{"role": "assistant", "content": "short answer"}]}
+    row = {"prompt": [{"role": "user", "content": "q"}], "chosen": long_side,
+           "rejected": [{"role": "assistant", "content": "short answer"}]}
     sample = view_sample("dpo", "train", 0, row, {})
     assert sample.chosen.hidden_turns > 0 and sample.rejected.turns[0].text.shown == "short answer"
 
@@ -199,7 +206,7 @@ def test_a_token_row_shows_one_turn_per_model_call_with_its_counts():
                       "generation_log_probs": [-0.5, -1.5]},
                      {"message_index": 5, "prompt_token_ids": list(range(8)), "generation_token_ids": [9],
                       "generation_log_probs": [0.0]}]}
-    assert row_shape(row) == "tokens"
+    assert read_back("on_policy_tokens", row)[0] == "tokens"
     sample = view_sample("on_policy_tokens", "train", 0, row, INFOS)
     assert [turn.text.shown for turn in sample.conversation.turns] == [
         "model call 1 (message 2): 3 prompt tokens, 2 generated, mean log prob -1.000",

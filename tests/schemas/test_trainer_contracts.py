@@ -1,14 +1,14 @@
 """The LLaMA-Factory, verl, TRL and NeMo RL contracts accept rendered rows and reject each malformed case."""
 
-import pandas as pd
 import pytest
 
+from schemas.export_row import checked_frame
 from schemas.llama_factory import LlamaFactorySchema
+from schemas.shapes import value_types
 from schemas.validation import validate
 from schemas.verl import VerlSchema
-from trajectory_assets.chat.messages import role_shape
-from trajectory_assets.exports.llama_factory import to_llama_factory, turn_shape
-from trajectory_assets.exports.template import value_types
+from trajectory_assets.exports.llama_factory import to_llama_factory
+from trajectory_assets.exports.template import template_messages
 from trajectory_assets.exports.verl import verl_row
 
 ID, OTHER_ID = "a" * 32, "c" * 32
@@ -29,26 +29,23 @@ def failed_checks(model, frame) -> str:
     return " ".join(result.summary())
 
 
+def frame_of(model, records, split="train"):
+    """The frame ``model`` checks for these written rows (as the export writer builds it)."""
+    return checked_frame(model, records, [KEY] * len(records), [split] * len(records))
+
+
 def llama_factory_frame():
-    rows = []
-    for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:])):
-        rendered = to_llama_factory(messages, None)
-        rows.append({"trajectory_id": trajectory_id, "task_key": KEY, "prompt_key": KEY, "split": "train",
-                     "turn_shape": turn_shape(rendered["conversations"]), "fields": ",".join(rendered)})
-    return pd.DataFrame(rows)
+    records = [{**to_llama_factory(messages, None), "trajectory_id": trajectory_id, "task_key": KEY}
+               for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:]))]
+    return frame_of(LlamaFactorySchema, records)
 
 
 def verl_frame():
-    rows = []
-    for index, (task_key, prompt) in enumerate(((KEY, MESSAGES[:2]), (OTHER_KEY, MESSAGES[1:4]))):
-        row = verl_row(prompt=prompt, data_source="nemo_gym", ability="agent", ground_truth=None, split="validation",
-                       index=index, task_key=task_key, agent_ref=None, tools=None, num_rollouts=1, mean_reward=1.0,
-                       trajectory_ids=[ID])
-        rows.append({"task_key": task_key, "prompt_key": task_key, "split": "validation",
-                     "data_source": row["data_source"], "ability": row["ability"],
-                     "prompt_shape": role_shape(prompt), "index": index, "mean_reward": 1.0,
-                     "value_types": value_types(row["prompt"]), "fields": ",".join(row)})
-    return pd.DataFrame(rows)
+    records = [verl_row(prompt=prompt, data_source="nemo_gym", ability="agent", ground_truth=None, split="validation",
+                        index=index, task_key=task_key, agent_ref=None, tools=None, num_rollouts=1, mean_reward=1.0,
+                        trajectory_ids=[ID])
+               for index, (task_key, prompt) in enumerate(((KEY, MESSAGES[:2]), (OTHER_KEY, MESSAGES[1:4])))]
+    return frame_of(VerlSchema, records, split="validation")
 
 
 def test_llama_factory_contract_accepts_rendered_rows():
@@ -129,21 +126,14 @@ def test_verl_contract_is_strict():
 # --- TRL and NeMo RL: template-ready messages ---------------------------------------------------
 
 
-def sft_flavor_frame():
-    from trajectory_assets.exports.template import template_messages
-
-    rows = []
-    for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:])):
-        rendered = template_messages(messages)
-        rows.append({"trajectory_id": trajectory_id, "task_key": KEY, "prompt_key": KEY, "split": "train",
-                     "role_shape": role_shape(rendered), "reward": 1.0, "value_types": value_types(rendered),
-                     "tools_type": "NoneType", "fields": "messages"})
-    return pd.DataFrame(rows)
+def sft_flavor_frame(model):
+    records = [{"messages": template_messages(messages), "tools": None, "reward": 1.0, "task_type": None,
+                "trajectory_id": trajectory_id, "task_key": KEY}
+               for trajectory_id, messages in ((ID, MESSAGES), (OTHER_ID, MESSAGES[1:2] + MESSAGES[-1:]))]
+    return frame_of(model, records)
 
 
 def test_template_messages_turn_argument_strings_into_objects():
-    from trajectory_assets.exports.template import template_messages
-
     rendered = template_messages(MESSAGES)
     assert rendered[2]["tool_calls"][0]["function"]["arguments"] == {}
     assert value_types(rendered) == "arguments:dict,content:str"
@@ -156,7 +146,7 @@ def test_sft_flavor_contracts_accept_template_messages_and_reject_string_argumen
     import schemas.trl
 
     model = getattr(schemas.trl, model_name, None) or getattr(schemas.nemo_rl, model_name)
-    frame = sft_flavor_frame()
+    frame = sft_flavor_frame(model)
     assert validate(model, frame).passed
     frame.loc[0, "value_types"] = "arguments:str,content:str"
     assert "str_matches" in failed_checks(model, frame)
@@ -167,19 +157,25 @@ def test_nemo_rl_sft_requires_the_assistant_to_speak_last(shape):
     from schemas.nemo_rl import NemoRlSftSchema
     from schemas.trl import TrlSftSchema
 
-    frame = sft_flavor_frame()
+    frame = sft_flavor_frame(TrlSftSchema)
     frame.loc[0, "role_shape"] = shape
     assert validate(TrlSftSchema, frame).passed  # TRL trains on a conversation ending on a tool result
     assert validate(NemoRlSftSchema, frame).passed is shape.endswith(("a", "c"))
 
 
 def nemo_rl_dpo_frame(chosen_shape="a", rejected_shape="cta"):
-    return pd.DataFrame([{
-        "task_key": KEY, "prompt_key": KEY, "split": "train", "chosen_id": ID, "rejected_id": OTHER_ID,
-        "prompt_shape": "su", "chosen_shape": chosen_shape, "rejected_shape": rejected_shape, "reward_chosen": 1.0,
-        "reward_rejected": 0.0, "quality_difference": 1.0, "fields": "context,completions",
-        "value_types": "arguments:dict,content:str", "tools_type": "list",
-    }])
+    from schemas.nemo_rl import NemoRlDpoSchema
+
+    context, chosen, rejected = template_messages(MESSAGES[:2]), template_messages(MESSAGES[-1:]), \
+        template_messages(MESSAGES[2:])
+    record = {"context": context, "completions": [{"rank": 0, "completion": chosen}, {"rank": 1, "completion": rejected}],
+              "tools": [], "quality_difference": 1.0, "reward_chosen": 1.0, "reward_rejected": 0.0, "chosen_id": ID,
+              "rejected_id": OTHER_ID, "task_key": KEY, "pairing": "best_vs_worst"}
+    frame = frame_of(NemoRlDpoSchema, [record])
+    assert (frame.loc[0, "prompt_shape"], frame.loc[0, "chosen_shape"], frame.loc[0, "rejected_shape"]) == \
+        ("su", "a", "cta")
+    frame.loc[0, "chosen_shape"], frame.loc[0, "rejected_shape"] = chosen_shape, rejected_shape
+    return frame
 
 
 def test_nemo_rl_dpo_contract_accepts_completions_ending_with_the_assistant():

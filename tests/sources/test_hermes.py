@@ -8,10 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures import hermes_rows as rows
-from trajectory_assets.chat.messages import role_shape, tool_result_failed
-from trajectory_assets.sources.hermes import convert_hermes, render_hermes
+from trajectory_assets.chat.messages import tool_result_failed
+from schemas.shapes import role_shape
+from trajectory_assets.exports.sft_hermes import render_hermes
+from trajectory_assets.sources.hermes import convert_hermes
 from trajectory_assets.chat.trajectory import Rejection
-from schemas.patterns import ROLE_SHAPE_PATTERN
+from schemas.shapes import ROLE_SHAPE_PATTERN
 
 MARKUP = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "<tools>")
 

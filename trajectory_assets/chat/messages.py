@@ -5,11 +5,8 @@ A canonical message is a dict with ``role`` in system/user/assistant/tool and ``
 carry ``tool_calls`` (``{id, type: "function", function: {name, arguments: str}}``) and
 ``reasoning_content``; tool messages carry ``tool_call_id``.
 
-The *role shape* is a one-letter-per-message string that lets the Pandera contracts check
-the seed's role rules with one vectorized regex instead of a Python loop per row:
-
-    s system   u user   a assistant (no tool calls)   c assistant with tool calls
-    t tool message answering a call of the latest assistant   x any other tool message
+The *role shape* (``schemas.shapes.role_shape``) is a one-letter-per-message string that
+lets the Pandera contracts check the seed's role rules with one vectorized regex.
 """
 
 from __future__ import annotations
@@ -18,32 +15,6 @@ import json
 from typing import Any
 
 from trajectory_assets.jsonutil import canonical, sha256_hex
-
-
-ROLE_LETTER = {"system": "s", "user": "u", "assistant": "a", "tool": "t"}
-
-
-def role_shape(messages: list[dict[str, Any]]) -> str:
-    letters: list[str] = []
-    open_calls: set[str] = set()
-    for message in messages:
-        role = message.get("role")
-        if role == "assistant":
-            calls = message.get("tool_calls") or []
-            open_calls = {call.get("id") for call in calls}
-            letters.append("c" if calls else "a")
-        elif role == "tool":
-            call_id = message.get("tool_call_id")
-            inside_call_run = bool(letters) and letters[-1] in "ct"
-            if inside_call_run and call_id in open_calls:
-                open_calls.discard(call_id)
-                letters.append("t")
-            else:
-                letters.append("x")
-        else:
-            open_calls = set()
-            letters.append(ROLE_LETTER.get(role, "?"))
-    return "".join(letters)
 
 
 def prompt_key(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
@@ -127,3 +98,26 @@ def tool_result_counts(messages: list[dict[str, Any]]) -> tuple[int, int]:
             content = message.get("content")
             errors += isinstance(content, str) and tool_result_failed(content)
     return results, errors
+
+
+def results_in_call_order(messages: list[dict[str, Any]]) -> bool:
+    """Whether the tool messages after each assistant turn answer its calls in the order it
+    made them. Formats without call ids (ShareGPT: Hermes, LLaMA-Factory) pair results with
+    calls by position, so only such a conversation keeps its pairing there.
+
+    >>> call = lambda i: {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    >>> turn = {"role": "assistant", "content": "", "tool_calls": [call("a"), call("b")]}
+    >>> results_in_call_order([turn, {"role": "tool", "tool_call_id": "b"}, {"role": "tool", "tool_call_id": "a"}])
+    False
+    """
+    expected: list[Any] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            expected = [call.get("id") for call in message.get("tool_calls") or []]
+        elif message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id in expected:
+                if expected[0] != call_id:
+                    return False
+                expected.pop(0)
+    return True

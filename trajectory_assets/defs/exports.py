@@ -32,6 +32,7 @@ from trajectory_assets.io.trajectory_table import StoredTrajectories
 CHECK_DESCRIPTIONS = {
     "contract": "every row satisfies {contract}",
     "no_split_leak": "no prompt (prompt_key) appears in both train and validation",
+    "arrow_schema": "every JSON line has the Arrow types its dataset card declares",
     "dpo_margin": "every pair's quality_difference >= dpo.min_margin",
     "token_budget": "with a tokenizer, every row's chat-template length <= {family}.max_tokens",
 }

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
 from schemas.dpo import DpoSchema
@@ -22,9 +21,7 @@ SCHEMA = pa.schema([("prompt", JSON), ("chosen", JSON), ("rejected", JSON), *PAI
 
 
 def render(item: PairItem) -> dict[str, Any]:
-    prompt, chosen, rejected, columns = item.parts
-    tools = None if item.tools_json is None else orjson.Fragment(item.tools_json)  # copied as stored
-    return {**columns, "record": item.record(prompt, chosen, rejected, tools)}
+    return item.record(*item.parts, item.tools)
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

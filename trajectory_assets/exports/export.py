@@ -16,15 +16,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import pandera.pandas as pandera
 import pyarrow as pa
 
-from schemas.validation import declared_dtypes
+from schemas.export_row import ExportRowSchema
 
 SEED_GROUP = "exports"  # the formats of the seed specs
 FLAVORS_GROUP = "trainer_flavors"  # the same units in the form a trainer reads
-# the contract columns every export's frame derives itself rather than its renderer
-DERIVED_COLUMNS = ("split", "fields")
 
 
 @dataclass
@@ -50,12 +47,13 @@ class ReadBack:
 class Export:
     name: str  # also the folder under exports/ and the CLI's name for it
     family: str  # sft / dpo / grpo
-    # the family's unit (SftItem, PairItem, TaskItem) -> the contract's flat columns + ``record``;
-    # raises Unrepresentable for a unit this export cannot express
+    # the family's unit (SftItem, PairItem, TaskItem) -> the row to write, as a dict in field
+    # order; raises Unrepresentable for a unit this export cannot express
     render: Callable[[Any], dict[str, Any]]
     # a written row (as a reader of the file gets it) -> the canonical chat it holds
     read_back: Callable[[Mapping[str, Any]], ReadBack]
-    contract: type[pandera.DataFrameModel]
+    # checks the written rows, through its ``row(record)`` (``schemas/export_row.py``)
+    contract: type[ExportRowSchema]
     # the Arrow types of its rows: Parquet is written with them, every JSON-lines row is
     # checked against them, and the dataset card declares them to HF datasets
     arrow_schema: pa.Schema
@@ -85,10 +83,3 @@ class Export:
     def column_descriptions(self) -> dict[str, str]:
         """What each field of the written rows holds, in the schema's order."""
         return {name: self.fields[name] for name in self.arrow_schema.names}
-
-    @cached_property
-    def frame(self) -> dict[str, Any]:
-        """The dtypes of the renderer's flat columns: the contract's columns but ``split``
-        (added from ``prompt_key``) and ``fields`` (from the record), as the contract declares
-        them (strings Arrow-backed)."""
-        return {name: dtype for name, dtype in declared_dtypes(self.contract).items() if name not in DERIVED_COLUMNS}

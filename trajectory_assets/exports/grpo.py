@@ -28,20 +28,10 @@ def render(item: TaskItem) -> dict[str, Any]:
     task, payload = item.task, item.payload
     if payload.request is None:
         raise Unrepresentable("no_request")
-    request = without_token_data(orjson.loads(payload.request))
-    request_input = request.get("input")
-    record = {"responses_create_params": request, **item.task_inputs, "agent_ref": task.agent_ref, **item.summary}
-    return {
-        "task_key": task.task_key,
-        "prompt_key": task.prompt_key,
-        "agent_name": task.agent_ref["name"],
-        "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
-        # what the verifier was given, beside the request: its keys vary by environment, so
-        # the dataset card declares the ones the export holds
-        "input_keys": ",".join(item.task_inputs),
-        "mean_reward": task.mean_reward,
-        "record": record,
-    }
+    # the row ng_prepare_data would write: the request, what the verifier was given beside it
+    # (its keys vary by environment: the dataset card declares the ones the export holds), the agent
+    return {"responses_create_params": without_token_data(orjson.loads(payload.request)), **item.task_inputs,
+            "agent_ref": task.agent_ref, **item.summary}
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

@@ -19,15 +19,14 @@ import orjson
 import pyarrow as pa
 
 from schemas.llama_factory import LlamaFactorySchema
+from trajectory_assets.chat.messages import results_in_call_order
 from trajectory_assets.exports.columns import FIELDS, SHAREGPT_TURNS
 from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
-from trajectory_assets.exports.families.frames import SPLITS, lineage_of
+from trajectory_assets.exports.families.frames import SPLITS
 from trajectory_assets.exports.families.sft import SftItem
 from trajectory_assets.exports.template import arguments_object
 from trajectory_assets.exports.unrepresentable import Unrepresentable
-from schemas.patterns import TURN_SHAPE_PATTERN
-
-FROM_LETTER = {"human": "h", "gpt": "g", "function_call": "f", "observation": "o"}
+from schemas.shapes import LLAMA_FACTORY_LETTER, TURN_SHAPE_PATTERN, turn_shape
 
 # the separator LLaMA-Factory's own OpenAI converter puts between parallel tool results
 # (its templates wrap the whole observation in one <tool_response> block)
@@ -57,6 +56,8 @@ SHAREGPT_TAGS = {
 
 def to_llama_factory(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
     """One ShareGPT row: ``{"conversations", "system", "tools"}`` (both columns strings)."""
+    if not results_in_call_order(messages):
+        raise Unrepresentable("tool_results_out_of_order", "ShareGPT pairs results with calls by position")
     system = ""
     body = messages
     if messages and messages[0].get("role") == "system":
@@ -83,15 +84,10 @@ def to_llama_factory(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     if tool_results:
         conversations.append(_observation(tool_results))
 
-    shape = turn_shape(conversations)
+    shape = turn_shape(conversations, LLAMA_FACTORY_LETTER)
     if not re.match(TURN_SHAPE_PATTERN, shape):
         raise Unrepresentable("breaks_turn_alternation", f"turn shape {shape!r} is not human/gpt alternation")
     return {"conversations": conversations, "system": system, "tools": _tools_column(tools)}
-
-
-def turn_shape(conversations: list[dict[str, str]]) -> str:
-    """One letter per turn (:data:`FROM_LETTER`), so the contract checks alternation with a regex."""
-    return "".join(FROM_LETTER.get(turn.get("from"), "?") for turn in conversations)
 
 
 def dataset_info(name: str, files: dict[str, str]) -> dict[str, Any]:
@@ -161,7 +157,7 @@ def render(item: SftItem) -> dict[str, Any]:
     row = item.row
     record = to_llama_factory(item.messages, item.tools)
     record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
-    return {**lineage_of(row), "turn_shape": turn_shape(record["conversations"]), "record": record}
+    return record
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

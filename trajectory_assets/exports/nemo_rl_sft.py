@@ -35,7 +35,7 @@ def require_final_assistant(messages: list[dict[str, Any]], reason: str) -> None
 def render(item: SftItem) -> dict[str, Any]:
     """NeMo RL's openai_format: the TRL row, which must end with the assistant's turn."""
     require_final_assistant(item.messages, "ends_without_assistant_turn")
-    return item.template_row
+    return item.template_record
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

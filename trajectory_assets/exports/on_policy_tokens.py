@@ -16,7 +16,6 @@ from schemas.token_data import TokensSchema
 from trajectory_assets.chat.token_data import TOKEN_DATA_TYPE, contiguous, token_calls
 from trajectory_assets.exports.columns import FIELDS
 from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
-from trajectory_assets.exports.families.frames import lineage_of
 from trajectory_assets.exports.families.sft import SftItem
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 
@@ -40,17 +39,8 @@ def render(item: SftItem) -> dict[str, Any]:
         if not calls:
             raise Unrepresentable("no_token_data")
     reward = None if pd.isna(row.reward) else row.reward
-    record = {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "reward": reward, "model": row.model,
-              "calls": calls, "contiguous": contiguous(calls)}
-    return {
-        **lineage_of(row),
-        "reward": row.reward,
-        "calls": len(calls),
-        "generated_tokens": sum(len(call["generation_token_ids"]) for call in calls),
-        "aligned": all(len(c["generation_log_probs"]) == len(c["generation_token_ids"]) for c in calls),
-        "contiguous": record["contiguous"],
-        "record": record,
-    }
+    return {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "reward": reward, "model": row.model,
+            "calls": calls, "contiguous": contiguous(calls)}
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

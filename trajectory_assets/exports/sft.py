@@ -14,14 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 import pandas as pd
 import pyarrow as pa
 
 from schemas.sft import SftSchema
 from trajectory_assets.exports.columns import FIELDS, SFT_COLUMNS, SFT_LINEAGE
 from trajectory_assets.exports.export import Export, ReadBack
-from trajectory_assets.exports.families.frames import lineage_of
 from trajectory_assets.exports.families.sft import SftItem
 from trajectory_assets.io.arrow_rows import JSON
 
@@ -29,17 +27,18 @@ SCHEMA = pa.schema([("messages", JSON), ("tools", JSON), *SFT_COLUMNS])
 
 
 def render(item: SftItem) -> dict[str, Any]:
+    """The trajectory's messages and tools as stored; reward and task type when recorded."""
     row = item.row
-    record: dict[str, Any] = {"messages": orjson.Fragment(row.messages)}  # copied as stored, not re-encoded
-    if row.tools is not None:
-        record["tools"] = orjson.Fragment(row.tools)
+    record: dict[str, Any] = {"messages": item.messages}
+    if item.tools is not None:
+        record["tools"] = item.tools
     if not pd.isna(row.reward):
         record["reward"] = row.reward
     if row.task_type is not None:
         record["task_type"] = row.task_type
     record["trajectory_id"] = row.trajectory_id
     record["task_key"] = row.task_key
-    return {**lineage_of(row), "role_shape": row.role_shape, "reward": row.reward, "record": record}
+    return record
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

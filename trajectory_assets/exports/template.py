@@ -84,19 +84,6 @@ def _template_call(call: dict[str, Any]) -> dict[str, Any]:
             "function": {"name": function.get("name"), "arguments": arguments_object(function)}}
 
 
-def value_types(messages: list[dict[str, Any]]) -> str:
-    """The Python types of every ``content`` and tool-call ``arguments`` value, as sorted
-    ``content:<type>`` / ``arguments:<type>`` tokens joined by commas: the contracts require
-    ``schemas.patterns.TEMPLATE_VALUE_TYPES`` (text content, object arguments)."""
-    types = {f"content:{type(message.get('content')).__name__}" for message in messages}
-    types |= {
-        f"arguments:{type(call.get('function', {}).get('arguments')).__name__}"
-        for message in messages
-        for call in message.get("tool_calls") or []
-    }
-    return ",".join(sorted(types))
-
-
 def json_value(value: Any) -> Any:
     """A JSON field as a reader of the file gets it, decoded: Parquet hands a JSON-typed
     value back as its text, a JSON-lines reader as the value itself.

@@ -22,9 +22,8 @@ SCHEMA = pa.schema([("prompt", MESSAGES_TYPE), ("chosen", MESSAGES_TYPE), ("reje
 
 
 def render(item: PairItem) -> dict[str, Any]:
-    prompt, chosen, rejected, _ = item.template_parts
-    # always present (null without tools), so the column has one type
-    return item.template_columns({**item.record(prompt, chosen, rejected, item.tools), "tools": item.tools})
+    # tools always present (null without tools), so the column has one type
+    return {**item.record(*item.template_parts, item.tools), "tools": item.tools}
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

@@ -10,7 +10,6 @@ from typing import Any
 import pyarrow as pa
 
 from schemas.trl import TrlGrpoSchema
-from trajectory_assets.chat.messages import role_shape
 from trajectory_assets.exports.columns import FIELDS, TASK_LINEAGE, TASK_SUMMARY
 from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
 from trajectory_assets.exports.families.grpo import TaskItem
@@ -20,7 +19,6 @@ from trajectory_assets.exports.template import (
     from_template,
     template_messages,
     tools_from_template,
-    value_types,
 )
 
 SCHEMA = pa.schema([
@@ -35,18 +33,9 @@ SCHEMA = pa.schema([
 
 def render(item: TaskItem) -> dict[str, Any]:
     task = item.task
-    prompt = template_messages(item.prompt)
-    record = {"prompt": prompt, "tools": item.tools, "ground_truth": item.ground_truth,
-              "agent_name": task.agent_ref["name"], "task_type": task.task_type, **item.summary}
-    return {
-        "task_key": task.task_key,
-        "prompt_key": task.prompt_key,
-        "prompt_shape": role_shape(prompt),
-        "mean_reward": task.mean_reward,
-        "value_types": value_types(prompt),
-        "tools_type": type(item.tools).__name__,
-        "record": record,
-    }
+    # every column besides prompt reaches TRL's reward functions as a keyword argument
+    return {"prompt": template_messages(item.prompt), "tools": item.tools, "ground_truth": item.ground_truth,
+            "agent_name": task.agent_ref["name"], "task_type": task.task_type, **item.summary}
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

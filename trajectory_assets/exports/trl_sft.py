@@ -26,7 +26,7 @@ SCHEMA = pa.schema([("messages", MESSAGES_TYPE), ("tools", TOOLS_TYPE), *SFT_COL
 
 
 def render(item: SftItem) -> dict[str, Any]:
-    return item.template_row
+    return item.template_record
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

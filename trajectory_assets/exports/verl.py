@@ -30,7 +30,6 @@ import pandas as pd
 import pyarrow as pa
 
 from schemas.verl import VerlSchema
-from trajectory_assets.chat.messages import role_shape
 from trajectory_assets.exports.columns import FIELDS
 from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
 from trajectory_assets.exports.families.grpo import TaskItem
@@ -40,7 +39,6 @@ from trajectory_assets.exports.template import (
     from_template,
     template_messages,
     tools_from_template,
-    value_types,
 )
 from trajectory_assets.io.arrow_rows import JSON
 
@@ -119,7 +117,7 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
 
 def render(item: TaskItem) -> dict[str, Any]:
     task, prompt = item.task, item.prompt
-    row = verl_row(
+    return verl_row(
         prompt=prompt,
         data_source=task.agent_ref["name"],  # the environment: what picks the reward function
         ability=task.task_type or "agent",
@@ -133,17 +131,6 @@ def render(item: TaskItem) -> dict[str, Any]:
         mean_reward=None if pd.isna(task.mean_reward) else float(task.mean_reward),
         trajectory_ids=task.trajectory_ids,
     )
-    return {
-        "task_key": task.task_key,
-        "prompt_key": task.prompt_key,
-        "data_source": row["data_source"],
-        "ability": row["ability"],
-        "prompt_shape": role_shape(prompt),
-        "index": item.index,
-        "mean_reward": task.mean_reward,
-        "value_types": value_types(row["prompt"]),
-        "record": row,
-    }
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

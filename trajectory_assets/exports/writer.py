@@ -29,7 +29,7 @@ from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, Traje
 from trajectory_assets.exports.manifest import build_manifest, describe
 from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.token_budget import OVER_BUDGET, TokenBudget
-from trajectory_assets.io.arrow_rows import hf_features
+from trajectory_assets.io.arrow_rows import hf_features, schema_violations
 from trajectory_assets.io.export_files import StagedExport
 from trajectory_assets.io.storage import Storage
 from trajectory_assets.memory import chunk_memory, release_memory
@@ -45,7 +45,7 @@ CONTRACT_BLOCK_ROWS = 20_000
 @dataclass
 class CheckOutcome:
     """One check of an export: the contract's (with its result), ``no_split_leak``,
-    ``dpo_margin``, ``token_budget``."""
+    ``arrow_schema`` (JSON lines), ``dpo_margin``, ``token_budget``."""
 
     name: str
     passed: bool
@@ -78,7 +78,8 @@ class Broken:
 
 def check_names(export: Export) -> list[str]:
     """The checks every build of ``export`` reports."""
-    return ["contract", "no_split_leak", *(["dpo_margin"] if export.checks_margin else []), "token_budget"]
+    return ["contract", "no_split_leak", *(["arrow_schema"] if export.file_format == "jsonl" else []),
+            *(["dpo_margin"] if export.checks_margin else []), "token_budget"]
 
 
 class ExportWriter:
@@ -96,7 +97,10 @@ class ExportWriter:
         self.excluded: Counter = Counter()
         self.contract = ChunkedContract(export.contract, block_rows=CONTRACT_BLOCK_ROWS)
         self.first_line: str | None = None
-        self.input_keys: set[str] = set()  # top-level fields beyond the schema's (GRPO's verifier inputs)
+        # JSON-lines rows whose values do not have the Arrow types the dataset card declares
+        self.off_schema = 0
+        self.off_schema_examples: list[str] = []
+        self.input_keys: set[str] = set()  # every top-level field written (the schema's, GRPO's verifier inputs)
         # line_chars: each JSON line's length (a Parquet export has no lines)
         lengths = ("line_chars",) if export.file_format == "jsonl" else ()
         self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*export.measures, "tokens", *lengths)}
@@ -109,14 +113,20 @@ class ExportWriter:
         rows = frame.rows
         self.contract.check(rows)
         if self.export.checks_margin and len(rows):
-            self.below_margin += int((rows["quality_difference"] < self.config.dpo.min_margin).sum())
+            margin = pd.to_numeric(rows["quality_difference"], errors="coerce")
+            self.below_margin += int((margin < self.config.dpo.min_margin).sum())
         if self.max_tokens is not None:
             self.over_budget += int((frame.tokens > self.max_tokens).sum())
         self.measured["tokens"].append(frame.tokens)
         for name in self.export.measures:
-            self.measured[name].append(rows[name].to_numpy(dtype=float, na_value=np.nan))
-        if "input_keys" in rows:
-            self.input_keys.update(key for keys in rows["input_keys"].unique() for key in keys.split(",") if key)
+            # coerced: a value of the wrong type fails the contract, it must not stop the step
+            self.measured[name].append(pd.to_numeric(rows[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan))
+        for fields in rows["fields"].unique():  # beyond the schema's: the verifier's inputs of GRPO rows
+            self.input_keys.update(fields.split(","))
+        if self.export.file_format == "jsonl":  # a Parquet file is written with the schema itself
+            bad, problems = schema_violations(frame.records, self.export.arrow_schema)
+            self.off_schema += bad
+            self.off_schema_examples += problems[: 5 - len(self.off_schema_examples)]
         for split in SPLITS:
             in_split = (rows["split"] == split).to_numpy(dtype=bool)
             records = [frame.records[i] for i in np.flatnonzero(in_split)]
@@ -140,6 +150,10 @@ class ExportWriter:
             CheckOutcome("contract", contract.passed, contract=contract),
             CheckOutcome("no_split_leak", not leaked, {"leaked_prompts": leaked}),
         ]
+        if self.export.file_format == "jsonl":
+            checks.append(CheckOutcome("arrow_schema", self.off_schema == 0,
+                                       {"rows_off_schema": self.off_schema,
+                                        "examples": "; ".join(self.off_schema_examples) or "none"}))
         if self.export.checks_margin:
             checks.append(CheckOutcome("dpo_margin", self.below_margin == 0,
                                        {"min_margin": self.config.dpo.min_margin, "below_margin": self.below_margin}))
@@ -148,7 +162,7 @@ class ExportWriter:
                                     "max_tokens": self.max_tokens or 0, "over_budget": self.over_budget}))
         if not all(check.passed for check in checks):
             self.discard()
-            return Broken(self.export, checks, contract.summary(5))
+            return Broken(self.export, checks, contract.summary(5) + self.off_schema_examples)
         export, store = self.export, self.store
         # the manifest is about to describe new files: never leave the old one beside them
         store.remove(layout.export_manifest(export.name))

@@ -37,6 +37,78 @@ def table_from_records(records: list[dict[str, Any]], schema: pa.Schema) -> pa.T
     return pa.Table.from_pylist(encoded, schema=storage).cast(schema)
 
 
+def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: int = 5) -> tuple[int, list[str]]:
+    """How many of ``records`` do not have the Arrow types of ``schema`` (a value of another
+    type, or a key a struct does not declare), and the first ``limit`` problems. What a
+    dataset card declares is then what every JSON line holds, as ``datasets`` casts it.
+    Fields of JSON type take any JSON value; a record's top-level fields beyond the schema
+    are its own (declared beside it). Rows are checked all at once, one by one only when a
+    check fails.
+
+    >>> schema = pa.schema([("turns", pa.list_(pa.struct([("from", pa.string())]))), ("n", pa.int64())])
+    >>> bad, problems = schema_violations([{"turns": [{"from": "h"}], "n": 1},
+    ...                                    {"turns": [{"from": "h", "to": "g"}], "n": "2"}], schema)
+    >>> bad, problems[0], problems[1].startswith("row 1: n: Could not convert '2'")
+    (1, "row 1: turns[0] has a key the schema lacks: 'to'", True)
+    """
+    checked = pa.schema([f for f in schema if f.type != JSON])  # a JSON field holds any value
+    nested = [f for f in checked if _has_struct(f.type)]
+    problems: dict[int, list[str]] = {}
+    for position, record in enumerate(records):
+        for f in nested:
+            extra = _extra_key(record.get(f.name), f.type, f.name)
+            if extra:
+                problems.setdefault(position, []).append(extra)
+    try:
+        table_from_records([{name: record.get(name) for name in checked.names} for record in records], checked)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        for position, record in enumerate(records):
+            try:
+                table_from_records([{name: record.get(name) for name in checked.names}], checked)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as error:
+                problems.setdefault(position, []).append(_type_problem(record, checked, error))
+    found = [f"row {position}: {problem}" for position in sorted(problems) for problem in problems[position]]
+    return len(problems), found[:limit]
+
+
+def _has_struct(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_struct(arrow_type):
+        return True
+    return pa.types.is_list(arrow_type) and _has_struct(arrow_type.value_type)
+
+
+def _extra_key(value: Any, arrow_type: pa.DataType, where: str) -> str | None:
+    """The first key of ``value`` that a struct of ``arrow_type`` does not declare."""
+    if value is None:
+        return None
+    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
+        names = {f.name for f in arrow_type}
+        extra = next((key for key in value if key not in names), None)
+        if extra is not None:
+            return f"{where} has a key the schema lacks: {extra!r}"
+        for f in arrow_type:
+            if _has_struct(f.type):
+                found = _extra_key(value.get(f.name), f.type, f"{where}.{f.name}")
+                if found:
+                    return found
+    elif pa.types.is_list(arrow_type) and isinstance(value, list) and _has_struct(arrow_type.value_type):
+        for index, item in enumerate(value):
+            found = _extra_key(item, arrow_type.value_type, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def _type_problem(record: dict[str, Any], schema: pa.Schema, error: Exception) -> str:
+    """Which field of a record Arrow could not take, and why."""
+    for f in schema:
+        try:
+            table_from_records([{f.name: record.get(f.name)}], pa.schema([f]))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as field_error:
+            return f"{f.name}: {str(field_error).splitlines()[0][:200]}"
+    return str(error).splitlines()[0][:200]
+
+
 def hf_features(schema: pa.Schema) -> list[dict[str, Any]]:
     """The YAML ``dataset_info.features`` list of a dataset card, one entry per column."""
     return [{"name": f.name, **_yaml_type(f.type)} for f in schema]

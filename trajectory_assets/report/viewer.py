@@ -1,26 +1,18 @@
 """Export rows -> what the report page's trajectory viewer shows (no Dagster, no HTML).
 
-Any export's row is read by its shape, not by the export's name, so a flavor added later
-is shown without a change here:
+Every row is read back by its own export (``read_back`` of its module in ``exports/``) as
+the canonical chat it holds, so the viewer applies each format's rules exactly as its
+round-trip tests check them, and an export added later is shown without a change here:
 
-- ``messages`` (+ ``tools``): a chat (SFT, TRL SFT, ...);
-- ``conversations`` (+ ``system``, ``tools``): ShareGPT, Hermes markup (``<think>``,
-  ``<tool_call>``, ``<tool_response>``) or LLaMA-Factory turns (``function_call``,
-  ``observation``);
-- ``chosen`` + ``rejected`` (+ ``prompt``), or NeMo RL's ``context`` + ``completions``
-  ``[{rank, completion}]``: a preference pair, shown side by side;
-- ``prompt`` or ``responses_create_params``: a task (GRPO family), shown with its
-  rollouts' rewards;
-- ``calls`` of token data (``prompt_token_ids``, ``generation_token_ids``, ...): a token
-  row (``on_policy_tokens``), one turn per model call with its token counts;
-- anything else: the row itself, as JSON.
+- a conversation (SFT family): its messages and tools;
+- a preference pair (DPO family): the shared prompt, then both sides side by side;
+- a task (GRPO family): its prompt, with its rollouts' rewards;
+- a token row (``calls`` of token data): one turn per model call with its token counts;
+- a row its export cannot read back (or of an unknown export): the row itself, as JSON.
 
-Messages may be Chat Completions messages or Responses API items, contents strings or
-parts, tool-call arguments JSON strings or objects. The conversion is tolerant on purpose:
-the converters in ``formats/`` reject what breaks their rules, the viewer has to show
-every row as it is. Every text is cut to a bound (a 20 MB answer shows its first
-characters and how many more there are), and each sample has a budget of characters, so
-the page stays small whatever the rows hold. The page escapes every text it shows.
+Every text is cut to a bound (a 20 MB answer shows its first characters and how many more
+there are), and each sample has a budget of characters, so the page stays small whatever the
+rows hold. The page escapes every text it shows.
 """
 
 from __future__ import annotations
@@ -32,8 +24,8 @@ from typing import Any
 import orjson
 
 from trajectory_assets.chat.messages import tool_result_failed
-from trajectory_assets.sources.hermes import CALL_NAME, THINK_BLOCK, TOOL_CALL_BLOCK, TOOL_RESPONSE_BLOCK
-from trajectory_assets.exports.llama_factory import TOOL_RESULT_JOINER
+from trajectory_assets.exports.export import ReadBack
+from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
 TEXT_LIMIT = 2_000  # characters of one text (a message, reasoning, arguments, a result) shown
 SAMPLE_BUDGET = 16_000  # characters of one sample's conversations shown; the rest is counted
@@ -43,12 +35,7 @@ FACT_LIMIT = 160  # characters of one scalar field shown among a sample's facts
 SHOWN_FIELDS = frozenset({"messages", "conversations", "system", "tools", "prompt", "chosen", "rejected", "context",
                           "completions", "responses_create_params", "calls"})
 
-ROLE_OF = {
-    "system": "system", "developer": "system",
-    "user": "user", "human": "user",
-    "assistant": "assistant", "gpt": "assistant", "model": "assistant", "function_call": "assistant",
-    "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool",
-}
+ROLE_OF = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # fields shown as the trajectory a row is made of: (field, what the row calls it)
 REFERENCE_FIELDS = (("trajectory_id", "trajectory"), ("chosen_id", "chosen"), ("rejected_id", "rejected"),
                     ("trajectory_ids", "rollout"))
@@ -79,20 +66,24 @@ def margin_of(row: Mapping[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def row_shape(row: Mapping[str, Any]) -> str:
-    if ("chosen" in row and "rejected" in row) or ("context" in row and "completions" in row):
-        return "preference"
-    calls = row.get("calls")
-    if isinstance(calls, list) and calls and all(isinstance(c, Mapping) and "generation_token_ids" in c
-                                                 for c in calls):
-        return "tokens"
-    if "messages" in row:
-        return "chat"
-    if "conversations" in row:
-        return "sharegpt"
-    if "prompt" in row or "responses_create_params" in row:
-        return "task"
-    return "raw"
+def read_back(export: str, row: Mapping[str, Any]) -> tuple[str, ReadBack | None]:
+    """(the row's shape, its canonical chat), read back by its export; ("raw", None) when
+    the export is unknown or cannot read the row."""
+    known = EXPORTS_BY_NAME.get(export)
+    if known is None:
+        return "raw", None
+    try:
+        back = known.read_back(row)
+    except Exception:  # a row the export's rules cannot read: shown as it is stored
+        return "raw", None
+    sides = (back.messages, back.chosen or [], back.rejected or [], back.calls or [])
+    if not all(isinstance(side, list) and all(isinstance(item, Mapping) for item in side) for side in sides):
+        return "raw", None
+    if back.calls is not None:
+        return "tokens", back
+    if back.chosen is not None or back.rejected is not None:
+        return "preference", back
+    return ("task" if known.family == "grpo" else "chat"), back
 
 
 # ------------------------------------------------------------------ the view model
@@ -190,36 +181,27 @@ def view_sample(export: str, split: str, position: int, row: Mapping[str, Any],
     """One export row as the viewer shows it; ``trajectories`` holds (at least) the
     trajectories the row refers to."""
     budget = _Budget(SAMPLE_BUDGET)
-    shape = row_shape(row)
+    shape, back = read_back(export, row)
     refs = trajectory_refs(row)
     sample = Sample(
         export=export, split=split, position=position, shape=shape, facts=_facts(row),
         sources=[_source(role, trajectory_id, trajectories.get(trajectory_id)) for role, trajectory_id in refs],
         raw=clip(_pretty(row), RAW_LIMIT),
     )
-    tools = _tool_names(row)
-    if shape == "chat":
-        sample.conversation = _conversation(row.get("messages"), tools, budget)
-    elif shape == "sharegpt":
-        sample.conversation = _sharegpt(row.get("conversations"), row.get("system"), tools, budget)
-    elif shape == "preference":
-        _preference(sample, row, tools, budget, trajectories)
-    elif shape == "task":
-        request = row.get("responses_create_params")
-        if isinstance(request, Mapping):
-            items = request.get("input")
-            items = [{"role": "user", "content": items}] if isinstance(items, str) else items
-            if isinstance(request.get("instructions"), str):
-                items = [{"role": "system", "content": request["instructions"]}, *(items or [])]
-        else:
-            items = row.get("prompt")
-        sample.conversation = _conversation(items, tools, budget)
+    if back is None:
+        return sample
+    tools = _tool_names(back.tools)
+    if shape == "preference":
+        _preference(sample, row, back, tools, budget)
+    elif shape == "tokens":
+        sample.conversation = Conversation(turns=[_token_call(number, call) for number, call in
+                                                  enumerate(back.calls, start=1)])
+    else:
+        sample.conversation = _conversation(back.messages, tools, budget)
+    if shape == "task":
         rollouts = [_rollout(trajectory_id, trajectories.get(trajectory_id))
                     for role, trajectory_id in refs if role == "rollout"]
         sample.rollouts = sorted(rollouts, key=lambda r: (r.reward is None, -(r.reward or 0.0)))
-    elif shape == "tokens":
-        sample.conversation = Conversation(turns=[_token_call(number, call) for number, call in
-                                                  enumerate(row["calls"], start=1)])
     return sample
 
 
@@ -235,21 +217,12 @@ def _token_call(number: int, call: Mapping[str, Any]) -> Turn:
     return Turn(role="assistant", label="model call", text=Text(text))
 
 
-def _preference(sample: Sample, row: Mapping[str, Any], tools: list[str], budget: _Budget,
-                trajectories: Mapping[str, TrajectoryInfo]) -> None:
-    if "completions" in row:  # NeMo RL: rank 0 is preferred
-        prompt = row.get("context")
-        ranked = sorted((c for c in row.get("completions") or [] if isinstance(c, Mapping)),
-                        key=lambda c: c.get("rank") if isinstance(c.get("rank"), (int, float)) else 1e9)
-        chosen = ranked[0].get("completion") if ranked else None
-        rejected = ranked[-1].get("completion") if len(ranked) > 1 else None
-    else:
-        prompt, chosen, rejected = row.get("prompt"), row.get("chosen"), row.get("rejected")
-    sample.conversation = _conversation(prompt, tools, budget) if prompt else None
+def _preference(sample: Sample, row: Mapping[str, Any], back: ReadBack, tools: list[str], budget: _Budget) -> None:
+    sample.conversation = _conversation(back.messages, tools, budget) if back.messages else None
     # each side gets half of what is left, so a long chosen answer never hides the rejected one
     half = _Budget(budget.left // 2)
-    sample.chosen = _conversation(chosen, [], half, default_role="assistant")
-    sample.rejected = _conversation(rejected, [], _Budget(budget.left // 2), default_role="assistant")
+    sample.chosen = _conversation(back.chosen or [], [], half)
+    sample.rejected = _conversation(back.rejected or [], [], _Budget(budget.left // 2))
     rewards = {source.role: source.reward for source in sample.sources}
     sample.reward_chosen = _number(row.get("reward_chosen"), rewards.get("chosen"))
     sample.reward_rejected = _number(row.get("reward_rejected"), rewards.get("rejected"))
@@ -296,24 +269,13 @@ def _facts(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     return facts
 
 
-def _tool_names(row: Mapping[str, Any]) -> list[str]:
-    request = row.get("responses_create_params")
-    extra = row.get("extra_info")
-    for tools in (row.get("tools"), request.get("tools") if isinstance(request, Mapping) else None,
-                  extra.get("tools") if isinstance(extra, Mapping) else None):
-        if isinstance(tools, str) and tools.strip():
-            try:
-                tools = orjson.loads(tools)
-            except orjson.JSONDecodeError:
-                return []
-        if isinstance(tools, list) and tools:
-            names = []
-            for tool in tools:
-                if isinstance(tool, Mapping):
-                    function = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
-                    names.append(str(function.get("name", "?")))
-            return names
-    return []
+def _tool_names(tools: list[Any] | None) -> list[str]:
+    names = []
+    for tool in tools or []:
+        if isinstance(tool, Mapping):
+            function = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+            names.append(str(function.get("name", "?")))
+    return names
 
 
 # ------------------------------------------------------------------ conversations
@@ -419,38 +381,13 @@ class _Builder:
                       result_of=call_id if isinstance(call_id, str) else None))
 
 
-def _conversation(items: Any, tools: list[str], budget: _Budget, default_role: str = "user") -> Conversation:
-    """Chat Completions messages or Responses API items (or a bare string)."""
+def _conversation(messages: list[Mapping[str, Any]], tools: list[str], budget: _Budget) -> Conversation:
+    """Canonical chat messages as turns, each tool result beside the call it answers."""
     builder = _Builder(budget)
     builder.conversation.tools = tools
-    if isinstance(items, str):
-        items = [{"role": default_role, "content": items}]
-    for item in items if isinstance(items, list) else []:
-        if not isinstance(item, Mapping):
-            builder.add(Turn("system", "item", builder.text(_pretty(item)), note="not a message"))
-            continue
-        kind = item.get("type")
-        if kind == "function_call":
-            turn = _last_assistant(builder)
-            builder.call(turn, item.get("name"), item.get("arguments"), item.get("call_id") or item.get("id"))
-        elif kind == "function_call_output":
-            builder.result("function_call_output", item.get("output"), item.get("call_id"))
-        elif kind == "reasoning":
-            parts = item.get("summary") or item.get("content") or []
-            text = "\n".join(p.get("text", "") for p in parts if isinstance(p, Mapping))
-            builder.assistant("reasoning", reasoning=text)
-        elif "role" in item:
-            _message(builder, item)
-        else:
-            builder.add(Turn("system", str(kind or "item"), builder.text(_pretty(item)), note="not a message"))
+    for message in messages:
+        _message(builder, message)
     return builder.conversation
-
-
-def _last_assistant(builder: _Builder) -> Turn:
-    turns = builder.conversation.turns
-    if turns and turns[-1].role == "assistant":
-        return turns[-1]
-    return builder.assistant("assistant")
 
 
 def _message(builder: _Builder, message: Mapping[str, Any]) -> None:
@@ -469,63 +406,3 @@ def _message(builder: _Builder, message: Mapping[str, Any]) -> None:
                 builder.call(turn, function.get("name"), function.get("arguments"), call.get("id"))
         return
     builder.add(Turn(role, label, builder.text(text), note=note))
-
-
-def _sharegpt(turns: Any, system: Any, tools: list[str], budget: _Budget) -> Conversation:
-    """ShareGPT turns: Hermes markup in values, or LLaMA-Factory function_call / observation turns."""
-    builder = _Builder(budget)
-    builder.conversation.tools = tools
-    if isinstance(system, str) and system.strip():
-        builder.add(Turn("system", "system (column)", builder.text(system)))
-    for turn in turns if isinstance(turns, list) else []:
-        if not isinstance(turn, Mapping):
-            continue
-        label = str(turn.get("from"))
-        value = turn.get("value") if isinstance(turn.get("value"), str) else _pretty(turn.get("value"))
-        role = ROLE_OF.get(label, "system")
-        if role == "assistant":
-            _sharegpt_assistant(builder, label, value)
-        elif role == "tool":
-            blocks = TOOL_RESPONSE_BLOCK.findall(value) or value.split(TOOL_RESULT_JOINER)
-            for block in blocks:
-                response = _parse_json_or_none(block)
-                if isinstance(response, Mapping) and "content" in response:  # Hermes: {tool_call_id, name, content}
-                    content = response["content"]
-                    builder.result(label, content if isinstance(content, str) else _pretty(content),
-                                   response.get("tool_call_id"), response.get("name"))
-                else:
-                    builder.result(label, block)
-        else:
-            builder.add(Turn(role, label, builder.text(value)))
-    return builder.conversation
-
-
-def _sharegpt_assistant(builder: _Builder, label: str, value: str) -> None:
-    reasoning = "\n\n".join(part.strip() for part in THINK_BLOCK.findall(value))
-    visible = THINK_BLOCK.sub("", value)
-    calls = TOOL_CALL_BLOCK.findall(visible)
-    visible = TOOL_CALL_BLOCK.sub("", visible)
-    if label == "function_call":  # LLaMA-Factory: the value is a JSON list (or object) of {name, arguments}
-        parsed = _parse_json_or_none(visible.strip())
-        if parsed is not None:
-            calls, visible = (parsed if isinstance(parsed, list) else [parsed]), ""
-    turn = builder.assistant(label, visible, reasoning)
-    for raw in calls:
-        call = _parse_json_or_none(raw) if isinstance(raw, str) else raw
-        if isinstance(call, Mapping):
-            builder.call(turn, call.get("name"), call.get("arguments", {}), call.get("id"))
-        else:
-            builder.call(turn, _call_name(raw), raw)
-
-
-def _call_name(raw: Any) -> str:
-    found = CALL_NAME.search(raw) if isinstance(raw, str) else None
-    return found.group(1) if found else "?"
-
-
-def _parse_json_or_none(text: str) -> Any:
-    """The JSON value of a text, or None when it is not JSON (shown as text, then)."""
-    try:
-        return orjson.loads(text.strip())
-    except orjson.JSONDecodeError:
-        return None

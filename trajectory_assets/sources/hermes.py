@@ -33,7 +33,7 @@ another call already holds it; a call that no response answers keeps a generated
 Where a matched response goes:
 
 - answering a call of the latest gpt turn: its own ``tool`` message, right after that
-  turn's calls (the canonical role rules, ``schemas.patterns.ROLE_SHAPE_PATTERN``);
+  turn's calls (the canonical role rules, ``schemas.shapes.ROLE_SHAPE_PATTERN``);
 - answering a call of an earlier gpt turn (the model went on without the result): a tool
   message there would break the role rules and moving it would claim the model saw a
   result it did not, so it is kept in ``metadata["late_tool_responses"]`` (``turn``,
@@ -423,57 +423,6 @@ def _parse_json_or_none(text: str) -> Any:
 
 
 # ---------------------------------------------------------------- rendering
-
-
-def render_hermes(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-    """Canonical messages -> Hermes ShareGPT turns, normalized as the seed describes."""
-    hermes_tools = [
-        {"name": t["function"]["name"], "description": t["function"].get("description", ""),
-         "parameters": t["function"].get("parameters", {}), "required": None}
-        for t in tools or []
-    ]
-    system = SYSTEM_TEMPLATE.format(tools=json.dumps(hermes_tools, ensure_ascii=False))
-    turns: list[dict[str, str]] = []
-    own_system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
-    turns.append({"from": "system", "value": f"{own_system}\n\n{system}" if own_system else system})
-    call_names: dict[str, str] = {}
-    pending_responses: list[str] = []
-    for message in messages[1:] if own_system else messages:
-        role = message["role"]
-        if role != "tool" and pending_responses:
-            turns.append({"from": "tool", "value": "\n".join(pending_responses)})
-            pending_responses = []
-        if role == "user":
-            turns.append({"from": "human", "value": _text(message["content"])})
-        elif role == "assistant":
-            turns.append({"from": "gpt", "value": _render_assistant(message, call_names)})
-        elif role == "tool":
-            content = _text(message["content"])
-            parsed = _parse_json_or_none(content) if content.lstrip()[:1] in ("{", "[") else None
-            response = {"tool_call_id": message["tool_call_id"], "name": call_names.get(message["tool_call_id"], ""),
-                        "content": parsed if parsed is not None else content}
-            pending_responses.append(f"<tool_response>\n{json.dumps(response, ensure_ascii=False)}\n</tool_response>")
-    if pending_responses:
-        turns.append({"from": "tool", "value": "\n".join(pending_responses)})
-    return turns
-
-
-def _render_assistant(message: dict[str, Any], call_names: dict[str, str]) -> str:
-    value = f"<think>\n{message.get('reasoning_content', '')}\n</think>\n" if message.get("reasoning_content") \
-        else "<think>\n</think>\n"
-    parts = [_text(message.get("content") or "")] if message.get("content") else []
-    for call in message.get("tool_calls", []):
-        call_names[call["id"]] = call["function"]["name"]
-        arguments = _parse_json_or_none(call["function"]["arguments"])
-        body = {"name": call["function"]["name"], "arguments": arguments if isinstance(arguments, dict) else {}}
-        parts.append(f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>")
-    return value + "\n".join(parts)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
 
 
 FORMAT = SourceFormat(

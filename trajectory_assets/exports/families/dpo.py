@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from trajectory_assets.chat.messages import divergence_point, role_shape
+from trajectory_assets.chat.messages import divergence_point
 from trajectory_assets.config import DpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
 from trajectory_assets.exports.export import Export
@@ -26,7 +26,7 @@ from trajectory_assets.exports.families.frames import (
     loads_or_none,
     render_all,
 )
-from trajectory_assets.exports.template import template_messages, value_types
+from trajectory_assets.exports.template import template_messages
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 
@@ -116,24 +116,27 @@ class PairItem:
         self.pairing = pairing
         self._payloads = (chosen_payload[0], rejected_payload[0])
 
+    @property
+    def prompt_key(self) -> str:
+        return self.pair.prompt_key
+
     @cached_property
-    def parts(self) -> tuple[list, list, list, dict[str, Any]]:
-        """(prompt, chosen, rejected, the contract's flat pair columns)."""
+    def parts(self) -> tuple[list, list, list]:
+        """(prompt, chosen, rejected): the shared prompt up to where the sides diverge."""
         chosen_messages, rejected_messages = (orjson.loads(payload) for payload in self._payloads)
-        shared, chosen_shape, rejected_shape = _split_pair(chosen_messages, rejected_messages)
-        columns = _pair_columns(self.pair, shared, chosen_shape, rejected_shape)
-        return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:], columns
+        shared = divergence_point(chosen_messages, rejected_messages)
+        if shared == 0:
+            raise Unrepresentable("no_shared_prompt")
+        return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:]
 
     @cached_property
     def tools(self) -> list[dict[str, Any]] | None:
         return loads_or_none(self.tools_json)
 
     @cached_property
-    def template_parts(self) -> tuple[list, list, list, str]:
-        """(prompt, chosen, rejected) as chat templates render them, and their value_types; made once."""
-        prompt, chosen, rejected, _ = self.parts
-        prompt, chosen, rejected = template_messages(prompt), template_messages(chosen), template_messages(rejected)
-        return prompt, chosen, rejected, value_types(prompt + chosen + rejected)
+    def template_parts(self) -> tuple[list, list, list]:
+        """(prompt, chosen, rejected) as chat templates render them; made once."""
+        return tuple(template_messages(messages) for messages in self.parts)
 
     def record(self, prompt: list, chosen: list, rejected: list, tools: Any) -> dict[str, Any]:
         """The pair's row in the seed DPO field order, with the sides given in an export's form."""
@@ -146,11 +149,6 @@ class PairItem:
             "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key,
             "pairing": self.pairing,
         }
-
-    def template_columns(self, record: dict[str, Any]) -> dict[str, Any]:
-        """The flat columns of a pair whose sides are in template form (TRL, NeMo RL)."""
-        return {**self.parts[3], "value_types": self.template_parts[3], "tools_type": type(self.tools).__name__,
-                "record": record}
 
     def cut(self, chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> "PairItem":
         """The same pair with shorter completions (each still starts with its first assistant turn)."""
@@ -194,25 +192,8 @@ def iter_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig, e
 
 def _fit_pair(budget: TokenBudget, item: PairItem) -> tuple[PairItem, int, bool]:
     """The longer side counts, as in TRL and NeMo RL; each side is cut on its own."""
-    prompt, chosen, rejected, _ = item.parts
+    prompt, chosen, rejected = item.parts
     chosen, chosen_tokens, chosen_cut = budget.fit(prompt, chosen, item.tools)
     rejected, rejected_tokens, rejected_cut = budget.fit(prompt, rejected, item.tools)
     cut = chosen_cut or rejected_cut
     return (item.cut(chosen, rejected) if cut else item), max(chosen_tokens, rejected_tokens), cut
-
-
-def _split_pair(chosen_messages: list, rejected_messages: list) -> tuple[int, str, str]:
-    """Where the two conversations diverge (both continue with an assistant turn there)."""
-    shared = divergence_point(chosen_messages, rejected_messages)
-    if shared == 0:
-        raise Unrepresentable("no_shared_prompt")
-    return shared, role_shape(chosen_messages), role_shape(rejected_messages)
-
-
-def _pair_columns(pair, shared: int, chosen_shape: str, rejected_shape: str) -> dict[str, Any]:
-    return {
-        "task_key": pair.task_key, "prompt_key": pair.prompt_key, "chosen_id": pair.chosen_id,
-        "rejected_id": pair.rejected_id, "prompt_shape": chosen_shape[:shared], "chosen_shape": chosen_shape[shared:],
-        "rejected_shape": rejected_shape[shared:], "reward_chosen": pair.reward_chosen,
-        "reward_rejected": pair.reward_rejected, "quality_difference": pair.quality_difference,
-    }

@@ -42,7 +42,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from schemas.validation import ARROW_STRING, cast_columns
+from schemas.export_row import checked_frame
 from trajectory_assets.config import Curation, SplitConfig
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.curation import (
@@ -121,16 +121,15 @@ def split_of(prompt_key: str, config: SplitConfig) -> str:
     return "validation" if bucket < config.validation_fraction else "train"
 
 
-def _frame(rendered: list[dict[str, Any]], dtypes: dict[str, Any],
+def _frame(rendered: list[tuple[str, dict[str, Any]]], export: Export,
            split: SplitConfig) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Renderers' output (flat columns + ``record``) as the flat rows and the records apart."""
-    rows = cast_columns(pd.DataFrame.from_records(rendered, columns=list(dtypes)), dtypes)
-    records = [columns["record"] for columns in rendered]
-    split_by_prompt = {key: split_of(key, split) for key in rows["prompt_key"].unique()}
-    split_column = rows["prompt_key"].map(split_by_prompt).astype(ARROW_STRING)
-    rows.insert(rows.columns.get_loc("task_key") + 1, "split", split_column)
-    rows["fields"] = pd.array([",".join(record) for record in records], dtype=ARROW_STRING)
-    return rows, records
+    """Rendered rows ((prompt_key, record) each) as the frame their contract checks and the
+    records to write."""
+    records = [record for _, record in rendered]
+    prompt_keys = [prompt_key for prompt_key, _ in rendered]
+    split_by_prompt = {key: split_of(key, split) for key in set(prompt_keys)}
+    splits = [split_by_prompt[key] for key in prompt_keys]
+    return checked_frame(export.contract, records, prompt_keys, splits), records
 
 
 def loads_or_none(value: str | None) -> Any:
@@ -174,7 +173,7 @@ def render_all(units: Iterable, exports: dict[str, Export], split: SplitConfig,
                 fit: Fit | None = None) -> dict[str, ExportFrame]:
     """Every unit in every export; a unit one export cannot express is counted for that export
     only, a unit over the token budget (``fit``) for every export of the family."""
-    rendered: dict[str, list[dict[str, Any]]] = {name: [] for name in exports}
+    rendered: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in exports}
     lengths: dict[str, list[float]] = {name: [] for name in exports}
     unrepresentable: dict[str, Counter] = {name: Counter() for name in exports}
     truncated: Counter = Counter()
@@ -189,21 +188,17 @@ def render_all(units: Iterable, exports: dict[str, Export], split: SplitConfig,
                 continue
         for name, export in exports.items():
             try:
-                rendered[name].append(export.render(unit))
+                rendered[name].append((unit.prompt_key, export.render(unit)))
             except Unrepresentable as error:
                 unrepresentable[name][error.reason] += 1
                 continue
             lengths[name].append(tokens)
             truncated[name] += cut
-    return {name: ExportFrame(*_frame(rendered[name], export.frame, split), unrepresentable[name], truncated[name],
+    return {name: ExportFrame(*_frame(rendered[name], export, split), unrepresentable[name], truncated[name],
                               np.array(lengths[name], dtype=float))
             for name, export in exports.items()}
 
 
 def exclusions(excluded: Counter, exports: dict[str, Export], split: SplitConfig) -> dict[str, ExportFrame]:
     """The plan's exclusions, the same for every export of the family."""
-    return {name: ExportFrame(*_frame([], export.frame, split), Counter(excluded)) for name, export in exports.items()}
-
-
-def lineage_of(row) -> dict[str, str]:
-    return {"trajectory_id": row.trajectory_id, "task_key": row.task_key, "prompt_key": row.prompt_key}
+    return {name: ExportFrame(*_frame([], export, split), Counter(excluded)) for name, export in exports.items()}

@@ -83,6 +83,10 @@ class TaskItem:
         self.index = index  # the task's position in the export (verl's extra_info.index)
         self.split = split_of(task.prompt_key, split)
 
+    @property
+    def prompt_key(self) -> str:
+        return self.task.prompt_key
+
     @cached_property
     def prompt(self) -> list[dict[str, Any]]:
         return orjson.loads(self.payload.messages)[: self.payload.prompt_length]

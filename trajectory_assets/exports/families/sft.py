@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from trajectory_assets.chat.messages import role_shape
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
 from trajectory_assets.exports.export import Export
@@ -22,16 +21,15 @@ from trajectory_assets.exports.families.frames import (
     TrajectoryTable,
     curated_trajectories,
     exclusions,
-    lineage_of,
     loads_or_none,
     payload_columns,
     render_all,
 )
-from trajectory_assets.exports.template import template_messages, value_types
+from trajectory_assets.exports.template import template_messages
 from trajectory_assets.exports.token_budget import TokenBudget
 
 PAYLOAD_COLUMNS = [
-    "trajectory_id", "task_key", "prompt_key", "task_type", "reward", "quality_flags", "messages", "tools", "role_shape",
+    "trajectory_id", "task_key", "prompt_key", "task_type", "reward", "quality_flags", "messages", "tools",
 ]
 
 
@@ -56,26 +54,22 @@ class SftItem:
     def tools(self) -> list[dict[str, Any]] | None:
         return loads_or_none(self.row.tools)
 
+    @property
+    def prompt_key(self) -> str:
+        return self.row.prompt_key
+
     @cached_property
-    def template_row(self) -> dict[str, Any]:
-        """The row in the form chat templates render (TRL and NeMo RL share it), made once."""
+    def template_record(self) -> dict[str, Any]:
+        """The row in the form chat templates render (TRL and NeMo RL write it), made once."""
         row = self.row
-        messages = template_messages(self.messages)
-        record = {"messages": messages, "tools": self.tools, "reward": None if pd.isna(row.reward) else row.reward,
-                  "task_type": row.task_type, "trajectory_id": row.trajectory_id, "task_key": row.task_key}
-        return {
-            **lineage_of(row),
-            "role_shape": row.role_shape,
-            "reward": row.reward,
-            "value_types": value_types(messages),
-            "tools_type": type(self.tools).__name__,
-            "record": record,
-        }
+        return {"messages": template_messages(self.messages), "tools": self.tools,
+                "reward": None if pd.isna(row.reward) else row.reward, "task_type": row.task_type,
+                "trajectory_id": row.trajectory_id, "task_key": row.task_key}
 
     def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
         """The same trajectory with only its first ``len(messages)`` messages (a format that
         writes more of the trajectory than its messages must check ``cut_short``)."""
-        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode(), role_shape=role_shape(messages)))
+        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode()))
         item.messages = messages
         item.cut_short = True
         return item
