@@ -12,7 +12,9 @@ HEX_ID = r"^[0-9a-f]{24,64}$"
 class TrajectorySchema(pandera.DataFrameModel):
     trajectory_id: Series[ArrowString] = pandera.Field(
         unique=True, str_matches=HEX_ID, description="SHA-256 of the raw line: the rollout's id everywhere")
-    source_format: Series[ArrowString] = pandera.Field(isin=["nemo_gym", "hermes"], description="the producer's format")
+    # a name of the sources' registry (sources/__init__.py), which alone decides what is a format
+    source_format: Series[ArrowString] = pandera.Field(str_matches=r"^[a-z][a-z0-9_]*$",
+                                                       description="the producer's format")
     source_uri: Series[ArrowString] = pandera.Field(description="URI of the source file")
     source_id: Series[ArrowString] = pandera.Field(description="the source file's path relative to its root's parent")
     source_line: Series[int] = pandera.Field(ge=1, description="the record's line in the source file (1-based)")

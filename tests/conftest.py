@@ -27,7 +27,7 @@ E2E = {
     "test_cli.py", "test_hermes_pipeline.py", "test_hostile_inputs.py", "test_redaction_pipeline.py",
     "conformance/", "defs/test_pipeline.py", "defs/test_automation.py", "defs/test_freshness.py",
     "runs/test_run_plan.py", "test_dagster_internals.py", "report/test_page.py",
-    "exports/test_registry.py",
+    "exports/test_registry.py", "test_extension.py",
 }
 SYSTEM = {"defs/test_dagster_dev.py", "runs/test_runner.py", "deploy/", "trainers/", "io/test_s3.py", "test_faults.py"}
 

@@ -40,7 +40,7 @@ class _Help(argparse.HelpFormatter):
         if action.dest == "exports":
             from trajectory_assets.exports.registry import EXPORTS
 
-            return f"{action.help}: {', '.join(spec.name for spec in EXPORTS)}"
+            return f"{action.help}: {', '.join(export.name for export in EXPORTS)}"
         return super()._get_help_string(action)
 
 

@@ -226,7 +226,7 @@ def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
         automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
         from trajectory_assets.exports.registry import EXPORTS
 
-        datasets = [spec.asset_name for spec in EXPORTS] + ["stats_report"]
+        datasets = [export.asset_name for export in EXPORTS] + ["stats_report"]
         assert [name for name in datasets if automation.get_num_requested(dg.AssetKey(name)) != 1] == []
         assert automation.total_requested == len(datasets)
         assert len(instance.get_run_records()) == runs_before + 2  # the re-run and the changed batch's run

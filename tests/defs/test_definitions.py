@@ -78,7 +78,7 @@ def test_the_ui_shows_the_columns_of_the_written_files_each_described():
     def columns(asset: str) -> list:
         return graph.get(dg.AssetKey(asset)).metadata["dagster/column_schema"].columns
 
-    expected = {spec.asset_name: spec.arrow_schema.names for spec in EXPORTS}
+    expected = {export.asset_name: export.arrow_schema.names for export in EXPORTS}
     expected["validated_trajectories"] = TRAJECTORY_ARROW_SCHEMA.names
     expected["quarantined_records"] = ["source", "line", "reason", "detail", "raw"]
     for asset, names in expected.items():

@@ -56,7 +56,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     batch_partitions = {e.event_specific_data.materialization.partition for e in events
                         if e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key.to_user_string() == "raw_rollouts"}
     assert len(batch_partitions) == 3  # one partition per sample file, all three in one run
-    exports = [kind.asset_name for kind in EXPORTS]
+    exports = [export.asset_name for export in EXPORTS]
     assert set(exports) == {f"{name}_dataset" for name in (
         "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory", "nemo_rl_sft",
         "nemo_rl_dpo", "on_policy_tokens")}
@@ -75,12 +75,12 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert checks == {check: True for check in expected_checks}
     stats = json.loads((tmp_path / "reports" / "stats.json").read_text())
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"] == 14
-    for kind in EXPORTS:
-        assert sum(stats["exports"][kind.name].values()) > 0, f"the bundled sample must yield {kind.name} rows"
+    for export in EXPORTS:
+        assert sum(stats["exports"][export.name].values()) > 0, f"the bundled sample must yield {export.name} rows"
         # every JSON-lines export has a row index of the files it wrote, so the report reads no line whole
-        manifest = json.loads((tmp_path / "exports" / kind.name / "manifest.json").read_text())
-        stored = StoredExport(Storage(str(tmp_path)), kind.name, manifest)
-        assert stored.indexed is (kind.file_format == "jsonl") and not stored.whole_rows, kind.name
+        manifest = json.loads((tmp_path / "exports" / export.name / "manifest.json").read_text())
+        stored = StoredExport(Storage(str(tmp_path)), export.name, manifest)
+        assert stored.indexed is (export.file_format == "jsonl") and not stored.whole_rows, export.name
 
 
 def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path):
@@ -239,14 +239,14 @@ def test_a_tokenizer_measures_every_export_and_enforces_each_family_budget(tmp_p
     run, checks, _, _ = run_job([SAMPLE], tmp_path / "out", config_file=str(config))
     assert run.success and all(checks.values())
     assert {check for (_, check) in checks} >= {"token_budget"}
-    for kind in EXPORTS:
-        manifest = json.loads((tmp_path / "out" / "exports" / kind.name / "manifest.json").read_text())
+    for export in EXPORTS:
+        manifest = json.loads((tmp_path / "out" / "exports" / export.name / "manifest.json").read_text())
         budget, tokens = manifest["token_budget"], manifest["distributions"]["tokens"]
         assert budget["tokenizer"] == tokenizer and budget["max_tokens"] == {"sft": 40, "dpo": 60, "grpo": 30}[
-            kind.family]
+            export.family]
         assert tokens["count"] == sum(manifest["rows"].values()) and tokens["max"] <= budget["max_tokens"]
         assert manifest["excluded"].get("over_token_budget", 0) == budget["left_out"]
-        card = (tmp_path / "out" / "exports" / kind.name / "README.md").read_text()
+        card = (tmp_path / "out" / "exports" / export.name / "README.md").read_text()
         assert f"chat template of `{tokenizer}`" in card
     sft = json.loads((tmp_path / "out" / "exports" / "trl_sft" / "manifest.json").read_text())["token_budget"]
     assert sft["truncated"] > 0  # the sample's tool runs are longer than 40 words

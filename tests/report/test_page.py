@@ -130,7 +130,7 @@ def test_the_page_has_every_export_its_samples_and_the_quarantine(hostile_run):
     page = parse((hostile_run / "reports" / "index.html").read_text())
     manifests = {path.parent.name: json.loads(path.read_text())
                  for path in (hostile_run / "exports").glob("*/manifest.json")}
-    assert sorted(manifests) == sorted(kind.name for kind in EXPORTS)
+    assert sorted(manifests) == sorted(export.name for export in EXPORTS)
     # every export with rows has samples (these rollouts carry no token data: on_policy_tokens has none)
     exports = sorted(name for name, manifest in manifests.items() if sum(manifest["rows"].values()))
     sampled = [attrs["data-export"] for tag, attrs in page.elements if "data-export" in attrs]

@@ -79,46 +79,46 @@ def decode_json_fields(value: Any, schema_or_type: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("name", [kind.name for kind in EXPORTS])
+@pytest.mark.parametrize("name", [export.name for export in EXPORTS])
 def test_the_card_declares_the_features_datasets_itself_would_write(name):
-    kind = next(kind for kind in EXPORTS if kind.name == name)
-    assert hf_features(kind.arrow_schema) == datasets.Features.from_arrow_schema(kind.arrow_schema)._to_yaml_list()
+    export = next(export for export in EXPORTS if export.name == name)
+    assert hf_features(export.arrow_schema) == datasets.Features.from_arrow_schema(export.arrow_schema)._to_yaml_list()
 
 
 def test_every_export_folder_loads_with_load_dataset_alone(run_exports, hf_cache):
     problems = []
-    for kind in EXPORTS:
-        folder = run_exports / kind.name
+    for export in EXPORTS:
+        folder = run_exports / export.name
         manifest = json.loads((folder / "manifest.json").read_text())
         header = front_matter(folder)
         assert header["license"] == "unknown" and "trajectory-assets" in header["tags"]
         assert header["dataset_info"]["features"] == manifest["features"]
         if not sum(manifest["rows"].values()):
             # datasets builds no dataset without rows (on_policy_tokens of a run without token data)
-            assert kind.name == "on_policy_tokens", f"{kind.name} has no rows"
+            assert export.name == "on_policy_tokens", f"{export.name} has no rows"
             continue
         try:
             loaded = datasets.load_dataset(str(folder), cache_dir=hf_cache)
         except Exception as error:  # noqa: BLE001 - every folder is reported at once
-            problems.append(f"{kind.name}: {type(error).__name__}: {error}".splitlines()[0])
+            problems.append(f"{export.name}: {type(error).__name__}: {error}".splitlines()[0])
             continue
         # every split with rows, each with its rows (datasets cannot build an empty split)
         assert {split: len(rows) for split, rows in loaded.items()} == {
-            split: rows for split, rows in manifest["rows"].items() if rows}, kind.name
+            split: rows for split, rows in manifest["rows"].items() if rows}, export.name
         declared = datasets.Features._from_yaml_list(manifest["features"])
         for split, rows in loaded.items():
-            assert rows.features == declared, (kind.name, split)
+            assert rows.features == declared, (export.name, split)
             # the schema's fields, and for GRPO the verifier inputs its rows hold beside the request
-            schema_features = datasets.Features.from_arrow_schema(kind.arrow_schema)
-            assert {name: rows.features[name] for name in schema_features} == schema_features, (kind.name, split)
+            schema_features = datasets.Features.from_arrow_schema(export.arrow_schema)
+            assert {name: rows.features[name] for name in schema_features} == schema_features, (export.name, split)
             assert all(rows.features[name] == datasets.Json() for name in set(rows.features) - set(schema_features))
-            written = written_rows(folder / f"{split}.{kind.file_format}")
+            written = written_rows(folder / f"{split}.{export.file_format}")
             # datasets' JSON loader re-encodes each line through pandas' ujson when the features hold a
             # Json field, which keeps 10 decimals of a float (README, Trainer flavors): those folders
             # are compared to 1e-9, every other folder exactly
-            rel = 1e-9 if kind.file_format == "jsonl" and "json" in json.dumps(manifest["features"]) else 0.0
+            rel = 1e-9 if export.file_format == "jsonl" and "json" in json.dumps(manifest["features"]) else 0.0
             assert same([without_nulls(row) for row in rows], [without_nulls(row) for row in written], rel), (
-                kind.name, split)
+                export.name, split)
     assert not problems, "\n".join(problems)
 
 

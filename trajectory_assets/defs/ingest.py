@@ -42,6 +42,7 @@ from trajectory_assets.io.source_files import (
     source_fingerprint,
 )
 from trajectory_assets.io.storage import Storage, StorageError
+from trajectory_assets.sources import SOURCES
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -83,8 +84,10 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
             RAW,
             group_name=GROUP,
             kinds={"jsonl", "pandera"},
-            description="One rollout file (NeMo Gym or Hermes ``*.jsonl`` / ``*.jsonl.gz``): its URI, size and "
-            "SHA-256, and those of NeMo Gym's materialized inputs when they lie beside it; together they are the "
+            description="One rollout file (``*.jsonl`` / ``*.jsonl.gz``; each record "
+            + "; ".join(f"``{source.name}``: {source.shape}" for source in SOURCES)
+            + "): its URI, size and "
+            "SHA-256, and those of the files its producer writes beside it; together they are the "
             "batch's data version, so Dagster knows when a batch really changed. A source that cannot be opened "
             "is recorded with its error instead of failing the batch: `validated_trajectories` reports it as an "
             "``unreadable_source``.",

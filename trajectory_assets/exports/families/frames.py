@@ -19,14 +19,13 @@ by a chunk:
 A family plans and reads its payloads once for all its exports, and decodes each JSON
 payload at most once (the units cache what the renderers ask for): reading the payloads is
 most of an export's cost. A family's iterator yields, per chunk, one :class:`ExportFrame`
-per export: the rows to write as records (dicts, serialized only by a JSON-lines writer; a
-Parquet writer builds Arrow columns from them), and beside them one flat row each: its
-``split``, its record's top-level ``fields`` and the columns its Pandera contract checks;
-plus counts of what was left out and why, each row's length in ``tokens`` (NaN when not
-measured) and the number of rows cut to the token budget. Payloads a JSON-lines export
-copies unchanged stay JSON strings, spliced in as ``orjson.Fragment``. Records are written
-after every export of the chunk is rendered, and exports share what a unit caches, so a
-renderer builds new containers and never changes one it was given. The split is by
+per export: the rows to write (dicts, serialized only by a JSON-lines writer; a Parquet
+writer builds Arrow columns from them), and beside them the frame its Pandera contract
+checks, read from those rows (``schemas/export_row.py``); plus counts of what was left out
+and why, each row's length in ``tokens`` (NaN when not measured) and the number of rows cut
+to the token budget. Rows are written after every export of the chunk is rendered, and
+exports share what a unit caches, so a renderer builds new containers and never changes
+one it was given. The split is by
 ``prompt_key`` (the content of the prompt), so one prompt never lands in both splits, even
 when two source files hold it under different task indices.
 """
@@ -84,7 +83,7 @@ class FrameTable:
 
 @dataclass
 class ExportFrame:
-    rows: pd.DataFrame  # the flat columns the contract checks, one row per record
+    rows: pd.DataFrame  # the columns the contract checks, one row per record
     records: list[dict[str, Any]] = field(default_factory=list)  # what is written, in row order
     excluded: Counter = field(default_factory=Counter)
     truncated: int = 0  # rows written cut to the token budget
