@@ -12,6 +12,7 @@ from tests.fixtures.hostile import write_hostile_folder
 from trajectory_assets.cli import main
 from trajectory_assets.ingest import ingest
 from trajectory_assets.io.source_files import batch_key, discover
+from trajectory_assets.sources import INPUTS_SUFFIXES
 
 
 def test_an_adversarial_folder_runs_to_completion_with_every_record_accounted_for(tmp_path, capsys):
@@ -97,7 +98,7 @@ def test_any_damage_reconciles_and_never_raises(tmp_path_factory, lines):
     folder = tmp_path_factory.mktemp("prop")
     (folder / "x.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     written, rejected = [], []
-    summary = ingest(discover([str(folder)]), lambda table: written.append(table.num_rows), rejected.extend)
+    summary = ingest(discover([str(folder)], INPUTS_SUFFIXES), lambda table: written.append(table.num_rows), rejected.extend)
     non_blank = sum(1 for line in lines if line.strip())
     assert summary.records_read == non_blank
     assert summary.records_read == summary.records_valid + summary.records_rejected

@@ -8,11 +8,12 @@ import pyarrow as pa
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
 from trajectory_assets.ingest import ingest
 from trajectory_assets.io.source_files import discover
+from trajectory_assets.sources import INPUTS_SUFFIXES
 
 
 def run_ingest(*paths):
     tables, rejected = [], []
-    summary = ingest(discover([str(p) for p in paths]), tables.append, rejected.extend, batch_rows=3)
+    summary = ingest(discover([str(p) for p in paths], INPUTS_SUFFIXES), tables.append, rejected.extend, batch_rows=3)
     table = pa.concat_tables(tables).to_pandas() if tables else None
     return summary, table, rejected
 

@@ -10,6 +10,7 @@ from trajectory_assets.dagster_internals import freshness_state
 from trajectory_assets.runs.run_plan import batch_run_tags
 from trajectory_assets.runs.runner import sync_batches
 from trajectory_assets.io.source_files import batch_key, discover
+from trajectory_assets.sources import INPUTS_SUFFIXES
 
 
 def freshness(defs, instance, asset: str, now: float | None = None) -> str:
@@ -20,7 +21,7 @@ def test_datasets_fail_freshness_when_not_rebuilt_within_the_window(tmp_path):
     defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path), freshness_minutes=90))
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey("raw_rollouts")).freshness_policy is None  # batches land when they land
-    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
     with dg.instance_for_test() as instance:
         assert freshness(defs, instance, "sft_dataset") == "UNKNOWN"  # never built
         sync_batches(instance, batches)

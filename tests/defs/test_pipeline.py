@@ -13,6 +13,7 @@ from trajectory_assets.runs.run_plan import batch_run_tags
 from trajectory_assets.runs.runner import sync_batches
 from trajectory_assets.io.export_files import StoredExport
 from trajectory_assets.io.source_files import batch_key, discover
+from trajectory_assets.sources import INPUTS_SUFFIXES
 from trajectory_assets.io.storage import Storage
 
 
@@ -29,7 +30,7 @@ def run_job(sources, storage, config_file=None):
     """The two jobs in-process, as the CLI and the sensor run them: one ingest run over every
     batch, then the datasets job."""
     defs = build_definitions(RunSettings(sources=[str(s) for s in sources], storage=str(storage), config_file=config_file))
-    batches = sorted({batch_key(s.source_id) for s in discover([str(s) for s in sources])})
+    batches = sorted({batch_key(s.source_id) for s in discover([str(s) for s in sources], INPUTS_SUFFIXES)})
     with dg.instance_for_test() as instance:
         sync_batches(instance, batches)
         run = PipelineResult([defs.resolve_job_def(INGEST_JOB).execute_in_process(
@@ -91,7 +92,7 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
         by_key.setdefault(m.asset_key.to_user_string(), []).append(m)
     trajectories = by_key["validated_trajectories"]
     assert sorted(m.partition for m in trajectories) == sorted(
-        batch_key(s.source_id) for s in discover([str(SAMPLE)])
+        batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)
     )
     assert sum(m.metadata["dagster/row_count"].value for m in trajectories) == 12
     weather = next(m for m in trajectories if m.partition.startswith("rollouts_weather"))
@@ -131,7 +132,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
         "settings": PipelineSettings(),
     }
     with dg.instance_for_test() as instance:
-        (source, *_) = discover([str(SAMPLE)])
+        (source, *_) = discover([str(SAMPLE)], INPUTS_SUFFIXES)
         sync_batches(instance, [batch_key(source.source_id)])
         dg.materialize([ingest_batches], instance=instance, resources=resources,
                        partition_key=batch_key(source.source_id))
@@ -168,7 +169,7 @@ def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, 
                  "settings": PipelineSettings()}
     sft = export_defs.build_family_asset("sft", [EXPORTS_BY_NAME["sft"]])
     with dg.instance_for_test() as instance:
-        keys = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+        keys = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
         sync_batches(instance, keys)
         for key in keys:
             dg.materialize([ingest_batches], instance=instance, resources=resources, partition_key=key)
@@ -201,7 +202,7 @@ def test_an_invalid_config_fails_each_datasets_step_once_without_retries(tmp_pat
     """Batches ingested with a good config, then the config broken: every export step fails at
     once, naming the setting (the report, downstream, does not run); no step is retried (the
     same file would fail again)."""
-    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
     config = tmp_path / "c.yaml"
     config.write_text("sft:\n  min_reward: high\n")
     settings = RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path / "out"))

@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import SAMPLE, LoopbackS3, loopback_s3
 from trajectory_assets.cli import main
 from trajectory_assets.io.source_files import discover, fingerprint
+from trajectory_assets.sources import INPUTS_SUFFIXES
 from trajectory_assets.io.storage import Storage
 
 BUCKET = "rollout-bucket"
@@ -42,7 +43,7 @@ def s3(s3_server, monkeypatch):
 
 
 def test_discover_and_fingerprint_objects(s3):
-    found = discover([f"s3://{BUCKET}/rollouts"])
+    found = discover([f"s3://{BUCKET}/rollouts"], INPUTS_SUFFIXES)
     assert [s.source_id for s in found] == [
         "rollouts/legacy_rollouts.jsonl", "rollouts/math_rollouts.jsonl.gz", "rollouts/weather/rollouts.jsonl",
     ]

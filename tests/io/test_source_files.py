@@ -6,11 +6,12 @@ import hashlib
 import pytest
 
 from trajectory_assets.io.source_files import SourceError, SourceReadStats, discover, iter_lines
+from trajectory_assets.sources import INPUTS_SUFFIXES
 
 
 def lines_of(path):
     stats = SourceReadStats()
-    (source,) = discover([str(path)])
+    (source,) = discover([str(path)], INPUTS_SUFFIXES)
     return list(iter_lines(source, stats)), stats
 
 
@@ -18,20 +19,20 @@ def test_discover_searches_folders_recursively_for_jsonl_and_gz(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     for name in ["a/one.jsonl", "a/b/two.jsonl.gz", "a/notes.txt", "a/three.json"]:
         (tmp_path / name).write_bytes(b"")
-    found = discover([str(tmp_path / "a")])
+    found = discover([str(tmp_path / "a")], INPUTS_SUFFIXES)
     assert [s.source_id for s in found] == ["a/b/two.jsonl.gz", "a/one.jsonl"]
 
 
 def test_discover_accepts_single_files_and_deduplicates(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_bytes(b"")
-    found = discover([str(path), str(tmp_path)])
+    found = discover([str(path), str(tmp_path)], INPUTS_SUFFIXES)
     assert len(found) == 1 and found[0].source_id == "x.jsonl"
 
 
 def test_missing_source_is_a_clear_error(tmp_path):
     with pytest.raises(SourceError, match="does not exist"):
-        discover([str(tmp_path / "nope")])
+        discover([str(tmp_path / "nope")], INPUTS_SUFFIXES)
 
 
 def test_lines_split_on_newline_only_and_strip_crlf_and_bom(tmp_path):
@@ -83,7 +84,7 @@ def test_a_name_with_double_colons_is_a_plain_file_not_a_chained_url(tmp_path):
     lines, stats = lines_of(path)
     assert [line for _, line in lines] == [b'{"n": 1}', b'{"n": 2}']
     assert stats.error is None
-    (source,) = discover([str(tmp_path)])
+    (source,) = discover([str(tmp_path)], INPUTS_SUFFIXES)
     assert source.uri == str(path)
     assert sha256_of(source) == (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_size)
     assert fingerprint(source.uri).startswith("size:18:")
@@ -93,7 +94,7 @@ def test_a_broken_symlink_is_a_source_that_cannot_be_opened_not_an_exception(tmp
     from trajectory_assets.io.source_files import fingerprint, is_unreadable, sha256_of
 
     (tmp_path / "gone.jsonl").symlink_to(tmp_path / "missing-target.jsonl")
-    (source,) = discover([str(tmp_path)])  # found in its folder (named alone, it is a SourceError)
+    (source,) = discover([str(tmp_path)], INPUTS_SUFFIXES)  # found in its folder (named alone, it is a SourceError)
     stats = SourceReadStats()
     assert list(iter_lines(source, stats)) == []
     assert stats.error.startswith("cannot open:") and stats.sha256 == ""
@@ -130,7 +131,7 @@ def test_materialized_inputs_beside_a_rollout_file_are_its_side_file_not_a_batch
     for name in ["run.jsonl", "run_materialized_inputs.jsonl", "run_failures.jsonl", "other.jsonl.gz",
                  "other_materialized_inputs.jsonl.gz", "lonely_materialized_inputs.jsonl"]:
         (tmp_path / name).write_bytes(b"")
-    found = {source.source_id.split("/")[-1]: source for source in discover([str(tmp_path)])}
+    found = {source.source_id.split("/")[-1]: source for source in discover([str(tmp_path)], INPUTS_SUFFIXES)}
     # the failures sidecar is read as a batch of its own (its rows are quarantined by class);
     # inputs whose rollout file is not there are a source like any other
     assert sorted(found) == ["lonely_materialized_inputs.jsonl", "other.jsonl.gz", "run.jsonl", "run_failures.jsonl"]
@@ -138,7 +139,7 @@ def test_materialized_inputs_beside_a_rollout_file_are_its_side_file_not_a_batch
     assert found["other.jsonl.gz"].inputs_uri == str(tmp_path / "other_materialized_inputs.jsonl.gz")
     assert found["run_failures.jsonl"].inputs_uri is None
     # a single file finds its side file beside it
-    (single,) = discover([str(tmp_path / "run.jsonl")])
+    (single,) = discover([str(tmp_path / "run.jsonl")], INPUTS_SUFFIXES)
     assert single.inputs_uri == str(tmp_path / "run_materialized_inputs.jsonl")
 
 

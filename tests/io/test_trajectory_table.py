@@ -5,13 +5,14 @@ from trajectory_assets import layout
 from trajectory_assets.ingest import ingest
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.source_files import discover
+from trajectory_assets.sources import INPUTS_SUFFIXES
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 
 
 def ingest_batch(store, key, source):
     with store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as writer:
-        ingest(discover([str(source)]), writer.write_table, lambda rows: None, batch_rows=2)
+        ingest(discover([str(source)], INPUTS_SUFFIXES), writer.write_table, lambda rows: None, batch_rows=2)
     store.write_bytes(layout.batch_summary(key), b"{}")
 
 

@@ -68,9 +68,10 @@ def test_a_storage_step_waits_for_a_slot_of_the_storage_pool(tmp_path, temporary
     from trajectory_assets.defs.retries import STORAGE_POOL, initialize_storage_pool
     from trajectory_assets.runs.runner import sync_batches
     from trajectory_assets.io.source_files import batch_key, discover
+    from trajectory_assets.sources import INPUTS_SUFFIXES
 
     defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
-    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)])})
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
     with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
         initialize_storage_pool(instance)
         holders = [(f"another-run-{n}", "a_step") for n in range(pool_slots(instance, STORAGE_POOL)[0])]

@@ -45,7 +45,7 @@ def test_trajectory_contract_accepts_converted_rows(trajectories):
         ("trajectory_id", "not-hex", "str_matches"),
         ("source_line", 0, "greater_than_or_equal_to"),
         ("messages", "{}", "str_startswith"),
-        ("source_format", "csv", "isin"),
+        ("source_format", "CSV files", "str_matches"),
     ],
 )
 def test_trajectory_contract_rejects(trajectories, column, value, check):
@@ -267,11 +267,12 @@ def test_a_contract_checked_in_blocks_holds_chunks_back_and_finds_what_chunk_by_
 
 def raw_record(tmp_path, inputs=False):
     from trajectory_assets.io.source_files import describe_batch, discover
+    from trajectory_assets.sources import INPUTS_SUFFIXES
 
     (tmp_path / "run.jsonl").write_text('{"x": 1}\n')
     if inputs:
         (tmp_path / "run_materialized_inputs.jsonl").write_text('{"_ng_task_index": 0}\n')
-    (source,) = discover([str(tmp_path / "run.jsonl")])
+    (source,) = discover([str(tmp_path / "run.jsonl")], INPUTS_SUFFIXES)
     return describe_batch(source)
 
 

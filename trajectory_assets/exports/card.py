@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import yaml
 
-from trajectory_assets.report.markdown import table
+from trajectory_assets.markdown import table
 
 # what a row's token count measures, per family
 MEASURED = {

@@ -48,16 +48,14 @@ class SourceReadStats:
     hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
 
-def discover(paths: list[str], inputs_suffixes: tuple[str, ...] | None = None) -> list[SourceFile]:
+def discover(paths: list[str], inputs_suffixes: tuple[str, ...]) -> list[SourceFile]:
     """Expand folders (recursively) and single files into a sorted, de-duplicated list.
 
     A ``<stem><suffix>.jsonl`` beside ``<stem>.jsonl``, for a suffix of ``inputs_suffixes``
-    (by default the source formats' inputs files, ``sources.INPUTS_SUFFIXES``: NeMo Gym's
+    (the source formats' inputs files, ``sources.INPUTS_SUFFIXES``: NeMo Gym's
     ``_materialized_inputs``), is that source's inputs file (``inputs_uri``), not a source of
     its own; given on its own, it is read as a source.
     """
-    if inputs_suffixes is None:
-        from trajectory_assets.sources import INPUTS_SUFFIXES as inputs_suffixes  # the formats say what is a side file
     found: dict[str, SourceFile] = {}
     for path in paths:
         fs, root = filesystem_of(path)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from trajectory_assets.report.markdown import table
+from trajectory_assets.markdown import table
 
 STATS_COLUMNS = [
     "trajectory_id", "task_key", "source_format", "source_uri", "source_line", "agent_name", "task_type", "model",
