@@ -65,3 +65,29 @@ def test_only_the_internals_module_uses_dagster_private_api(path):
 def test_the_private_api_check_sees_a_use():
     uses = private_uses(INTERNALS)
     assert "create_run_for_job" in uses and any(name.startswith("dagster._core") for name in uses)
+
+
+# Data flows downhill (ARCHITECTURE.md): a room never imports the rooms above it.
+NOT_IMPORTED_BY = {
+    "io": ("sources", "exports", "report", "ingest", "redaction", "defs", "runs"),
+    "chat": ("sources", "exports", "report", "ingest", "redaction", "defs", "runs", "io"),
+    "sources": ("exports", "report", "ingest", "defs", "runs"),
+    "redaction": ("sources", "exports", "report", "ingest", "defs", "runs"),
+    "exports": ("report", "ingest", "defs", "runs"),
+    "report": ("defs", "runs"),
+}
+
+
+@pytest.mark.parametrize("room", sorted(NOT_IMPORTED_BY))
+def test_data_flows_downhill(room):
+    above = tuple(f"trajectory_assets.{name}" for name in NOT_IMPORTED_BY[room])
+    uphill = {f"{path.relative_to(PACKAGE)}: {name}" for path in (PACKAGE / room).rglob("*.py")
+              for name in imported_modules(path) if name.startswith(above)}
+    assert not uphill, sorted(uphill)
+
+
+def test_the_contracts_import_nothing_from_the_package():
+    """The shapes and patterns both sides apply live in schemas/ (shapes.py), on one side only."""
+    found = {f"{path.name}: {name}" for path in (REPOSITORY / "schemas").rglob("*.py")
+             for name in imported_modules(path) if name.startswith("trajectory_assets")}
+    assert not found, sorted(found)
