@@ -41,7 +41,8 @@ class NemoRlDpoSchema(TrlDpoSchema):
         chosen, rejected = (sides + [[], []])[:2]
         return {**cls.pair_columns(record), **pair_shapes(context, chosen, rejected),
                 "ranks": ",".join(str(completion["rank"]) for completion in completions),
-                "tools_type": type_name(record.get("tools")), "value_types": value_types([*context, *chosen, *rejected])}
+                "tools_type": type_name(record.get("tools")),
+                "value_types": value_types([*context, *chosen, *rejected])}
 
     class Config:
         strict = True

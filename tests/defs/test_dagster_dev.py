@@ -146,7 +146,7 @@ def test_dropping_files_into_the_source_is_all_it_takes(dagster_dev):
             "dpo_margin"} <= checks
     # the sensor put the sample's three batches into ranged runs, each run naming its batches
     assert sorted(batches_named_by_runs(url)) == sorted(
-        batch_key(source.source_id) for source in discover([str(dagster_dev["source"], INPUTS_SUFFIXES)]))
+        batch_key(source.source_id) for source in discover([str(dagster_dev["source"])], INPUTS_SUFFIXES))
     # the freshness daemon has judged the freshly built datasets (their policy: rebuilt within a day)
     wait_for(lambda: all((ui_state(url)[name]["freshnessStatusInfo"] or {}).get("freshnessStatus") == "HEALTHY"
                          for name in DATASET_ASSETS), 180, "the datasets' freshness evaluated as passing")
@@ -186,7 +186,7 @@ def test_browser_shows_the_asset_graph_and_an_export(dagster_dev):
 def batches(dagster_dev) -> int:
     from trajectory_assets.io.source_files import discover
 
-    return len(discover([str(dagster_dev["source"], INPUTS_SUFFIXES)]))  # a materialized inputs file is no batch
+    return len(discover([str(dagster_dev["source"])], INPUTS_SUFFIXES))  # a materialized inputs file is no batch
 
 
 @needs_chromium
