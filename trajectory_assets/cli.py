@@ -118,7 +118,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     batches = sorted({batch_key(source.source_id) for source in found})
-    # DagsterInstance.get() and the fork server's processes read it from the environment
+    # open_instance() and the fork server's processes read it from the environment
     home = os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / "dagster_home"))
     log = None if args.verbose else Path(home) / "logs" / "cli.log"  # Dagster's own output, the steps' too
     with _output_to(log):
@@ -142,7 +142,9 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
                           "settings": {"config": {"config_file": config_file}}},
             "loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}},
         }
-        with dg.DagsterInstance.get() as instance:
+        from trajectory_assets.runs.instance import open_instance
+
+        with open_instance() as instance:
             try:
                 run = run_pipeline(instance, batches, run_config, slots=slots, runs=runs, assets=assets,
                                    progress=progress, forks=forks, steps=steps, taken=interrupts)

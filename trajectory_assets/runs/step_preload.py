@@ -23,12 +23,12 @@ import signal
 
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
 
-import dagster as dg  # noqa: E402
 
 import trajectory_assets.definitions  # noqa: E402, F401  (what the steps run)
+from trajectory_assets.runs.instance import open_instance  # noqa: E402
 
 if os.environ.get("DAGSTER_HOME"):
-    with dg.DagsterInstance.get():  # imports its storage modules; connects to nothing that stays open
+    with open_instance():  # imports its storage modules; connects to nothing that stays open
         pass
 
 # the CLI blocks SIGINT in its threads and takes it in one of them (processes.Interrupts),

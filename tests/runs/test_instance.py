@@ -1,0 +1,38 @@
+"""Processes opening one fresh DAGSTER_HOME at once: every one opens it, and each database
+keeps a single Alembic revision (without the lock, most of them fail and some homes are
+left unusable; see trajectory_assets/runs/instance.py)."""
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+from tests.conftest import PROJECT_ROOT
+
+OPEN_AT = """
+import time
+from trajectory_assets.runs.instance import open_instance
+while time.time() < {start}:
+    time.sleep(0.001)
+with open_instance():
+    pass
+"""
+
+
+def test_processes_opening_a_fresh_home_together_all_succeed_and_leave_one_revision(tmp_path):
+    for attempt in range(2):
+        home = tmp_path / f"home{attempt}"
+        home.mkdir()
+        start = time.time() + 5  # after every process has imported Dagster
+        processes = [
+            subprocess.Popen([sys.executable, "-c", OPEN_AT.format(start=start)], cwd=PROJECT_ROOT,
+                             env={**os.environ, "DAGSTER_HOME": str(home)}, stderr=subprocess.PIPE)
+            for _ in range(4)
+        ]
+        errors = [process.communicate(timeout=120)[1].decode() for process in processes]
+        assert [process.returncode for process in processes] == [0] * 4, errors
+        for database in ("history/runs.db", "history/runs/index.db", "schedules/schedules.db"):
+            with sqlite3.connect(home / database) as connection:
+                (revisions,) = connection.execute("select count(*) from alembic_version").fetchone()
+            assert revisions == 1, database
