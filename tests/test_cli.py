@@ -137,6 +137,16 @@ def cli(*args, env=None):
     )
 
 
+def test_the_cli_process_prints_its_whole_summary_before_it_exits(tmp_path):
+    """The console script exits without finalizing the interpreter (cli.entry): the summary,
+    block-buffered into a pipe, must still be flushed, and the exit code be main()'s."""
+    result = cli("run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "ingesting 3 batch(es)" and lines[-1].startswith("page:")
+    assert any(line.startswith("records: 14 read = 12 valid + 2 quarantined") for line in lines)
+
+
 def test_missing_source_exits_non_zero_with_one_line(tmp_path):
     result = cli("run", "--source", str(tmp_path / "nope"), "--storage", str(tmp_path / "out"))
     assert result.returncode == 2

@@ -230,5 +230,25 @@ def _fileno(stream) -> int | None:
         return None
 
 
+def entry() -> None:
+    """The console script: ``main()``, then an exit that skips tearing the interpreter down.
+
+    Once ``main()`` has returned, every output is closed and every run recorded; what is left
+    is freeing, one by one, the objects of the code location, Dagster's storage and the
+    datasets' libraries. That took 0.75 s of a 5.9 s run of the bundled sample on this 2-core
+    machine (``bench.run``'s bundled-sample line measures the whole call). The exit handlers
+    still run first (logging's shutdown, rich's terminal restore, multiprocessing's), and so
+    do the flushes of stdout and stderr. ``atexit._run_exitfuncs`` is CPython's own (what
+    ``sys.exit`` calls before finalizing); a test runs the CLI as a process and checks its
+    whole output and exit code. An exception leaves through the normal path."""
+    code = main()
+    import atexit
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
