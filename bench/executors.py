@@ -8,10 +8,10 @@ same real-shaped rows as bench.run), then times ``trajectory-assets run`` on it 
 each repeat), each with a new instance. From each run's instance it also reads how long the
 ingest runs and the datasets run took, and it measures the stored trajectories (what the
 datasets run's ``auto`` executor weighs). Reports the medians, which variant won, and the
-thresholds they point to: the smallest size at which forking won the whole call
-(``processes.IN_PROCESS_MAX_BYTES``) and the smallest trajectory size at which forked steps
-won the datasets run (``executors.DATASETS_IN_PROCESS_MAX_BYTES``). JSON and Markdown go to
-bench/out/.
+thresholds they point to: the smallest size at which forking won the whole call (what
+``run_plan.ingest_runs``'s cost estimate is fitted to) and the smallest trajectory size at
+which forked steps won the datasets run (``executors.DATASETS_IN_PROCESS_MAX_BYTES``). JSON
+and Markdown go to bench/out/.
 """
 
 from __future__ import annotations
