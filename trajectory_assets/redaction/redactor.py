@@ -416,8 +416,9 @@ PLUGIN_HINTS = {
     ("AWSKeyDetector", 1): rb"aws.{0,80}?(?:key|pwd|pw|password|pass|token)",
 }
 
-# `hf_` is common in paths (`/hf_models/`): a Hugging Face token is 34 letters after it
-RULE_HINTS = {r"hf_(?i:[a-z]{34})": rb"hf_[a-z]{34}"}
+# `hf_` is common in paths (`/hf_models/`): a Hugging Face token is 34 letters after it;
+# `://` is in every URL: a password is a `:` and something before an `@` (as above)
+RULE_HINTS = {r"hf_(?i:[a-z]{34})": rb"hf_[a-z]{34}", rules.URL_PASSWORD: rb'://[^\s/@"\\]*:[^\s/@"\\]+@'}
 
 ASSIGNMENT = re.compile(
     r"""["'`\]]{0,3}[ \t]*(?::=|=>|=|:)(?!=)[ \t]*(?P<open>@?["'`]?)(?P<value>[^\s"'`,;]+)(?P<close>["'`]?)""")
@@ -559,8 +560,8 @@ def builtin_rules(emails: bool = False) -> list[Rule]:
     for kind, patterns in rules.GITLEAKS_RULES.items():
         found += [RegexRule(kind, re.compile(pattern), hint=RULE_HINTS.get(pattern)) for pattern in patterns]
     found.append(RegexRule("api_key", re.compile(rules.SK_API_KEY), rules.credential_reason, rank=1))
-    found.append(RegexRule("url_password", re.compile(rules.URL_PASSWORD_WITHOUT_USER), rules.url_password_reason,
-                           token=False))
+    found.append(RegexRule("url_password", re.compile(rules.URL_PASSWORD), rules.url_password_reason, token=False,
+                           hint=RULE_HINTS[rules.URL_PASSWORD]))
     found += [AssignmentRule(), AuthorizationRule(), PrivateKeyRule()]
     if emails:
         found.append(EmailRule())

@@ -138,9 +138,14 @@ GITLEAKS_RULES: dict[str, list[str]] = {
 # also pass the credential checks below.
 SK_API_KEY = r"sk-[A-Za-z0-9_-]{32,}"
 
-# `redis://:password@host`: a password with no user, the usual form for Redis, which
-# detect-secrets' BasicAuthDetector (a user of one or more characters) does not match.
-URL_PASSWORD_WITHOUT_USER = r"://:(?P<secret>[^:/?#\[\]@!$&'()*+,;=\s]+)@"
+# `scheme://user:password@host` with any password RFC 3986 allows in a URL's userinfo
+# (section 3.2.1: sub-delims `!$&'()*+,;=` and further colons included), and
+# `redis://:password@host`, with no user, the usual form for Redis. detect-secrets'
+# BasicAuthDetector, which runs too, excludes the sub-delims from both parts and needs a
+# user, so `mysql://root:s3cret!@db` passed it; TruffleHog's URI detector takes any
+# non-space password. A quote, a backtick or a backslash ends a password here: a URL
+# written in code or JSON ends at them.
+URL_PASSWORD = r"://[^:/?#\[\]@\s\"'`\\]*:(?P<secret>[^/?#\[\]@\s\"'`\\]+)@"
 
 # -- names --------------------------------------------------------------------------------
 # detect-secrets' keyword denylist (`api_?key`, `password`, `secret`, ...) plus what gitleaks'
