@@ -235,8 +235,8 @@ def entry() -> None:
 
     Once ``main()`` has returned, every output is closed and every run recorded; what is left
     is freeing, one by one, the objects of the code location, Dagster's storage and the
-    datasets' libraries. That took 0.75 s of a 5.9 s run of the bundled sample on this 2-core
-    machine (``bench.run``'s bundled-sample line measures the whole call). The exit handlers
+    datasets' libraries. That took 0.5 to 0.75 s of a 6 s run of the bundled sample on this
+    2-core machine (``bench.run``'s bundled-sample line measures the whole call). The exit handlers
     still run first (logging's shutdown, rich's terminal restore, multiprocessing's), and so
     do the flushes of stdout and stderr. ``atexit._run_exitfuncs`` is CPython's own (what
     ``sys.exit`` calls before finalizing); a test runs the CLI as a process and checks its

@@ -9,6 +9,7 @@ import sys
 import time
 
 from tests.conftest import PROJECT_ROOT
+from trajectory_assets.runs.instance import LOCK_FILE, open_instance
 
 OPEN_AT = """
 import time
@@ -36,3 +37,12 @@ def test_processes_opening_a_fresh_home_together_all_succeed_and_leave_one_revis
             with sqlite3.connect(home / database) as connection:
                 (revisions,) = connection.execute("select count(*) from alembic_version").fetchone()
             assert revisions == 1, database
+
+
+def test_a_home_where_the_lock_cannot_be_written_is_opened_without_it(tmp_path, monkeypatch):
+    # the lock file's path is taken by a folder: opening it for writing fails, as on a read-only mount
+    (tmp_path / LOCK_FILE).mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with open_instance() as instance:
+        assert instance.get_runs() == []
+    assert (tmp_path / "history" / "runs.db").is_file()

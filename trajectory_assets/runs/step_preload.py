@@ -23,7 +23,6 @@ import signal
 
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
 
-
 import trajectory_assets.definitions  # noqa: E402, F401  (what the steps run)
 from trajectory_assets.runs.instance import open_instance  # noqa: E402
 
