@@ -104,6 +104,18 @@ def temporary_instance(tmp_path_factory, monkeypatch) -> Path:
     return home
 
 
+@contextlib.contextmanager
+def edited(path: Path) -> Iterator[None]:
+    """``path`` with a comment appended (a change to its bytes, none to its behaviour) until
+    the block ends; then its original text again."""
+    original = path.read_text()
+    path.write_text(original + "\n# an edit\n")
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
 def written_files(storage: Path) -> dict[str, bytes]:
     """Every dataset, card, manifest, report and quarantine file of a run, by relative path."""
     return {

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import edited
 from trajectory_assets import PROJECT_ROOT
 from trajectory_assets.code_versions import closure, imported_modules
 from trajectory_assets.defs.code_versions import COMPUTED_BY, INGEST_ASSETS, asset_code_versions
@@ -26,13 +27,8 @@ def source_tree(tmp_path_factory) -> Path:
 def changed_by(root: Path, module: str, config_file: str | None = None) -> set[str]:
     """The assets whose code version changes when ``module`` (a path under ``root``) is edited."""
     before = asset_code_versions(config_file, root=root)
-    path = root / module
-    original = path.read_text()
-    path.write_text(original + "\n# an edit\n")
-    try:
+    with edited(root / module):
         after = asset_code_versions(config_file, root=root)
-    finally:
-        path.write_text(original)
     return {asset for asset in before if before[asset] != after[asset]}
 
 

@@ -6,6 +6,7 @@ tests then open, in Debian's Chromium, the asset graph, an export's page, the re
 Markdown with its plots, and the report page (reports/index.html) the run wrote.
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,22 +48,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def dagster_dev(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ui")
+def ui_folders(root: Path) -> dict:
+    """A new instance (the project's dagster.yaml), the sample as the source, and the
+    environment of the UI's code location on them."""
     home = root / "dagster_home"
     home.mkdir()
     shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     source = root / "incoming"
     shutil.copytree(SAMPLE, source / "rollouts")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "TRAJECTORY_SOURCE": str(source),
+           "TRAJECTORY_STORAGE": str(root / "out"), "TRAJECTORY_SENSOR_INTERVAL": "2"}
+    return {"source": source, "storage": root / "out", "env": env}
+
+
+@contextlib.contextmanager
+def running_dagster_dev(root: Path, env: dict) -> Iterator[str]:
+    """`dagster dev` on a loopback port until the block ends; yields its URL once it answers."""
     port = free_port()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "TRAJECTORY_SOURCE": str(source),
-        "TRAJECTORY_STORAGE": str(root / "out"),
-        "TRAJECTORY_SENSOR_INTERVAL": "2",
-    }
     log = open(root / "dagster_dev.log", "w")
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
@@ -70,7 +73,7 @@ def dagster_dev(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: requests.get(f"{url}/server_info", timeout=2).ok, 120, "dagster dev to answer")
-        yield {"url": url, "source": source, "storage": root / "out", "log": root / "dagster_dev.log"}
+        yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # graceful: the daemon and webserver stop together
         try:
@@ -78,6 +81,15 @@ def dagster_dev(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui")
+    folders = ui_folders(root)
+    with running_dagster_dev(root, folders["env"]) as url:
+        yield {"url": url, "source": folders["source"], "storage": folders["storage"],
+               "log": root / "dagster_dev.log"}
 
 
 def wait_for(condition, seconds: float, what: str, interval: float = 2.0):
@@ -278,32 +290,12 @@ def dagster_dev_after_the_cli(tmp_path_factory):
     """What a new user does after a CLI call: `dagster dev` on the same sources, storage and
     DAGSTER_HOME."""
     root = tmp_path_factory.mktemp("cli_then_ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    source = root / "incoming"
-    shutil.copytree(SAMPLE, source / "rollouts")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "TRAJECTORY_SOURCE": str(source),
-           "TRAJECTORY_STORAGE": str(root / "out"), "TRAJECTORY_SENSOR_INTERVAL": "2"}
-    subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(source), "--storage",
-                    str(root / "out")], cwd=PROJECT_ROOT, env=env, check=True, capture_output=True, timeout=300)
-    port = free_port()
-    log = open(root / "dagster_dev.log", "w")
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: requests.get(f"{url}/server_info", timeout=2).ok, 120, "dagster dev to answer")
-        yield {"url": url, "storage": root / "out"}
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-        log.close()
+    folders = ui_folders(root)
+    subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(folders["source"]),
+                    "--storage", str(folders["storage"])], cwd=PROJECT_ROOT, env=folders["env"], check=True,
+                   capture_output=True, timeout=300)
+    with running_dagster_dev(root, folders["env"]) as url:
+        yield {"url": url, "storage": folders["storage"]}
 
 
 def test_opening_the_ui_on_what_the_cli_built_runs_nothing_again(dagster_dev_after_the_cli):

@@ -4,7 +4,7 @@ import time
 
 import dagster as dg
 
-from tests.conftest import SAMPLE
+from tests.conftest import SAMPLE, edited
 from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, build_definitions
 from trajectory_assets.dagster_internals import freshness_state
 from trajectory_assets.runs.run_plan import batch_run_tags
@@ -72,13 +72,8 @@ def test_an_edited_module_marks_stale_what_it_computes_and_what_is_built_from_it
         return found
 
     def stale_after_editing(module: str, instance) -> set[str]:
-        path = source / module
-        original = path.read_text()
-        path.write_text(original + "\n# an edit\n")
-        try:
+        with edited(source / module):
             versions = asset_code_versions(None, root=source)
-        finally:
-            path.write_text(original)
         return stale(with_code_versions(defs, versions), instance)
 
     with dg.instance_for_test() as instance:
