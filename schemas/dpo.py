@@ -24,6 +24,12 @@ def pair_shapes(prompt, chosen, rejected) -> dict[str, str]:
             "rejected_shape": rejected_shape[len(prompt):]}
 
 
+def dominant(component_margins) -> bool:
+    """Whether per-objective margins (chosen - rejected) say the chosen side Pareto-dominates."""
+    values = list((component_margins or {}).values())
+    return bool(values) and all(value >= 0 for value in values) and any(value > 0 for value in values)
+
+
 class DpoSchema(ExportRowSchema):
     task_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
     chosen_id: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
@@ -34,6 +40,9 @@ class DpoSchema(ExportRowSchema):
     reward_chosen: Series[float]
     reward_rejected: Series[float]
     quality_difference: Series[float] = pandera.Field(gt=0)
+    # dpo.pairing dominance: the chosen side is at least as good on every reward component and
+    # better on one (component_margins all >= 0, one > 0); true for every other pairing
+    dominance_holds: Series[bool] = pandera.Field(eq=True)
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("prompt"))
 
     @pandera.dataframe_check(name="chosen_is_not_rejected")
@@ -59,7 +68,8 @@ class DpoSchema(ExportRowSchema):
         return {"task_key": record.get("task_key"), "chosen_id": record.get("chosen_id"),
                 "rejected_id": record.get("rejected_id"), "reward_chosen": number(record.get("reward_chosen")),
                 "reward_rejected": number(record.get("reward_rejected")),
-                "quality_difference": number(record.get("quality_difference"))}
+                "quality_difference": number(record.get("quality_difference")),
+                "dominance_holds": record.get("pairing") != "dominance" or dominant(record.get("component_margins"))}
 
     @classmethod
     def row(cls, record):

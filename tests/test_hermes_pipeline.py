@@ -55,14 +55,15 @@ def test_every_hermes_variant_is_accounted_for_and_exported_as_structure(tmp_pat
     # the failed run (completed: false) is kept as a trajectory but not trained on
     sft_ids = {row["trajectory_id"] for row in sft}
     manifest = json.loads((out / "exports" / "sft" / "manifest.json").read_text())
-    # 12 trajectories minus: the incomplete one; two whose last calls no tool answered (one of
-    # them answered only by a late response, which is not moved next to its call); the one
-    # with an unparseable call (excluded by default); and one whose conversation repeats
-    # another's exactly (the batch-runner copy of a CLI row). Each row counts once, under
-    # the first rule it fails, so the 0.0-reward batch rollout is among the above.
-    assert manifest["excluded"] == {"not_completed": 1, "unanswered_tool_calls": 2, "quality_flags": 1,
-                                    "duplicate_content": 1}
-    assert len(sft_ids) == 12 - 5
+    # 12 trajectories minus: the incomplete one; the one saved as completed whose final turn
+    # is an API error; two whose last calls no tool answered (one of them answered only by a
+    # late response, which is not moved next to its call); the one with an unparseable call
+    # (excluded by default); and one whose conversation repeats another's exactly (the
+    # batch-runner copy of a CLI row). Each row counts once, under the first rule it fails,
+    # so the 0.0-reward batch rollout is among the above.
+    assert manifest["excluded"] == {"not_completed": 1, "failure_saved_as_completed": 1, "unanswered_tool_calls": 2,
+                                    "quality_flags": 1, "duplicate_content": 1}
+    assert len(sft_ids) == 12 - 6
     # Hermes prompts become GRPO rows routed to the configured agent; supplied rewards make DPO pairs
     grpo = [row for split in ("train", "validation") for row in read_lines(out / "exports" / "grpo" / f"{split}.jsonl")]
     assert grpo and all(row["agent_ref"] == {"type": "responses_api_agents", "name": "hermes_agent"} for row in grpo)
@@ -77,7 +78,10 @@ def test_quality_flags_work_as_sft_filters(tmp_path):
     out = tmp_path / "out"
     assert main(["run", "--source", str(source), "--storage", str(out), "--config", str(config)]) == 0
     manifest = json.loads((out / "exports" / "sft" / "manifest.json").read_text())
-    # the two flags catch 3 rows; the configured list replaces the default, so the row with an
-    # unparseable call is now kept: 12 - 1 incomplete - 2 unanswered - 3 flagged - 1 duplicate
-    assert manifest["excluded"]["quality_flags"] == 3
+    # the two flags catch 3 rows, one of them (the API error saved as completed) first caught by
+    # require_completed; the configured list replaces the default, so the row with an
+    # unparseable call is now kept: 12 - 1 incomplete - 1 failure - 2 unanswered - 2 flagged
+    # - 1 duplicate
+    assert manifest["excluded"]["failure_saved_as_completed"] == 1
+    assert manifest["excluded"]["quality_flags"] == 2
     assert sum(manifest["rows"].values()) == 5

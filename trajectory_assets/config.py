@@ -33,9 +33,14 @@ class Curation(_Section):
 
     min_reward: float | None = Field(None, description="keep trajectories with reward >= this "
                                                        "(rows without a reward pass); null = no filter")
-    require_completed: bool = Field(True, description="response.status completed (Hermes: completed: true)")
+    require_completed: bool = Field(
+        True, description="only runs that completed: response.status completed; Hermes: completed: true, not "
+                          "partial, and no failure saved as completed (an error or \"(empty)\" as the final turn)")
     exclude_mask_sample: bool = Field(True, description="the verifier flagged the reward as unreliable")
     exclude_unanswered_tool_calls: bool = Field(False, description="drop runs that end on a call no tool answered")
+    exclude_summary_as_assistant: bool = Field(
+        True, description="drop runs where a harness's context summary stands as an assistant turn (Hermes' "
+                          "context compressor): training on it teaches the model to answer with summaries")
     exclude_quality_flags: list[str] = Field(
         default_factory=list,
         description="drop trajectories carrying any of these quality flags (the Hermes flags, sources/hermes.py)",
@@ -91,11 +96,13 @@ class SftConfig(Curation):
 
 
 class DpoConfig(Curation):
-    pairing: Literal["best_vs_worst", "exactly_two", "all_pairs_with_margin"] = Field(
+    pairing: Literal["best_vs_worst", "exactly_two", "all_pairs_with_margin", "dominance"] = Field(
         "best_vs_worst",
         description="best_vs_worst: highest vs lowest reward of each task; exactly_two: the seed's rule, "
         "only tasks with exactly two rollouts; all_pairs_with_margin: every pair of a task whose margin "
-        "is >= min_margin, widest first, at most max_pairs_per_task",
+        "is >= min_margin, widest first, at most max_pairs_per_task; dominance: as all_pairs_with_margin, "
+        "but only pairs whose chosen rollout is at least as good on every reward component and better on "
+        "one (multi-objective verifiers' reward_components)",
     )
     min_margin: float = Field(0.1, ge=0.0, description="minimum reward_chosen - reward_rejected (seed: 0.1)")
     max_pairs_per_task: int = Field(4, ge=1, description="cap of pairs per task for all_pairs_with_margin")
@@ -112,6 +119,9 @@ class GrpoConfig(Curation):
     # how hard it is, and a masked reward says nothing about the prompt itself.
     require_completed: bool = Field(False, description="only rollouts that completed count for a task")
     exclude_mask_sample: bool = Field(False, description="ignore rollouts whose reward is flagged unreliable")
+    # a task row holds the prompt only, and the rollout's reward still tells how hard it is
+    exclude_summary_as_assistant: bool = Field(False, description="ignore rollouts where a harness's context "
+                                                                  "summary stands as an assistant turn")
     dedup: Literal["none", "exact", "near"] = Field("none", description="de-duplicate rollouts before grouping")
     zero_variance_groups: Literal["drop", "flag", "keep"] = Field(
         "drop",

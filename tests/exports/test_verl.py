@@ -16,7 +16,7 @@ def row(prompt, **overrides):
     arguments = dict(
         prompt=prompt, data_source="nemo_gym/math", ability="math", ground_truth="4", split="train", index=0,
         task_key="b" * 24, agent_ref={"name": "math_agent"}, tools=TOOLS, num_rollouts=2, mean_reward=0.5,
-        trajectory_ids=["a" * 32, "c" * 32],
+        reward_components=None, trajectory_ids=["a" * 32, "c" * 32],
     )
     arguments.update(overrides)
     return verl_row(**arguments)

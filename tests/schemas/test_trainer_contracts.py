@@ -43,6 +43,7 @@ def llama_factory_frame():
 def verl_frame():
     records = [verl_row(prompt=prompt, data_source="nemo_gym", ability="agent", ground_truth=None, split="validation",
                         index=index, task_key=task_key, agent_ref=None, tools=None, num_rollouts=1, mean_reward=1.0,
+                        reward_components=None,
                         trajectory_ids=[ID])
                for index, (task_key, prompt) in enumerate(((KEY, MESSAGES[:2]), (OTHER_KEY, MESSAGES[1:4])))]
     return frame_of(VerlSchema, records, split="validation")

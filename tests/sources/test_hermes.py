@@ -443,3 +443,53 @@ def test_every_tool_result_is_a_tool_message_or_kept_with_a_reason(conversation)
     if all(turn["value"].count("<tool_response>") == previous["value"].count("<tool_call>")
            for previous, turn in zip(conversation, conversation[1:]) if turn["from"] == "tool"):
         assert sum(kept.values()) == 0
+
+
+# ---------- what the batch runner and the compressor write today
+
+
+def test_a_partial_run_is_flagged_and_not_completed():
+    row = rows.cli_row([rows.human("q"), rows.gpt("<think>\nx\n</think>\nhalf")], completed=False, partial=True,
+                       api_calls=3)
+    trajectory = convert(row)
+    assert trajectory.completed is False and trajectory.status == "partial"
+    assert "partial_run" in trajectory.quality_flags
+    assert trajectory.metadata["api_calls"] == 3  # the batch runner's fields are kept
+
+
+@pytest.mark.parametrize("final", [
+    "<think>\n</think>\n(empty)",  # hermes-agent#83869: a failed reply saved as completed
+    "<think>\n</think>\nI apologize, but I encountered repeated errors: Error during OpenAI-compatible API call #3",
+])
+def test_a_failure_saved_as_completed_is_flagged(final):
+    trajectory = convert(rows.cli_row([rows.human("q"), rows.gpt(final)], completed=True))
+    assert trajectory.completed is True  # what the producer said is kept; the flag says what it was
+    assert {"empty_final_turn", "error_in_final_turn"} & set(trajectory.quality_flags)
+
+
+def test_a_compressed_run_keeps_its_summary_as_context_and_its_metrics():
+    trajectory = convert(rows.compressed_run())
+    assert "compressed" in trajectory.quality_flags
+    assert "context_summary_as_assistant" not in trajectory.quality_flags
+    summary_index = trajectory.metadata["context_summary_messages"]
+    assert [trajectory.messages[i]["content"] for i in summary_index] == [rows.SUMMARY]
+    assert trajectory.metadata["compression_metrics"]["turns_removed"] == 8
+    # the compressor's notice, appended to the generated tools template, is the system prompt
+    assert trajectory.messages[0] == {"role": "system", "content": rows.NOTICE.strip()}
+    assert [tool["function"]["name"] for tool in trajectory.tools] == ["terminal", "read_file"]
+
+
+def test_a_summary_written_as_an_assistant_turn_is_flagged_apart():
+    # Hermes' live context compressor puts its handoff in an assistant message when a user
+    # message there would break the roles' alternation
+    handoff = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted into the summary below."
+    trajectory = convert(rows.cli_row([rows.human("q"), rows.gpt("<think>\n</think>\n" + handoff),
+                                       rows.human("go on"), rows.gpt("<think>\nok\n</think>\ndone")]))
+    assert {"compressed", "context_summary_as_assistant"} <= set(trajectory.quality_flags)
+    assert trajectory.metadata["context_summary_messages"] == [1]
+
+
+def test_text_that_only_mentions_a_summary_is_not_one():
+    trajectory = convert(rows.cli_row([rows.human("What does [CONTEXT SUMMARY]: mean in Hermes?"),
+                                       rows.gpt("<think>\nx\n</think>\nA compressor's prefix.")]))
+    assert "compressed" not in trajectory.quality_flags

@@ -738,3 +738,29 @@ def test_turns_match_nemo_gym_and_every_tool_output_is_a_message_or_counted(stre
     # the same turns as NeMo Gym's reading, less the outputs kept aside (they have no valid place)
     assert roles(trajectory) == nemo_gym_roles(items, kept, cut)
     assert re.fullmatch(ROLE_SHAPE_PATTERN, role_shape(trajectory.messages))
+
+
+# ---------- flags producers write today
+
+
+def test_a_skipped_verification_leaves_the_rollout_without_a_reward():
+    # simple_agent with skip_verification: the reward is skip_verification_reward, a placeholder
+    trajectory = convert(make_rollout(reward=0.25, verification_skipped=True))
+    assert trajectory.reward is None
+    assert "verification_skipped" in trajectory.quality_flags
+    assert trajectory.metadata["placeholder_reward"] == 0.25
+
+
+def test_a_skipped_verification_without_a_reward_is_still_a_rollout():
+    row = make_rollout(verification_skipped=True)
+    del row["reward"]
+    assert convert(row).reward is None
+
+
+@pytest.mark.parametrize("flags, masked", [
+    ({"mask_sample": True}, True),  # token capture, anyterminal, osworld
+    ({"instance_config": {"mask_sample": True}}, True),  # swe_agents, the simulation agents (what NeMo RL reads)
+    ({"mask_sample": None, "instance_config": {"mask_sample": False}}, False),  # anyswe: may be null
+])
+def test_mask_sample_is_read_where_each_agent_writes_it(flags, masked):
+    assert convert(make_rollout(**flags)).mask_sample is masked

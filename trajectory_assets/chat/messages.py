@@ -121,3 +121,34 @@ def results_in_call_order(messages: list[dict[str, Any]]) -> bool:
                     return False
                 expected.pop(0)
     return True
+
+
+
+# How a harness's summary of the turns it compressed begins. Hermes Agent's
+# trajectory_compressor.py writes one human turn starting "[CONTEXT SUMMARY]:" (it adds the
+# prefix when the summarizer left it out); its live context compressor wrote that too, and now
+# writes "[CONTEXT COMPACTION — REFERENCE ONLY] ..." as a user or, where alternation needs it, an
+# assistant message, or merges the summary into the next message after a "[PRIOR CONTEXT ..."
+# header; when no user turn was left it adds a user turn "Continue from the compressed
+# conversation context above." (agent/context_compressor.py). Every one is the summarizer's or
+# the harness's words, never the user's or the policy's.
+CONTEXT_SUMMARY_PREFIXES = ("[CONTEXT SUMMARY]:", "[CONTEXT COMPACTION", "[PRIOR CONTEXT — for reference only",
+                            "Continue from the compressed conversation context above.")
+
+
+def is_context_summary(message: dict[str, Any]) -> bool:
+    """Whether a user or assistant message is a harness's summary of earlier turns (or the
+    turn it adds after one).
+
+    >>> is_context_summary({"role": "user", "content": "[CONTEXT SUMMARY]: The agent listed /tmp."})
+    True
+    >>> is_context_summary({"role": "assistant", "content": "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier ..."})
+    True
+    >>> is_context_summary({"role": "tool", "content": "[CONTEXT SUMMARY]: quoted by a tool"})
+    False
+    >>> is_context_summary({"role": "user", "content": "Summarize: [CONTEXT SUMMARY]: is a prefix"})
+    False
+    """
+    content = message.get("content")
+    return (message.get("role") in ("user", "assistant") and isinstance(content, str)
+            and content.lstrip().startswith(CONTEXT_SUMMARY_PREFIXES))

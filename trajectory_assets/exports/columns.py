@@ -4,10 +4,13 @@ has it)."""
 
 import pyarrow as pa
 
+from trajectory_assets.io.arrow_rows import JSON
+
 LINEAGE = [("trajectory_id", pa.string()), ("task_key", pa.string())]
 # the columns every form of a family's rows shares beside its messages (trainer flavors too)
 SFT_COLUMNS = [("reward", pa.float64()), ("task_type", pa.string()), *LINEAGE]
-PAIR_SCORES = [("quality_difference", pa.float64()), ("reward_chosen", pa.float64()), ("reward_rejected", pa.float64())]
+PAIR_SCORES = [("quality_difference", pa.float64()), ("reward_chosen", pa.float64()), ("reward_rejected", pa.float64()),
+               ("component_margins", JSON)]
 PAIR_LINEAGE = [("chosen_id", pa.string()), ("rejected_id", pa.string()), ("task_key", pa.string()),
                 ("pairing", pa.string())]
 TASK_SUMMARY = [
@@ -18,6 +21,7 @@ TASK_SUMMARY = [
     ("reward_std", pa.float64()),
     ("pass_rate", pa.float64()),
     ("zero_variance", pa.bool_()),
+    ("reward_components", JSON),
 ]
 SHAREGPT_TURNS = pa.list_(pa.struct([("from", pa.string()), ("value", pa.string())]))
 
@@ -26,9 +30,11 @@ SFT_LINEAGE = {"messages": ["messages"], "tools": ["tools"], "reward": ["reward"
                "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}
 DPO_LINEAGE = {"prompt": ["messages"], "chosen": ["messages"], "rejected": ["messages"], "tools": ["tools"],
                "reward_chosen": ["reward"], "reward_rejected": ["reward"], "quality_difference": ["reward"],
+               "component_margins": ["reward_components"],
                "chosen_id": ["trajectory_id"], "rejected_id": ["trajectory_id"], "task_key": ["task_key"]}
 TASK_LINEAGE = {"task_key": ["task_key"], "trajectory_ids": ["trajectory_id"], "mean_reward": ["reward"],
-                "pass_rate": ["reward"], "agent_ref": ["agent_ref", "agent_name"]}
+                "pass_rate": ["reward"], "agent_ref": ["agent_ref", "agent_name"],
+                "reward_components": ["reward_components"]}
 DPO_MEASURES = ("quality_difference", "reward_chosen", "reward_rejected")
 
 FIELDS = {
@@ -48,6 +54,8 @@ FIELDS = {
     "chosen_id": "the chosen rollout's trajectory_id",
     "rejected_id": "the rejected rollout's trajectory_id",
     "pairing": "the pairing rule that made the pair (dpo.pairing)",
+    "component_margins": "per objective of a multi-objective reward: the chosen rollout's score minus the rejected "
+                         "one's, over the objectives both were scored on (null: no reward_components)",
     "conversations": "the conversation as ShareGPT turns {from, value}",
     "agent_ref": "the NeMo Gym agent that runs the task {type, name}",
     "trajectory_ids": "the task's rollouts in validated_trajectories",
@@ -56,5 +64,7 @@ FIELDS = {
     "reward_std": "the standard deviation of the task's rewards",
     "pass_rate": "the share of the task's rollouts at or above grpo.pass_threshold",
     "zero_variance": "whether every rollout of the task got the same reward",
+    "reward_components": "per objective of a multi-objective reward: {count, mean, std} over the task's rollouts "
+                         "scored on it (null: no reward_components)",
     "agent_name": "the agent that ran the task",
 }

@@ -2,7 +2,7 @@
 
 Three steps, each counting what it leaves out under a reason code:
 
-1. ``filter_trajectories``: per-trajectory rules (reward, completed, mask_sample, turns,
+1. ``filter_trajectories``: per-trajectory rules (completed, mask_sample, reward, turns,
    tokens, length, tool-error rate, quality flags), vectorized over flat columns;
 2. ``deduplicate``: one trajectory per identical conversation (``content_hash``), and with
    ``dedup: near`` also none whose MinHash similarity to a kept one reaches the threshold;
@@ -42,13 +42,26 @@ def filter_trajectories(trajectories: pd.DataFrame, config: Curation) -> tuple[p
     """Rows that pass every enabled rule; each dropped row is counted under its first failed rule."""
     excluded: Counter = Counter()
     t = trajectories
-    flags = "|".join(re.escape(flag) for flag in config.exclude_quality_flags)
+
+    def flagged(*names: str) -> pd.Series:
+        return carries_flag(t["quality_flags"], *names)
+
     # NaN compares False, so "passes when unknown" is spelled out for the optional measures
     error_rate = t["tool_errors"] / t["tool_results"].where(t["tool_results"] > 0)
     rules = [
+        # a run that did not really complete, each way counted apart: Hermes' partial runs
+        # (stopped on an error path), any run not completed, and a failure Hermes saved as
+        # completed (an error message or its "(empty)" reply as the final turn)
+        ("partial_run", config.require_completed, lambda: ~flagged("partial_run")),
         ("not_completed", config.require_completed, lambda: t["completed"]),
+        ("failure_saved_as_completed", config.require_completed,
+         lambda: ~flagged("error_in_final_turn", "empty_final_turn")),
         ("mask_sample", config.exclude_mask_sample, lambda: ~t["mask_sample"]),
         ("unanswered_tool_calls", config.exclude_unanswered_tool_calls, lambda: t["unanswered_tool_calls"] == 0),
+        ("context_summary_as_assistant", config.exclude_summary_as_assistant,
+         lambda: ~flagged("context_summary_as_assistant")),
+        # a rollout whose verifier was skipped has no reward: it cannot pass a reward filter
+        ("verification_skipped", config.min_reward is not None, lambda: ~flagged("verification_skipped")),
         # rows without a reward (Hermes trajectories) have nothing to filter on
         ("below_min_reward", config.min_reward is not None, lambda: t["reward"].isna() | (t["reward"] >= config.min_reward)),
         ("too_few_turns", config.min_turns is not None, lambda: t["num_assistant_turns"] >= config.min_turns),
@@ -58,8 +71,7 @@ def filter_trajectories(trajectories: pd.DataFrame, config: Curation) -> tuple[p
         ("too_long", config.max_chars is not None, lambda: t["messages_chars"] <= config.max_chars),
         ("tool_error_rate", config.max_tool_error_rate is not None,
          lambda: error_rate.isna() | (error_rate <= config.max_tool_error_rate)),
-        ("quality_flags", bool(flags),
-         lambda: ~t["quality_flags"].str.contains(rf"(?:^|,)(?:{flags})(?:,|$)", regex=True)),
+        ("quality_flags", bool(config.exclude_quality_flags), lambda: ~flagged(*config.exclude_quality_flags)),
     ]
     keep = pd.Series(True, index=t.index)
     for reason, enabled, passes in rules:
@@ -70,6 +82,15 @@ def filter_trajectories(trajectories: pd.DataFrame, config: Curation) -> tuple[p
                 excluded[reason] += dropped
             keep &= passed
     return t.loc[keep], excluded
+
+
+def carries_flag(quality_flags: pd.Series, *names: str) -> pd.Series:
+    """Which rows' quality flags (the table's comma-separated column) hold any of ``names``.
+
+    >>> carries_flag(pd.Series(["a,partial_run", "", "partial_run_x"]), "partial_run").tolist()
+    [True, False, False]
+    """
+    return quality_flags.str.contains(rf"(?:^|,)(?:{'|'.join(map(re.escape, names))})(?:,|$)", regex=True)
 
 
 def drop_exact_duplicates(trajectories: pd.DataFrame, excluded: Counter) -> pd.DataFrame:

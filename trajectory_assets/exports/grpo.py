@@ -28,6 +28,7 @@ def render(item: TaskItem) -> dict[str, Any]:
     task, payload = item.task, item.payload
     if payload.request is None:
         raise Unrepresentable("no_request")
+    item.prompt  # the request replays the task's prompt: refused as every GRPO export refuses it
     # the row ng_prepare_data would write: the request, what the verifier was given beside it
     # (its keys vary by environment: the dataset card declares the ones the export holds), the agent
     return {"responses_create_params": without_token_data(orjson.loads(payload.request)), **item.task_inputs,

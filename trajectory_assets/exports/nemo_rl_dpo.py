@@ -44,13 +44,8 @@ def completions(chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) ->
 
 def render(item: PairItem) -> dict[str, Any]:
     prompt, chosen, rejected = item.template_parts
-    pair = item.pair
-    return {
-        "context": prompt, "completions": completions(chosen, rejected), "tools": item.tools,
-        "quality_difference": pair.quality_difference, "reward_chosen": pair.reward_chosen,
-        "reward_rejected": pair.reward_rejected, "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id,
-        "task_key": pair.task_key, "pairing": item.pairing,
-    }
+    return {"context": prompt, "completions": completions(chosen, rejected), "tools": item.tools, **item.scores,
+            **item.lineage}
 
 
 def read_back(row: Mapping[str, Any]) -> ReadBack:

@@ -31,6 +31,10 @@ SCHEMA = pa.schema([
 
 def render(item: SftItem) -> dict[str, Any]:
     row = item.row
+    if row.mask_sample:
+        # NeMo Gym masks a rollout whose token capture was incomplete or ambiguous, and NeMo RL
+        # drops it from the loss: whatever the SFT curation keeps, its tokens are not trained on
+        raise Unrepresentable("mask_sample")
     if row.token_data is None or len(row.token_data) == 0:
         raise Unrepresentable("no_token_data")  # served without token capture
     calls = token_calls(row.token_data)
@@ -61,4 +65,4 @@ EXPORT = Export(
     "generation's token ids and the policy's log probabilities, as NeMo Gym recorded them (`contiguous`: every "
     "call extends the tokens before it, as NeMo RL needs).",
     group=FLAVORS_GROUP, file_format="parquet", measures=("generated_tokens", "calls"),
-    columns=("token_data", "model"))
+    columns=("token_data", "model", "mask_sample"))

@@ -61,6 +61,7 @@ SCHEMA = pa.schema([
         ("interaction_kwargs", JSON),
         ("num_rollouts", pa.int64()),
         ("mean_reward", pa.float64()),
+        ("reward_components", JSON),
         ("trajectory_ids", pa.list_(pa.string())),
     ])),
 ])
@@ -79,6 +80,7 @@ def verl_row(
     tools: list[dict[str, Any]] | None,
     num_rollouts: int,
     mean_reward: float | None,
+    reward_components: dict[str, Any] | None,
     trajectory_ids: list[str],
 ) -> dict[str, Any]:
     """One verl row, shaped to :data:`SCHEMA` (key order = column order)."""
@@ -102,6 +104,7 @@ def verl_row(
                                    "ground_truth": ground_truth},
             "num_rollouts": num_rollouts,
             "mean_reward": mean_reward,
+            "reward_components": reward_components,
             "trajectory_ids": list(trajectory_ids),
         },
     }
@@ -129,6 +132,7 @@ def render(item: TaskItem) -> dict[str, Any]:
         tools=item.tools,
         num_rollouts=int(task.num_rollouts),
         mean_reward=None if pd.isna(task.mean_reward) else float(task.mean_reward),
+        reward_components=task.objectives_summary,
         trajectory_ids=task.trajectory_ids,
     )
 
@@ -141,12 +145,14 @@ EXPORT = Export(
     "verl", "grpo", render, read_back, VerlSchema, SCHEMA,
     {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
      "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
-     "extra_info": ["task_key", "trajectory_id", "reward", "tools", "metadata"]},
+     "extra_info": ["task_key", "trajectory_id", "reward", "reward_components", "tools", "metadata"]},
     {**FIELDS,
      "agent_name": "verl's agent loop: tool_agent for a task that offers tools, else single_turn_agent",
      "data_source": "verl's reward-function key: the agent",
      "ability": "verl's task category: the task_type, else the agent",
      "reward_model": "verl's {style: rule, ground_truth}",
-     "extra_info": "verl's extra fields: split, index, task_key, agent, tools and their kwargs, rollout statistics"},
+     "extra_info": "verl's extra fields: split, index, task_key, agent, tools and their kwargs, rollout statistics "
+                   "(reward_components: per objective {count, mean, std}, which compute_score receives in "
+                   "extra_info)"},
     "verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
     group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",))

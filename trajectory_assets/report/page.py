@@ -174,6 +174,14 @@ details.reasoning { border-left:3px solid #b9c2d3; padding-left:.5rem; margin:.2
 {% endfor %}
 </table>
 
+{% if s.reward_components %}
+<h3>Reward components</h3>
+<p class="muted">Each objective of a multi-objective verifier (<code>reward_components</code>), over the rollouts scored on it.</p>
+<table><tr><th>objective</th><th>rollouts</th><th>min</th><th>mean</th><th>p50</th><th>p90</th><th>max</th></tr>
+{% for name, d in s.reward_components.items() %}<tr><td><code>{{ name }}</code></td><td class="num">{{ d.count }}</td>{% for k in ("min", "mean", "p50", "p90", "max") %}<td class="num">{{ number(d.get(k)) }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endif %}
+
 <h2 id="plots">Plots</h2>
 {% if page.figures %}
 <div class="figures">

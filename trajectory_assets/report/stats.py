@@ -8,12 +8,13 @@ from typing import Any
 
 import pandas as pd
 
+from trajectory_assets.chat.reward_components import objectives
 from trajectory_assets.markdown import table
 
 STATS_COLUMNS = [
     "trajectory_id", "task_key", "source_format", "source_uri", "source_line", "agent_name", "task_type", "model",
     "reward", "completed", "mask_sample", "num_messages", "num_assistant_turns", "num_tool_calls", "messages_chars",
-    "total_tokens", "has_reasoning", "unknown_items", "quality_flags",
+    "total_tokens", "has_reasoning", "unknown_items", "quality_flags", "reward_components",
 ]
 
 
@@ -53,6 +54,18 @@ def _breakdown(trajectories: pd.DataFrame, column: str) -> list[dict[str, Any]]:
         }
         for key, row in table.iterrows()
     ]
+
+
+def component_stats(reward_components: pd.Series) -> dict[str, dict[str, Any]]:
+    """The distribution of each objective of a multi-objective reward (``reward_components``)
+    over the rollouts scored on it, by objective name.
+
+    >>> component_stats(pd.Series(['{"format": 1.0, "correctness": 0.0}', None, '{"correctness": 1}']))
+    {'correctness': {'count': 2, 'min': 0.0, 'mean': 0.5, 'p50': 0.5, 'p90': 0.9, 'max': 1.0}, \
+'format': {'count': 1, 'min': 1.0, 'mean': 1.0, 'p50': 1.0, 'p90': 1.0, 'max': 1.0}}
+    """
+    scored = pd.DataFrame.from_records(list(reward_components.dropna().map(objectives)))
+    return {str(name): _describe(scored[name]) for name in sorted(scored.columns)}
 
 
 def hermes_stats(trajectories: pd.DataFrame, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -155,6 +168,7 @@ def compute_stats(
         },
         "tasks": tasks or {"tasks": 0},
         "reward": _describe(trajectories["reward"]),
+        "reward_components": component_stats(trajectories["reward_components"]),
         "assistant_turns": _describe(trajectories["num_assistant_turns"]),
         "tool_calls": _describe(trajectories["num_tool_calls"]),
         "messages_chars": _describe(trajectories["messages_chars"]),
@@ -223,6 +237,13 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             ],
         ),
     ]
+    if stats["reward_components"]:
+        lines += [
+            "", "## Reward components (multi-objective verifiers)", "",
+            *table(["objective", "rollouts", "min", "mean", "p50", "p90", "max"],
+                   [[name, *(d.get(k, "") for k in ("count", "min", "mean", "p50", "p90", "max"))]
+                    for name, d in stats["reward_components"].items()]),
+        ]
     tasks = stats["tasks"]
     if tasks.get("tasks"):
         lines += [

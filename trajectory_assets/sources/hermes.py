@@ -52,7 +52,7 @@ import math
 import re
 from typing import Any
 
-from trajectory_assets.chat.messages import prompt_key, unanswered_tool_calls
+from trajectory_assets.chat.messages import is_context_summary, prompt_key, unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.sources.format import SourceFormat
 
@@ -65,6 +65,10 @@ QUALITY_FLAGS = (
     "repeated_first_user_turn",  # the first human turn appears again
     "no_reasoning",  # no gpt turn has any reasoning
     "error_in_final_turn",  # the run says completed, the final turn holds an error message
+    "empty_final_turn",  # the run says completed, the final turn is Hermes' "(empty)" (hermes-agent#83869)
+    "partial_run",  # the batch runner's partial: true, a run stopped on an error path
+    "compressed",  # a compressor replaced turns with a summary (chat/messages.py is_context_summary)
+    "context_summary_as_assistant",  # ... written as an assistant turn: not the policy's words
     "unparseable_tool_call",  # a <tool_call> whose JSON does not parse
     "late_tool_response",  # a <tool_response> answering a call of an earlier gpt turn (kept in metadata)
     "unmatched_tool_response",  # a <tool_response> answering no call (kept in metadata)
@@ -86,6 +90,7 @@ SYSTEM_TEMPLATE = (
     "<args-dict>}}\n</tool_call>"
 )
 TEMPLATE_START = "You are a function calling AI model."
+TEMPLATE_END = "<args-dict>}\n</tool_call>"  # how the template ends, once formatted
 
 # the template itself mentions "<tools> </tools>": the block is the one holding a JSON list
 TOOLS_BLOCK = re.compile(r"<tools>\s*(\[.*?\])\s*</tools>", re.S)
@@ -93,11 +98,15 @@ THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.S)
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 TOOL_RESPONSE_BLOCK = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.S)
 CALL_NAME = re.compile(r"""["']name["']\s*:\s*["']([^"']+)["']""")
-# what an API failure looks like when an agent wrote it into its final turn
+# what an API failure looks like when an agent wrote it into its final turn; the last two are
+# the texts Hermes' own conversation loop answers with after repeated errors
 ERROR_TEXT = re.compile(
     r"(?i)^\s*(?:error|api error)\b|error code:\s*\d|traceback \(most recent call last\)|"
-    r"rate limit(?:ed| exceeded)|internal server error|\bapi(?:connection|status)?error\b"
+    r"rate limit(?:ed| exceeded)|internal server error|\bapi(?:connection|status)?error\b|"
+    r"^i apologize, but i encountered (?:repeated errors|an error while processing the model response)"
 )
+# the final turn Hermes saves when the model's reply never came (its retries ended empty)
+EMPTY_REPLY = "(empty)"
 
 
 def looks_like_hermes(record: dict[str, Any]) -> bool:
@@ -124,12 +133,23 @@ def convert_hermes(record: dict[str, Any], *, source_id: str, **_: Any) -> Traje
     if not any(m["role"] == "assistant" for m in messages[prompt_length:]):
         raise Rejection("no_model_output", "the conversation holds no gpt turn after the first human turn")
 
-    completed = record.get("completed") is not False
+    partial = record.get("partial") is True  # set only on the agent loop's error returns
+    completed = record.get("completed") is not False and not partial
     flags = parser.flags | _conversation_flags(messages, completed)
+    if partial:
+        flags.add("partial_run")
     prompt = messages[:prompt_length]
     tools = parser.tools
     metadata = {key: value for key, value in record.items() if key not in ("conversations", "model", "completed")}
     metadata.update(parser.kept_responses)
+    summaries = [index for index, message in enumerate(messages) if is_context_summary(message)]
+    if summaries:
+        # the summarizer's words, not the user's: kept as context, never a prompt or a target
+        # (compression_metrics, when the compressor wrote it, stays in the metadata too)
+        flags.add("compressed")
+        metadata["context_summary_messages"] = summaries
+        if any(messages[index]["role"] == "assistant" for index in summaries):
+            flags.add("context_summary_as_assistant")
     return Trajectory(
         source_format=SOURCE_FORMAT,
         messages=messages,
@@ -140,7 +160,7 @@ def convert_hermes(record: dict[str, Any], *, source_id: str, **_: Any) -> Traje
         model=record["model"] if isinstance(record.get("model"), str) and record["model"] else None,
         task_type=_task_type(record),
         completed=completed,
-        status=None if completed else "incomplete",
+        status="partial" if partial else (None if completed else "incomplete"),
         request=_request(prompt, tools),
         quality_flags=sorted(flags),
         metadata=metadata,
@@ -232,9 +252,15 @@ class _Parser:
                 raise Rejection("invalid_structure", "the <tools> block of the system prompt is not a JSON list "
                                                      "of tools") from None
         # the generated function-calling template carries nothing but the tools; text an
-        # agent put before it is its own system prompt
+        # agent put before it is its own system prompt, and so is text after it (the notice
+        # trajectory_compressor.py appends to a compressed run's system turn)
         start = value.find(TEMPLATE_START) if block else -1
-        text = (value[:start] if start >= 0 else TOOLS_BLOCK.sub("", value)).strip()
+        if start >= 0:
+            end = value.find(TEMPLATE_END, start)
+            after = value[end + len(TEMPLATE_END):] if end >= 0 else ""
+            text = (value[:start].strip() + "\n\n" + after.strip()).strip()
+        else:
+            text = TOOLS_BLOCK.sub("", value).strip()
         if text:
             if self.messages:
                 raise Rejection("misplaced_system_message", "a system turn follows other turns")
@@ -377,8 +403,11 @@ def _conversation_flags(messages: list[dict[str, Any]], completed: bool) -> set[
         flags.add("repeated_first_user_turn")
     if not any(m.get("reasoning_content") for m in messages if m["role"] == "assistant"):
         flags.add("no_reasoning")
-    if completed and isinstance(messages[-1].get("content"), str) and ERROR_TEXT.search(messages[-1]["content"]):
+    final = messages[-1].get("content")
+    if completed and isinstance(final, str) and ERROR_TEXT.search(final):
         flags.add("error_in_final_turn")
+    if completed and messages[-1]["role"] == "assistant" and isinstance(final, str) and final.strip() == EMPTY_REPLY:
+        flags.add("empty_final_turn")
     return flags
 
 

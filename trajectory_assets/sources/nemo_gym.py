@@ -107,6 +107,7 @@ QUALITY_FLAGS = (
     "late_tool_response",  # a tool output for a call of an earlier turn (kept in metadata)
     "unmatched_tool_response",  # a second tool output for an answered call (kept in metadata)
     "malformed_token_data",  # token ids / log probs of the wrong shape (kept in metadata)
+    "verification_skipped",  # the agent skipped the verifier: its reward is a placeholder (kept in metadata)
 )
 HERMES_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -125,6 +126,22 @@ def failure_rejection(record: dict[str, Any]) -> Rejection | None:
         return None
     name = _REASON_UNSAFE.sub("_", str(failure_class).lower()).strip("_")[:60] or "unknown"
     return Rejection(f"ng_failure_{name}", f"NeMo Gym recorded a failed attempt of class {failure_class!r}")
+
+
+def is_masked(record: dict[str, Any]) -> bool:
+    """NeMo Gym's ``mask_sample``: not to be trained on (a token capture that is incomplete or
+    ambiguous, a reward a timeout or an infrastructure failure made meaningless). Token
+    capture and some agents write it at the top level, the SWE and simulation agents in
+    ``instance_config`` (where NeMo RL reads it), so either place counts.
+
+    >>> is_masked({"mask_sample": True}), is_masked({"instance_config": {"mask_sample": True}})
+    (True, True)
+    >>> is_masked({"mask_sample": None, "instance_config": {"mask_sample": False}})
+    False
+    """
+    instance_config = record.get("instance_config")
+    return record.get("mask_sample") is True or (
+        isinstance(instance_config, dict) and instance_config.get("mask_sample") is True)
 
 
 def task_inputs_of(input_row: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +173,10 @@ def convert_rollout(
     else:
         output = record.get("output")
     output = _expect(output, list, "output")
-    reward = _reward(record)
+    # simple_agent's skip_verification writes a configured constant (skip_verification_reward,
+    # 0.0 by default) as the reward: no verifier scored the rollout, so it has no reward
+    verification_skipped = record.get("verification_skipped") is True
+    reward = None if verification_skipped else _reward(record)
 
     input_items, instructions = _request_input(request)
 
@@ -188,6 +208,9 @@ def convert_rollout(
     if conversation.unknown:
         metadata["unknown_items"] = conversation.unknown
     flags = set(conversation.flags)
+    if verification_skipped:
+        flags.add("verification_skipped")
+        metadata["placeholder_reward"] = record.get("reward")
     if any(_has_hermes_markup(message) for message in messages):
         flags.add(HERMES_MARKUP_FLAG)
     if unconverted_tools:
@@ -218,7 +241,7 @@ def convert_rollout(
         task_type=_task_type(record),
         completed=status in FINISHED_STATUSES,
         status=status if isinstance(status, str) else None,
-        mask_sample=record.get("mask_sample") is True,
+        mask_sample=is_masked(record),
         input_tokens=_usage(usage, "input_tokens", "prompt_tokens"),
         output_tokens=_usage(usage, "output_tokens", "completion_tokens"),
         total_tokens=_usage(usage, "total_tokens"),

@@ -13,9 +13,10 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from trajectory_assets.chat.messages import divergence_point
+from trajectory_assets.chat.messages import divergence_point, is_context_summary
+from trajectory_assets.chat.reward_components import dominates, margins, objectives
 from trajectory_assets.config import DpoConfig, SplitConfig
-from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.curation import balance, carries_flag
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
@@ -32,17 +33,23 @@ from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
 
-PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id", "reward_chosen", "reward_rejected"]
+PLAN = [*PLAN_COLUMNS, "reward_components"]
+# objectives_*: each side's reward components ({name: score}, empty without them)
+PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id", "reward_chosen", "reward_rejected",
+                "objectives_chosen", "objectives_rejected"]
 
 
 def plan(table: TrajectoryTable, config: DpoConfig,
          budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
     """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance."""
-    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
+    kept, excluded = curated_trajectories(table, config, PLAN, budget)
     rewarded = kept["reward"].notna()
-    if (~rewarded).any():
-        excluded["no_reward"] += int((~rewarded).sum())
-    pairs = candidate_pairs(kept.loc[rewarded], config, excluded)
+    skipped = carries_flag(kept["quality_flags"], "verification_skipped")
+    for reason, dropped in (("verification_skipped", ~rewarded & skipped), ("no_reward", ~rewarded & ~skipped)):
+        if dropped.any():
+            excluded[reason] += int(dropped.sum())
+    kept = kept.loc[rewarded]
+    pairs = candidate_pairs(kept.assign(objectives=kept["reward_components"].map(objectives)), config, excluded)
     margin = pairs["reward_chosen"] - pairs["reward_rejected"]
     for reason, dropped in (("tied_rewards", margin <= 0), ("below_min_margin", (margin > 0) & (margin < config.min_margin))):
         if dropped.any():
@@ -71,12 +78,15 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
             excluded["task_without_exactly_two_rollouts"] += skipped
         groups = groups.loc[group_sizes == 2]
     order = {key: position for position, key in enumerate(groups["task_key"].unique())}
-    side = groups[["task_key", "prompt_key", "task_type", "trajectory_id", "reward"]]
-    if config.pairing == "all_pairs_with_margin":
-        pairs = side.merge(side[["task_key", "trajectory_id", "reward"]], on="task_key", suffixes=("_c", "_r"))
+    side = groups[["task_key", "prompt_key", "task_type", "trajectory_id", "reward", "objectives"]]
+    if config.pairing in ("all_pairs_with_margin", "dominance"):
+        pairs = side.merge(side[["task_key", "trajectory_id", "reward", "objectives"]], on="task_key",
+                           suffixes=("_c", "_r"))
         # each unordered pair once: the higher reward chosen; equal rewards once, as a tie
         pairs = pairs.loc[(pairs["reward_c"] > pairs["reward_r"]) | (
             (pairs["reward_c"] == pairs["reward_r"]) & (pairs["trajectory_id_c"] < pairs["trajectory_id_r"]))]
+        if config.pairing == "dominance":
+            pairs = _dominant_pairs(pairs, excluded)
         pairs = pairs.assign(order=pairs["task_key"].map(order), margin=pairs["reward_c"] - pairs["reward_r"])
         pairs = pairs.sort_values(["order", "margin", "trajectory_id_c", "trajectory_id_r"],
                                   ascending=[True, False, True, True], kind="mergesort")
@@ -88,7 +98,8 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
             excluded["pair_cap"] += int(over_cap.sum())
         pairs = pairs.loc[~over_cap]
         chosen = pairs.rename(columns={"trajectory_id_c": "chosen_id", "reward_c": "reward_chosen",
-                                       "trajectory_id_r": "rejected_id", "reward_r": "reward_rejected"})
+                                       "trajectory_id_r": "rejected_id", "reward_r": "reward_rejected",
+                                       "objectives_c": "objectives_chosen", "objectives_r": "objectives_rejected"})
         return chosen[PAIR_COLUMNS].reset_index(drop=True)
     best = groups.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
     worst = groups.sort_values(["reward", "trajectory_id"], ascending=[True, True], kind="mergesort")
@@ -103,7 +114,24 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
         "rejected_id": worst.loc[keys, "trajectory_id"].to_numpy(),
         "reward_chosen": best.loc[keys, "reward"].to_numpy(dtype=float),
         "reward_rejected": worst.loc[keys, "reward"].to_numpy(dtype=float),
+        "objectives_chosen": best.loc[keys, "objectives"].to_numpy(),
+        "objectives_rejected": worst.loc[keys, "objectives"].to_numpy(),
     }, columns=PAIR_COLUMNS)
+
+
+def _dominant_pairs(pairs: pd.DataFrame, excluded: Counter) -> pd.DataFrame:
+    """The pairs (oriented by the scalar reward) whose chosen side Pareto-dominates the other
+    on the reward components; the rest are counted: the two rollouts were scored on no or
+    different objectives, or neither is at least as good on every one."""
+    if pairs.empty:
+        return pairs
+    comparable = [bool(c) and c.keys() == r.keys() for c, r in zip(pairs["objectives_c"], pairs["objectives_r"])]
+    dominant = [dominates(c, r) for c, r in zip(pairs["objectives_c"], pairs["objectives_r"])]
+    for reason, dropped in (("no_comparable_objectives", sum(not c for c in comparable)),
+                            ("not_dominant", sum(c and not d for c, d in zip(comparable, dominant)))):
+        if dropped:
+            excluded[reason] += dropped
+    return pairs.loc[dominant]
 
 
 class PairItem:
@@ -127,6 +155,8 @@ class PairItem:
         shared = divergence_point(chosen_messages, rejected_messages)
         if shared == 0:
             raise Unrepresentable("no_shared_prompt")
+        if any(is_context_summary(message) for message in chosen_messages[:shared]):
+            raise Unrepresentable("context_summary_in_prompt")  # the harness's words, not a user's
         return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:]
 
     @cached_property
@@ -140,15 +170,23 @@ class PairItem:
 
     def record(self, prompt: list, chosen: list, rejected: list, tools: Any) -> dict[str, Any]:
         """The pair's row in the seed DPO field order, with the sides given in an export's form."""
+        return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **self.scores,
+                **({"tools": tools} if tools is not None else {}), **self.lineage}
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """What every preference row says of the pair's rewards (``columns.PAIR_SCORES``)."""
         pair = self.pair
-        return {
-            "prompt": prompt, "chosen": chosen, "rejected": rejected,
-            "quality_difference": pair.quality_difference,
-            "reward_chosen": pair.reward_chosen, "reward_rejected": pair.reward_rejected,
-            **({"tools": tools} if tools is not None else {}),
-            "chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key,
-            "pairing": self.pairing,
-        }
+        return {"quality_difference": pair.quality_difference, "reward_chosen": pair.reward_chosen,
+                "reward_rejected": pair.reward_rejected,
+                "component_margins": margins(pair.objectives_chosen, pair.objectives_rejected)}
+
+    @property
+    def lineage(self) -> dict[str, Any]:
+        """Which rollouts made the pair, and by which rule (``columns.PAIR_LINEAGE``)."""
+        pair = self.pair
+        return {"chosen_id": pair.chosen_id, "rejected_id": pair.rejected_id, "task_key": pair.task_key,
+                "pairing": self.pairing}
 
     def cut(self, chosen: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> "PairItem":
         """The same pair with shorter completions (each still starts with its first assistant turn)."""

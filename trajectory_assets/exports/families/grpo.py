@@ -12,6 +12,8 @@ from typing import Any
 import orjson
 import pandas as pd
 
+from trajectory_assets.chat.messages import is_context_summary
+from trajectory_assets.chat.reward_components import objectives, summarize
 from trajectory_assets.config import GrpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
 from trajectory_assets.exports.export import Export
@@ -26,8 +28,9 @@ from trajectory_assets.exports.families.frames import (
     split_of,
 )
 from trajectory_assets.exports.token_budget import TokenBudget
+from trajectory_assets.exports.unrepresentable import Unrepresentable
 
-PLAN = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format"]
+PLAN = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format", "reward_components"]
 PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "task_inputs", "metadata"]
 
 
@@ -36,7 +39,8 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
     """One row per task: its first rollout (in table order) and aggregates over all of them."""
     kept, excluded = curated_trajectories(table, config, PLAN, budget)
     passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
-    by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
+    by_task = kept.assign(passed=passed.astype(float),
+                          objectives=kept["reward_components"].map(objectives)).groupby("task_key", sort=False)
     aggregates = by_task.agg(
         trajectory_ids=("trajectory_id", list),
         num_rollouts=("trajectory_id", "size"),
@@ -44,6 +48,8 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
         mean_reward=("reward", "mean"),
         reward_std=("reward", lambda r: r.std(ddof=0)),
         pass_rate=("passed", "mean"),
+        # per objective of a multi-objective reward, what a GDPO-style trainer normalizes on its own
+        objectives_summary=("objectives", summarize),
     )
     tasks = kept.drop_duplicates("task_key").set_index("task_key", drop=False).join(aggregates)
     # no learning signal: two or more rewarded rollouts, all with the same reward
@@ -89,7 +95,10 @@ class TaskItem:
 
     @cached_property
     def prompt(self) -> list[dict[str, Any]]:
-        return orjson.loads(self.payload.messages)[: self.payload.prompt_length]
+        prompt = orjson.loads(self.payload.messages)[: self.payload.prompt_length]
+        if any(is_context_summary(message) for message in prompt):
+            raise Unrepresentable("context_summary_in_prompt")  # the harness's words, not a user's
+        return prompt
 
     @cached_property
     def task_inputs(self) -> dict[str, Any]:
@@ -118,6 +127,7 @@ class TaskItem:
             "reward_std": None if pd.isna(task.reward_std) else float(task.reward_std),
             "pass_rate": None if pd.isna(task.pass_rate) else float(task.pass_rate),
             "zero_variance": bool(task.zero_variance),
+            "reward_components": task.objectives_summary,
         }
 
 
