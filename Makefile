@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-12)
 # the trainers test group's extras (TRL, transformers, CPU torch), reinstalled when their lock changes
-TRAIN_STAMP := $(VENV)/.trainers-$(shell cat requirements-train.lock | sha256sum | cut -c1-12)
+# Axolotl, for its tokenization of the axolotl export: its wheel pins ~240 packages exactly (another
+# transformers and TRL among them, and CUDA builds), so it cannot join the lock; installed without
+# its dependencies, its chat_template strategy runs on the lock's transformers and torch, and needs
+# only these two more (tests/trainers/test_axolotl.py)
+AXOLOTL := axolotl==0.19.0 colorama==0.4.6 addict==2.4.0
+TRAIN_STAMP := $(VENV)/.trainers-$(shell (cat requirements-train.lock; echo $(AXOLOTL)) | sha256sum | cut -c1-12)
 TORCH := torch==2.13.0
 # redaction's prefilter runs on Hyperscan where it has a wheel (x86_64; its pin is also in
 # pyproject.toml), else on ahocorasick-rs from the lock, which finds the same, 3-4x slower
@@ -40,6 +45,7 @@ trainers: $(TRAIN_STAMP)
 $(TRAIN_STAMP): requirements-train.lock $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements-train.lock $(TORCH)
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements-train.lock
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps $(AXOLOTL)
 	rm -f $(VENV)/.trainers-*
 	touch $@
 

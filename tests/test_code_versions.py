@@ -56,7 +56,7 @@ def test_a_change_to_a_contract_versions_the_exports_it_checks(source_tree):
     # the TRL and NeMo RL preference contracts share the DPO one's rules
     assert changed_by(source_tree, "schemas/dpo.py") == {
         "dpo_dataset", "trl_dpo_dataset", "nemo_rl_dpo_dataset", "trl_sft_dataset", "trl_grpo_dataset",
-        "nemo_rl_sft_dataset", "stats_report"}
+        "nemo_rl_sft_dataset", "axolotl_dataset", "stats_report"}
 
 
 def test_the_config_sections_an_asset_reads_are_part_of_its_version(tmp_path):

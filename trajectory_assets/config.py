@@ -84,6 +84,13 @@ class Curation(_Section):
 
 
 class SftConfig(Curation):
+    train_on: Literal["all_assistant", "final_assistant", "after_last_user", "not_after_failed_tool_call"] = Field(
+        "all_assistant",
+        description="which assistant messages are training targets (chat/training.py): every one, the final one, "
+                    "those after the last user turn, or all but those right after a failed tool call; a turn the "
+                    "harness wrote (a context summary) never is. Axolotl carries it per message; the other trainer "
+                    "forms leave out the rows their switch cannot reproduce (needs_per_message_mask)",
+    )
     # NeMo Gym's SFT tutorial filters at reward >= 0.5..0.8; 0.5 keeps the lenient end.
     min_reward: float | None = Field(0.5, description="keep trajectories with reward >= this "
                                                       "(rows without a reward pass); null = no filter")

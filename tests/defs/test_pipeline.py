@@ -60,7 +60,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     exports = [export.asset_name for export in EXPORTS]
     assert set(exports) == {f"{name}_dataset" for name in (
         "sft", "dpo", "grpo", "sft_hermes", "trl_sft", "trl_dpo", "trl_grpo", "verl", "llama_factory", "nemo_rl_sft",
-        "nemo_rl_dpo", "on_policy_tokens")}
+        "nemo_rl_dpo", "on_policy_tokens", "axolotl")}
     assert materialized == {"raw_rollouts", "validated_trajectories", "quarantined_records", *exports, "stats_report"}
     expected_checks = {
         ("raw_rollouts", "raw_rollouts_contract"),

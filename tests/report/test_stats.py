@@ -103,3 +103,17 @@ def test_markdown_shows_token_lengths_and_budget_per_export():
     assert "chat template of `tok`" in markdown
     assert "| trl_sft | 4 | 10.0 | 90.0 | 400.0 | 510.0 | 512 | 3 | 2 |" in markdown
     assert "| sft | 0 |" not in markdown  # an export without measured rows has no row in the table
+
+
+def test_reward_components_and_producer_flags_are_reported():
+    rows = [make_rollout(reward=2.0, request_input=f"t{i}", reward_components={"correctness": c, "format": 1.0})
+            for i, c in enumerate((1.0, 0.0))]
+    rows.append(make_rollout(reward=0.25, request_input="s", verification_skipped=True))
+    stats = compute_stats(trajectory_frame(rows), SUMMARY, MANIFESTS)
+    assert stats["reward_components"]["correctness"]["mean"] == 0.5
+    assert stats["reward_components"]["format"]["count"] == 2
+    assert stats["quality_flags"] == {"verification_skipped": 1}
+    assert stats["reward"]["count"] == 2  # the placeholder reward is no reward
+    markdown = render_markdown(stats, [])
+    assert "## Reward components (multi-objective verifiers)" in markdown and "| correctness | 2 |" in markdown
+    assert "| verification_skipped | 1 |" in markdown

@@ -39,8 +39,8 @@ def trainer_libs():
         pytest.fail(f"CI is set but the trainers test group cannot run: {', '.join(missing)} not installed")
 
 
-def _cli_run(tmp_path_factory, source) -> Path:
-    """`trajectory-assets run` on ``source``; the exports folder it writes."""
+def _cli_run(tmp_path_factory, source, *options: str) -> Path:
+    """`trajectory-assets run` on ``source`` (with CLI ``options``); the exports folder it writes."""
     from trajectory_assets.cli import main
 
     from tests.conftest import temporary_dagster_home
@@ -48,7 +48,7 @@ def _cli_run(tmp_path_factory, source) -> Path:
     storage = tmp_path_factory.mktemp("out")
     with pytest.MonkeyPatch.context() as patch:  # an instance of its own, never the project's
         patch.setenv("DAGSTER_HOME", str(temporary_dagster_home(tmp_path_factory.mktemp("home"))))
-        assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
+        assert main(["run", "--source", str(source), "--storage", str(storage), *options]) == 0
     return storage / "exports"
 
 

@@ -28,8 +28,9 @@ MEASURED = {
 }
 
 
-def render_card(manifest: dict[str, Any], purpose: str) -> str:
-    """``purpose``: what the export is, in a trainer's words (its registry description)."""
+def render_card(manifest: dict[str, Any], purpose: str, training: str | None = None) -> str:
+    """``purpose``: what the export is, in a trainer's words (its registry description);
+    ``training``: which trainer setting trains the messages ``sft.train_on`` picks."""
     name = manifest["export"]
     rows = manifest["rows"]
     lines = [
@@ -59,6 +60,7 @@ def render_card(manifest: dict[str, Any], purpose: str) -> str:
                 [[measure, *(d.get(k, "") for k in ("count", "min", "p10", "mean", "p50", "p90", "max"))]
                  for measure, d in manifest["distributions"].items()]),
         "",
+        *(["## Which messages are trained on", "", training, ""] if training else []),
         "## Token lengths",
         "",
         *_token_lines(manifest),
@@ -77,6 +79,13 @@ def render_card(manifest: dict[str, Any], purpose: str) -> str:
         *table(["uri", "records", "sha256"], [[s["uri"], s["records"], s["sha256"]] for s in manifest["sources"]]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def training_of(export: Any, manifest: dict[str, Any]) -> str | None:
+    """What the card says of training targets: the export's setting for the config's ``sft.train_on``."""
+    if export.training_setting is None:
+        return None
+    return export.training_setting(manifest["config"]["sft"]["train_on"])
 
 
 def redaction_line(sources: list[dict[str, Any]]) -> str:

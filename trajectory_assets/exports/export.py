@@ -70,6 +70,9 @@ class Export:
     columns: tuple[str, ...] = ()
     # name -> content of a trainer's index file written beside the splits
     index_files: Callable[[str], dict[str, bytes]] | None = None
+    # sft.train_on -> how its trainer trains exactly the messages the rule picks (the dataset
+    # card says it; exports/training_switch.py); None: the format has no trainer setting for it
+    training_setting: Callable[[str], str] | None = None
 
     @property
     def asset_name(self) -> str:

@@ -25,6 +25,7 @@ from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
 from trajectory_assets.exports.families.frames import SPLITS
 from trajectory_assets.exports.families.sft import SftItem
 from trajectory_assets.exports.template import arguments_object
+from trajectory_assets.exports.training_switch import GlobalSwitch
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 from schemas.shapes import LLAMA_FACTORY_LETTER, TURN_SHAPE_PATTERN, turn_shape
 
@@ -153,7 +154,14 @@ def _text(content: Any) -> str:
     raise Unrepresentable("non_text_content", "only string content (no image parts) can be a ShareGPT value")
 
 
+# LLaMA-Factory learns the gpt and function_call turns, or with mask_history the last one only
+# (src/llamafactory/data/processor/supervised.py)
+SWITCH = GlobalSwitch("LLaMA-Factory", "the default (`train_on_prompt: false`, `mask_history: false`: every "
+                                       "assistant turn)", "`mask_history: true`")
+
+
 def render(item: SftItem) -> dict[str, Any]:
+    SWITCH.require(item)
     row = item.row
     record = to_llama_factory(item.messages, item.tools)
     record.update(trajectory_id=row.trajectory_id, task_key=row.task_key)
@@ -226,4 +234,4 @@ EXPORT = Export(
     {**FIELDS, "system": "the system prompt",
      "tools": "the tools offered to the model, as LLaMA-Factory's JSON text of bare function objects (empty: none)"},
     "LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in `dataset_info.json`.",
-    group=FLAVORS_GROUP, index_files=_index)
+    group=FLAVORS_GROUP, index_files=_index, training_setting=SWITCH.setting)

@@ -19,6 +19,7 @@ from trajectory_assets.exports import trl_sft
 from trajectory_assets.exports.columns import FIELDS, SFT_LINEAGE
 from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
 from trajectory_assets.exports.families.sft import SftItem
+from trajectory_assets.exports.training_switch import GlobalSwitch
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 
 # the rows are the TRL rows (what datasets loads the JSON lines as, declared in the card)
@@ -32,9 +33,16 @@ def require_final_assistant(messages: list[dict[str, Any]], reason: str) -> None
         raise Unrepresentable(reason, f"the last message is {last!r}, not the assistant's")
 
 
+# NeMo RL's SFT trains the assistant's messages (roles_to_train_on is fixed to assistant in
+# nemo_rl/algorithms/sft.py) or, with only_unmask_final, the last message
+SWITCH = GlobalSwitch("NeMo RL", "the default (`sft.only_unmask_final: false`: every assistant message)",
+                      "`sft.only_unmask_final: true`")
+
+
 def render(item: SftItem) -> dict[str, Any]:
     """NeMo RL's openai_format: the TRL row, which must end with the assistant's turn."""
     require_final_assistant(item.messages, "ends_without_assistant_turn")
+    SWITCH.require(item)
     return item.template_record
 
 
@@ -46,4 +54,4 @@ EXPORT = Export(
     "nemo_rl_sft", "sft", render, read_back, NemoRlSftSchema, SCHEMA, SFT_LINEAGE, FIELDS,
     "NeMo RL SFT `openai_format`: `messages` (arguments as JSON objects, ending with the assistant's turn) plus "
     "`tools`; load with `use_preserving_dataset: true`.",
-    group=FLAVORS_GROUP, measures=("reward",))
+    group=FLAVORS_GROUP, measures=("reward",), training_setting=SWITCH.setting)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from trajectory_assets.config import SplitConfig
 from trajectory_assets.exports import (
+    axolotl,
     dpo,
     grpo,
     llama_factory,
@@ -53,6 +54,7 @@ EXPORTS: tuple[Export, ...] = (
     nemo_rl_sft.EXPORT,
     nemo_rl_dpo.EXPORT,
     on_policy_tokens.EXPORT,
+    axolotl.EXPORT,
 )
 EXPORTS_BY_NAME: dict[str, Export] = {export.name: export for export in EXPORTS}
 EXPORT_FAMILIES: tuple[str, ...] = tuple(FAMILIES)

@@ -20,12 +20,18 @@ from schemas.trl import TrlSftSchema
 from trajectory_assets.exports.columns import FIELDS, SFT_COLUMNS, SFT_LINEAGE
 from trajectory_assets.exports.export import FLAVORS_GROUP, Export, ReadBack
 from trajectory_assets.exports.families.sft import SftItem
+from trajectory_assets.exports.training_switch import GlobalSwitch
 from trajectory_assets.exports.template import MESSAGES_TYPE, TOOLS_TYPE, from_template, tools_from_template
 
 SCHEMA = pa.schema([("messages", MESSAGES_TYPE), ("tools", TOOLS_TYPE), *SFT_COLUMNS])
 
 
+SWITCH = GlobalSwitch("TRL", "`SFTConfig(assistant_only_loss=True)` (with a chat template that marks the "
+                                "assistant's turns with `{% generation %}`, or one TRL can patch)")
+
+
 def render(item: SftItem) -> dict[str, Any]:
+    SWITCH.require(item)
     return item.template_record
 
 
@@ -36,4 +42,4 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 EXPORT = Export(
     "trl_sft", "sft", render, read_back, TrlSftSchema, SCHEMA, SFT_LINEAGE, FIELDS,
     "TRL conversational SFT: `messages` (tool-call arguments as JSON objects) plus `tools` (`trl.SFTTrainer`).",
-    group=FLAVORS_GROUP, file_format="parquet", measures=("reward",))
+    group=FLAVORS_GROUP, file_format="parquet", measures=("reward",), training_setting=SWITCH.setting)

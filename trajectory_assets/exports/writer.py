@@ -23,7 +23,7 @@ import pandas as pd
 from schemas.validation import ChunkedContract, ContractResult
 from trajectory_assets import layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.exports.card import render_card
+from trajectory_assets.exports.card import render_card, training_of
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, TrajectoryTable
 from trajectory_assets.exports.manifest import build_manifest, describe
@@ -187,7 +187,8 @@ class ExportWriter:
         )
         for name, content in (export.index_files(export.name) if export.index_files else {}).items():
             store.write_bytes(layout.export_extra(export.name, name), content)
-        store.write_bytes(layout.export_card(export.name), render_card(manifest, export.description).encode())
+        card = render_card(manifest, export.description, training_of(export, manifest))
+        store.write_bytes(layout.export_card(export.name), card.encode())
         # last: a manifest beside the files means the set is complete
         store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
         return Written(export, manifest, checks, self.first_line)

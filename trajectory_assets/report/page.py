@@ -174,6 +174,13 @@ details.reasoning { border-left:3px solid #b9c2d3; padding-left:.5rem; margin:.2
 {% endfor %}
 </table>
 
+{% if s.quality_flags %}
+<h3>Quality flags</h3>
+<p class="muted">What the producers flagged (every source format): kept in the trajectory table, left out of an export where its curation says (the "left out" column above).</p>
+<table><tr><th>flag</th><th>trajectories</th></tr>
+{% for flag, n in s.quality_flags.items() %}<tr><td><code>{{ flag }}</code></td><td class="num">{{ n }}</td></tr>
+{% endfor %}</table>
+{% endif %}
 {% if s.reward_components %}
 <h3>Reward components</h3>
 <p class="muted">Each objective of a multi-objective verifier (<code>reward_components</code>), over the rollouts scored on it.</p>

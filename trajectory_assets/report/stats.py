@@ -68,18 +68,27 @@ def component_stats(reward_components: pd.Series) -> dict[str, dict[str, Any]]:
     return {str(name): _describe(scored[name]) for name in sorted(scored.columns)}
 
 
+def flag_counts(quality_flags: pd.Series) -> dict[str, int]:
+    """Trajectories per quality flag, every source format (the table's comma-separated column).
+
+    >>> flag_counts(pd.Series(["compressed,partial_run", "", "compressed"]))
+    {'compressed': 2, 'partial_run': 1}
+    """
+    counts: Counter = Counter()
+    for row_flags in quality_flags:
+        counts.update(flag for flag in row_flags.split(",") if flag)
+    return dict(sorted(counts.items()))
+
+
 def hermes_stats(trajectories: pd.DataFrame, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Hermes section: reasoning coverage, quality flags, and ``tools`` (tool use per tool
     of the Hermes rows, by the batch runner's failure rule: ``report_data.message_facts``)."""
     hermes = trajectories.loc[trajectories["source_format"] == "hermes"]
-    flags: Counter = Counter()
-    for row_flags in hermes["quality_flags"]:
-        flags.update(flag for flag in row_flags.split(",") if flag)
     return {
         "trajectories": len(hermes),
         "completed": int(hermes["completed"].sum()),
         "reasoning_coverage": round(int(hermes["has_reasoning"].sum()) / len(hermes), 4) if len(hermes) else None,
-        "quality_flags": dict(sorted(flags.items())),
+        "quality_flags": flag_counts(hermes["quality_flags"]),
         "tools": tools,
     }
 
@@ -175,6 +184,9 @@ def compute_stats(
         "total_tokens": _describe(trajectories["total_tokens"]),
         "completed": int(trajectories["completed"].sum()),
         "mask_sample": int(trajectories["mask_sample"].sum()),
+        # what the producers flagged (compressed, partial_run, verification_skipped, ...): kept in
+        # the table, left out of an export where its curation says (excluded_by_export)
+        "quality_flags": flag_counts(trajectories["quality_flags"]),
         "with_reasoning": int(trajectories["has_reasoning"].sum()),
         "unknown_items": int(trajectories["unknown_items"].sum()),
         "by_source_format": _breakdown(trajectories, "source_format"),
@@ -237,6 +249,9 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             ],
         ),
     ]
+    if stats["quality_flags"]:
+        lines += ["", "## Quality flags (every source)", "",
+                  *table(["flag", "trajectories"], [[flag, n] for flag, n in stats["quality_flags"].items()])]
     if stats["reward_components"]:
         lines += [
             "", "## Reward components (multi-objective verifiers)", "",

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pandas as pd
 
+from trajectory_assets.chat.training import TrainingRule, trained_messages
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
 from trajectory_assets.exports.export import Export
@@ -42,8 +43,9 @@ def plan(table: TrajectoryTable, config: SftConfig,
 class SftItem:
     """One planned trajectory's payload; JSON columns are decoded once, on first use."""
 
-    def __init__(self, row) -> None:
+    def __init__(self, row, train_on: TrainingRule = "all_assistant") -> None:
         self.row = row
+        self.train_on = train_on
         self.cut_short = False  # cut to the token budget (see cut)
 
     @cached_property
@@ -59,6 +61,11 @@ class SftItem:
         return self.row.prompt_key
 
     @cached_property
+    def trained(self) -> list[bool]:
+        """Per message, whether ``sft.train_on`` makes it a training target."""
+        return trained_messages(self.messages, self.train_on)
+
+    @cached_property
     def template_record(self) -> dict[str, Any]:
         """The row in the form chat templates render (TRL and NeMo RL write it), made once."""
         row = self.row
@@ -69,7 +76,7 @@ class SftItem:
     def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
         """The same trajectory with only its first ``len(messages)`` messages (a format that
         writes more of the trajectory than its messages must check ``cut_short``)."""
-        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode()))
+        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode()), self.train_on)
         item.messages = messages
         item.cut_short = True
         return item
@@ -85,7 +92,7 @@ def iter_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, e
         return
     fit = None if budget is None else partial(_fit_sft, budget)
     for chunk in table.scan(payload_columns(PAYLOAD_COLUMNS, exports), ids=planned):
-        yield render_all((SftItem(row) for row in chunk.itertuples(index=False)), exports, split, fit)
+        yield render_all((SftItem(row, config.train_on) for row in chunk.itertuples(index=False)), exports, split, fit)
 
 
 def _fit_sft(budget: TokenBudget, item: SftItem) -> tuple[SftItem, int, bool]:
