@@ -291,3 +291,26 @@ def test_on_a_terminal_progress_is_a_live_bar(tmp_path):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
     assert re.search(r"batches .*3/3", text) and "records/s" in text
     assert "exported sft, 6 rows" in text and "\nbatch 1/3" not in text  # the bar, not the plain lines
+
+
+def test_side_files_are_listed_in_their_batch_and_never_quarantined(tmp_path):
+    from pathlib import Path
+
+    from tests.fixtures.hermes_rows import tool_run
+
+    source = tmp_path / "runs"
+    write_jsonl(source / "gym" / "rollouts.jsonl", [make_rollout(request_input=f"q{n}") for n in range(3)])
+    (source / "gym" / "rollouts_aggregate_metrics.json").write_text('[{"agent_ref": {"name": "a"}}]')
+    write_jsonl(source / "gym" / "rollouts_reward_profiling.jsonl", [{"mean/reward": 1.0}])
+    write_jsonl(source / "hermes" / "batch_0.jsonl", [tool_run()])
+    write_jsonl(source / "hermes" / "batch_0.exploration.jsonl", [{"version": 1, "nodes": []}])
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out), "--exports", "sft"]) == 0
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert (stats["records_read"], stats["records_rejected"]) == (4, 0)
+    raws = {Path(raw["uri"]).name: raw for raw in map(json.loads, map(Path.read_text, (out / "raw" / "batches").glob("*.json")))}
+    assert set(raws) == {"rollouts.jsonl", "batch_0.jsonl"}
+    assert [side["name"] for side in raws["rollouts.jsonl"]["side_files"]] == [
+        "rollouts_aggregate_metrics.json", "rollouts_reward_profiling.jsonl"]
+    assert [side["name"] for side in raws["batch_0.jsonl"]["side_files"]] == ["batch_0.exploration.jsonl"]
+    assert all(side["sha256"] and side["bytes"] for raw in raws.values() for side in raw["side_files"])

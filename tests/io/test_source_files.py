@@ -176,3 +176,65 @@ def test_lines_longer_than_a_read_block_stay_whole(tmp_path):
     path.write_bytes(b'{"a": 1}\n' + long_line + b"\n" + b'{"b": 2}')
     lines, _ = lines_of(path)
     assert lines == [(1, b'{"a": 1}'), (2, long_line), (3, b'{"b": 2}')]
+
+
+# ---------------------------------------------------------------- side files
+
+from trajectory_assets.io.source_files import describe_batch  # noqa: E402
+from trajectory_assets.sources import SIDE_FILES  # noqa: E402
+
+# what NeMo Gym's collector and reward profiler, and Hermes Agent, write beside a source file
+SIDE_FILE_CASES = [
+    ("run.jsonl", "run_aggregate_metrics.json"),
+    ("run.jsonl", "run_reward_profiling.jsonl"),
+    ("run.jsonl", "run_agent_metrics.json"),
+    ("batch_0.jsonl", "batch_0.exploration.jsonl"),
+    ("samples.jsonl.gz", "samples.jsonl.exploration.jsonl"),
+    ("samples.jsonl.gz", "samples.exploration.jsonl"),
+    ("trajectory_samples.jsonl.gz", "exploration_trees.jsonl"),
+    ("failed_trajectories.jsonl", "failed_exploration_trees.jsonl"),
+]
+
+
+@pytest.mark.parametrize("source, side", SIDE_FILE_CASES)
+def test_a_side_file_beside_its_source_is_listed_with_it_and_is_no_batch(tmp_path, source, side):
+    (tmp_path / source).write_bytes(b"")
+    (tmp_path / side).write_bytes(b"[]\n")
+    (found,) = discover([str(tmp_path)], INPUTS_SUFFIXES, SIDE_FILES)
+    assert found.source_id.endswith(source)
+    assert found.side_uris == (str(tmp_path / side),)
+    (alone,) = discover([str(tmp_path / source)], INPUTS_SUFFIXES, SIDE_FILES)  # named alone, it is found too
+    assert alone.side_uris == (str(tmp_path / side),)
+
+
+def test_a_side_file_named_alone_is_read_by_nobody_when_its_source_lies_beside_it(tmp_path):
+    (tmp_path / "run.jsonl").write_bytes(b"")
+    (tmp_path / "run_reward_profiling.jsonl").write_bytes(b"{}\n")
+    assert discover([str(tmp_path / "run_reward_profiling.jsonl")], INPUTS_SUFFIXES, SIDE_FILES) == []
+    # a shell glob names both: one batch, which lists it
+    (found,) = discover([str(tmp_path / "run.jsonl"), str(tmp_path / "run_reward_profiling.jsonl")],
+                        INPUTS_SUFFIXES, SIDE_FILES)
+    assert found.side_uris == (str(tmp_path / "run_reward_profiling.jsonl"),)
+
+
+def test_a_file_named_like_a_side_file_without_its_source_is_read_as_a_source(tmp_path):
+    # never skipped on its name alone: a rollout file that only looks like a side file is not lost
+    (tmp_path / "lonely_reward_profiling.jsonl").write_bytes(b"")
+    found = discover([str(tmp_path)], INPUTS_SUFFIXES, SIDE_FILES)
+    assert [source.source_id.split("/")[-1] for source in found] == ["lonely_reward_profiling.jsonl"]
+    assert discover([str(tmp_path / "lonely_reward_profiling.jsonl")], INPUTS_SUFFIXES, SIDE_FILES)
+
+
+def test_the_batch_lists_its_side_files_with_size_and_sha256_outside_its_data_version(tmp_path):
+    (tmp_path / "run.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "run_aggregate_metrics.json").write_bytes(b"[1]")
+    (source,) = discover([str(tmp_path)], INPUTS_SUFFIXES, SIDE_FILES)
+    record = describe_batch(source)
+    assert record["side_files"] == [{"uri": str(tmp_path / "run_aggregate_metrics.json"),
+                                     "name": "run_aggregate_metrics.json", "bytes": 3,
+                                     "sha256": hashlib.sha256(b"[1]").hexdigest(), "error": None}]
+    assert record["data_version"] == record["sha256"]  # nothing of it is read into a trajectory
+    (tmp_path / "run_aggregate_metrics.json").write_bytes(b"[2]")
+    assert describe_batch(source)["data_version"] == record["data_version"]
+    (tmp_path / "run_aggregate_metrics.json").unlink()
+    assert describe_batch(source)["side_files"][0]["error"].startswith("cannot read")

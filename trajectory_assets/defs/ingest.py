@@ -42,7 +42,7 @@ from trajectory_assets.io.source_files import (
     source_fingerprint,
 )
 from trajectory_assets.io.storage import Storage, StorageError
-from trajectory_assets.sources import INPUTS_SUFFIXES, SOURCES
+from trajectory_assets.sources import INPUTS_SUFFIXES, SIDE_FILES, SOURCES
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -58,7 +58,7 @@ QUARANTINE_CONTRACT = dg.AssetCheckKey(QUARANTINE, "quarantine_contract")
 
 def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     try:
-        found = discover(sources.paths, INPUTS_SUFFIXES)
+        found = discover(sources.paths, INPUTS_SUFFIXES, SIDE_FILES)
     except SourceError as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None
     for source in found:

@@ -25,10 +25,50 @@ class SourceError(Exception):
 
 
 @dataclass(frozen=True)
+class SideFile:
+    """A file a producer writes beside a source file that holds no records (metrics, profiling,
+    exploration trees). Declared by the source formats (``SourceFormat.side_files``): it is
+    listed in its source's batch (name, size, SHA-256), never read as records.
+
+    ``pattern`` names it from its source's stem (the name without ``.jsonl`` / ``.jsonl.gz``):
+    ``"{stem}_aggregate_metrics.json"``. A pattern without ``{stem}`` is a fixed name, the side
+    file of the sources whose stem is one of ``stems`` (Hermes writes ``exploration_trees.jsonl``
+    beside ``trajectory_samples.jsonl``).
+
+    >>> SideFile("{stem}_reward_profiling.jsonl").names_for("run")
+    ['run_reward_profiling.jsonl']
+    >>> SideFile("{stem}_reward_profiling.jsonl").stems_of("run_reward_profiling.jsonl")
+    ['run']
+    >>> SideFile("exploration_trees.jsonl", ("trajectory_samples",)).stems_of("exploration_trees.jsonl")
+    ['trajectory_samples']
+    """
+
+    pattern: str
+    stems: tuple[str, ...] = ()
+
+    def names_for(self, stem: str) -> list[str]:
+        """The name this side file has beside a source of that stem (none: it has none)."""
+        if "{stem}" in self.pattern:
+            return [self.pattern.replace("{stem}", stem)]
+        return [self.pattern] if stem in self.stems else []
+
+    def stems_of(self, name: str) -> list[str]:
+        """The stems of the sources a file of that name would be the side file of."""
+        if "{stem}" not in self.pattern:
+            return list(self.stems) if name == self.pattern else []
+        prefix, suffix = self.pattern.split("{stem}", 1)
+        if len(name) > len(prefix) + len(suffix) and name.startswith(prefix) and name.endswith(suffix):
+            return [name[len(prefix): len(name) - len(suffix)]]
+        return []
+
+
+@dataclass(frozen=True)
 class SourceFile:
     uri: str  # where it was read from, as the user would type it
     source_id: str  # stable, machine-independent name: path relative to the source root's parent
     inputs_uri: str | None = None  # its NeMo Gym materialized inputs, when they lie beside it
+    # the files its producer wrote beside it that hold no records (``SideFile``): listed, never read
+    side_uris: tuple[str, ...] = ()
     size: int | None = field(default=None, compare=False)  # bytes as listed when discovered
     # the file's and its side file's fingerprints as listed when discovered (None: not listed)
     listed_fingerprint: str | None = field(default=None, compare=False)
@@ -48,13 +88,20 @@ class SourceReadStats:
     hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
 
-def discover(paths: list[str], inputs_suffixes: tuple[str, ...]) -> list[SourceFile]:
+def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
+             side_files: tuple[SideFile, ...] = ()) -> list[SourceFile]:
     """Expand folders (recursively) and single files into a sorted, de-duplicated list.
 
     A ``<stem><suffix>.jsonl`` beside ``<stem>.jsonl``, for a suffix of ``inputs_suffixes``
     (the source formats' inputs files, ``sources.INPUTS_SUFFIXES``: NeMo Gym's
     ``_materialized_inputs``), is that source's inputs file (``inputs_uri``), not a source of
     its own; given on its own, it is read as a source.
+
+    A file named by one of ``side_files`` (``sources.SIDE_FILES``) beside its source is that
+    source's side file (``side_uris``): never a source of its own, also when it is named
+    alone (then nothing is read from it; its source's batch lists it whenever that source is
+    read). Without its source beside it, a file is read as a source whatever its name: a
+    rollout file that only looks like a side file is never skipped.
     """
     found: dict[str, SourceFile] = {}
     for path in paths:
@@ -67,19 +114,27 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...]) -> list[SourceF
             stems = {_stem(name) for name in names}
             inputs = {stem: name for name in names
                       if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
+            sides = {name: [side for side in _side_candidates(name, side_files) if side in listed]
+                     for name in names if name not in inputs.values()}
+            taken = {side for found_sides in sides.values() for side in found_sides}
             for name in names:
-                if name in inputs.values():
+                if name in inputs.values() or name in taken:
                     continue
                 source_id = posixpath.relpath(name, parent) if parent else name
                 side = inputs.get(_stem(name))
                 fingerprints = [_listed_fingerprint(listed[name])] + ([_listed_fingerprint(listed[side])] if side else [])
                 found.setdefault(protocol + name, SourceFile(protocol + name, source_id, protocol + side if side else None,
+                                                             tuple(protocol + s for s in sides[name]),
                                                              _size(listed[name]), "+".join(fingerprints)))
         elif fs.isfile(root):
+            if _is_side_file_of_a_source(fs, root, side_files):
+                continue  # its source's batch lists it
             side = next((candidate for candidate in _inputs_candidates(root, inputs_suffixes) if fs.isfile(candidate)),
                         None)
+            beside = tuple(protocol + s for s in _side_candidates(root, side_files) if fs.isfile(s))
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
-                                                         protocol + side if side else None, _size(fs.info(root))))
+                                                         protocol + side if side else None, beside,
+                                                         _size(fs.info(root))))
         else:
             raise SourceError(f"source {path!r} does not exist (expected a folder or a .jsonl/.jsonl.gz file)")
     return sorted(found.values(), key=lambda s: s.uri)
@@ -115,6 +170,19 @@ def _inputs_candidates(name: str, inputs_suffixes: tuple[str, ...]) -> list[str]
     if _inputs_stem(name, inputs_suffixes) is not None:
         return []  # an inputs file given on its own is read as a source
     return [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+
+
+def _side_candidates(name: str, side_files: tuple[SideFile, ...]) -> list[str]:
+    """The paths the side files of the source ``name`` would have."""
+    folder, stem = posixpath.dirname(name), posixpath.basename(_stem(name))
+    return [posixpath.join(folder, side) for side_file in side_files for side in side_file.names_for(stem)]
+
+
+def _is_side_file_of_a_source(fs: AbstractFileSystem, name: str, side_files: tuple[SideFile, ...]) -> bool:
+    """Whether ``name`` is named as a side file and the source it belongs to lies beside it."""
+    folder, base = posixpath.dirname(name), posixpath.basename(name)
+    return any(fs.isfile(posixpath.join(folder, stem + suffix))
+               for side_file in side_files for stem in side_file.stems_of(base) for suffix in SOURCE_SUFFIXES)
 
 
 def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
@@ -271,7 +339,8 @@ def describe_batch(source: SourceFile) -> dict[str, Any]:
     batch is read without it). Passing storage faults are raised, for the retry policy."""
     record: dict[str, Any] = {"uri": source.uri, "source_id": source.source_id, "sha256": None, "bytes": 0,
                               "inputs_uri": source.inputs_uri, "inputs_sha256": None, "inputs_error": None,
-                              "data_version": "unreadable", "error": None}
+                              "data_version": "unreadable", "error": None,
+                              "side_files": [describe_side_file(uri) for uri in source.side_uris]}
     try:
         record["sha256"], record["bytes"] = sha256_of(source)
     except OSError as failure:
@@ -288,6 +357,20 @@ def describe_batch(source: SourceFile) -> dict[str, Any]:
             record["inputs_error"] = f"cannot read: {failure}"
     record["data_version"] = data_version(record["sha256"], record["inputs_sha256"])
     return record
+
+
+def describe_side_file(uri: str) -> dict[str, Any]:
+    """A side file as its batch lists it: where it is, its size and SHA-256 (or why it cannot
+    be read). It is lineage only: nothing of it is read into a trajectory, so it is not part
+    of the batch's data version (a rewritten metrics file changes no trajectory)."""
+    try:
+        sha256, size = file_sha256(uri)
+    except OSError as failure:
+        if not is_unreadable(failure, uri):
+            raise
+        return {"uri": uri, "name": posixpath.basename(uri), "bytes": None, "sha256": None,
+                "error": f"cannot read: {failure}"}
+    return {"uri": uri, "name": posixpath.basename(uri), "bytes": size, "sha256": sha256, "error": None}
 
 
 def source_fingerprint(source: SourceFile) -> str:

@@ -9,6 +9,8 @@ converts it.
 ['nemo_gym', 'hermes']
 >>> INPUTS_SUFFIXES
 ('_materialized_inputs',)
+>>> [side.pattern for side in SIDE_FILES][:2]
+['{stem}_aggregate_metrics.json', '{stem}_reward_profiling.jsonl']
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import hermes, nemo_gym
+from trajectory_assets.io.source_files import SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat
 
 # the source formats, in the order a record is offered to them
@@ -32,6 +35,8 @@ SOURCES: tuple[SourceFormat, ...] = (
 SOURCES_BY_NAME: dict[str, SourceFormat] = {source.name: source for source in SOURCES}
 # what a file beside a source file is named when it is that source's inputs file
 INPUTS_SUFFIXES: tuple[str, ...] = tuple(source.inputs_file.suffix for source in SOURCES if source.inputs_file)
+# the files a producer writes beside a source file that hold no records (``SideFile``)
+SIDE_FILES: tuple[SideFile, ...] = tuple(side for source in SOURCES for side in source.side_files)
 
 
 def parse_json_line(raw: bytes) -> tuple[Any, int]:
