@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
-from trajectory_assets.io.source_files import SideFile
+from trajectory_assets.io.source_files import FolderRecords, SideFile
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,6 @@ class SourceFormat:
     # files its producer writes beside a source file that hold no records (metrics,
     # profiling): listed in the source's batch, never read as records
     side_files: tuple[SideFile, ...] = ()
+    # a format whose record is a folder of files (a Harbor trial), not a line: how to find
+    # them; discovery then hands each record over as one JSON object (``io.source_files``)
+    folder_records: FolderRecords | None = None
