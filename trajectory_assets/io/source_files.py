@@ -167,9 +167,10 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
                 source_id = posixpath.relpath(name, parent) if parent else name
                 side = inputs.get(_stem(name))
                 fingerprints = [_listed_fingerprint(listed[name])] + ([_listed_fingerprint(listed[side])] if side else [])
-                found.setdefault(protocol + name, SourceFile(protocol + name, source_id, protocol + side if side else None,
-                                                             tuple(protocol + s for s in sides[name]),
-                                                             _size(listed[name]), "+".join(fingerprints)))
+                found.setdefault(protocol + name, SourceFile(
+                    protocol + name, source_id, protocol + side if side else None,
+                    side_uris=tuple(protocol + s for s in sides[name]), size=_size(listed[name]),
+                    listed_fingerprint="+".join(fingerprints)))
         elif fs.isfile(root) and (single := _single_file_batch(fs, root, folder_records, protocol)) is not None:
             found.setdefault(single.uri, single)
         elif fs.isfile(root):
@@ -179,8 +180,8 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
                         None)
             beside = tuple(protocol + s for s in _side_candidates(root, side_files) if fs.isfile(s))
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
-                                                         protocol + side if side else None, beside,
-                                                         _size(fs.info(root))))
+                                                         protocol + side if side else None, side_uris=beside,
+                                                         size=_size(fs.info(root))))
         else:
             raise SourceError(f"source {path!r} does not exist (expected a folder or a .jsonl/.jsonl.gz file)")
     return sorted(found.values(), key=lambda s: s.uri)
