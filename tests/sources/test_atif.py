@@ -370,6 +370,11 @@ def test_a_trial_whose_file_is_not_json_or_cannot_be_read_is_rejected_naming_it(
     assert found.reason == "invalid_json" and "result.json" in found.detail
     unreadable = {**trial({}), "unreadable": {"agent/trajectory.json": "cannot read: permission denied"}}
     assert rejection(unreadable).reason == "unreadable_file"
+    no_result = {**trial({"agent/trajectory.json": atif(user(), agent("x"))}),
+                 "unreadable": {"result.json": "cannot read: permission denied"}}
+    converted = convert(no_result)
+    assert converted.reward is None and "unreadable_trial_file" in converted.quality_flags
+    assert converted.metadata["harbor"]["unreadable"] == {"result.json": "cannot read: permission denied"}
 
 
 def test_a_trajectory_with_no_agent_step_or_no_user_step_is_rejected():

@@ -95,6 +95,7 @@ QUALITY_FLAGS = (
     "invalid_subagent_trajectory",  # a subagent that does not convert (kept raw in metadata)
     "missing_continuation",  # continued_trajectory_ref names a file the trial does not hold
     "harbor_reward_invalid",  # result.json says its reward is not valid (reward left None)
+    "unreadable_trial_file",  # a file of the trial other than its trajectory cannot be read (named in metadata)
     HERMES_MARKUP_FLAG,
 )
 TOKEN_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
@@ -183,8 +184,9 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         metadata["subagents"] = subagents
     if trial.name is not None or trial.result is not None or reward_kept:
         metadata["harbor"] = {"record": trial.name, "result": trial.result, **reward_kept}
-        if trial.unreadable:
+        if trial.unreadable:  # a result.json that cannot be read leaves the reward unknown: flagged
             metadata["harbor"]["unreadable"] = trial.unreadable
+            flags.add("unreadable_trial_file")
     agent = main.get("agent") or {}
     return Trajectory(
         source_format=SOURCE_FORMAT,
