@@ -87,7 +87,7 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
             kinds={"jsonl", "pandera"},
             description="One rollout file (``*.jsonl`` / ``*.jsonl.gz``; each record "
             + "; ".join(f"``{source.name}``: {source.shape}" for source in SOURCES)
-            + "): its URI, size and "
+            + "), or one Harbor job folder (each trial a record): its URI, size and "
             "SHA-256, and those of the files its producer writes beside it; together they are the "
             "batch's data version, so Dagster knows when a batch really changed. A source that cannot be opened "
             "is recorded with its error instead of failing the batch: `validated_trajectories` reports it as an "
