@@ -208,6 +208,14 @@ def test_a_side_file_beside_its_source_is_listed_with_it_and_is_no_batch(tmp_pat
     assert alone.side_uris == (str(tmp_path / side),)
 
 
+@pytest.mark.parametrize("source, side", SIDE_FILE_CASES)
+def test_every_side_file_named_alone_beside_its_source_is_no_batch(tmp_path, source, side):
+    (tmp_path / source).write_bytes(b"")
+    (tmp_path / side).write_bytes(b"[]\n")
+    # also a .json one, which named alone would otherwise be a record file of its own
+    assert discover([str(tmp_path / side)], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS) == []
+
+
 def test_a_side_file_named_alone_is_read_by_nobody_when_its_source_lies_beside_it(tmp_path):
     (tmp_path / "run.jsonl").write_bytes(b"")
     (tmp_path / "run_reward_profiling.jsonl").write_bytes(b"{}\n")

@@ -171,11 +171,11 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
                     protocol + name, source_id, protocol + side if side else None,
                     side_uris=tuple(protocol + s for s in sides[name]), size=_size(listed[name]),
                     listed_fingerprint="+".join(fingerprints)))
+        elif fs.isfile(root) and _is_side_file_of_a_source(fs, root, side_files):
+            continue  # its source's batch lists it
         elif fs.isfile(root) and (single := _single_file_batch(fs, root, folder_records, protocol)) is not None:
             found.setdefault(single.uri, single)
         elif fs.isfile(root):
-            if _is_side_file_of_a_source(fs, root, side_files):
-                continue  # its source's batch lists it
             side = next((candidate for candidate in _inputs_candidates(root, inputs_suffixes) if fs.isfile(candidate)),
                         None)
             beside = tuple(protocol + s for s in _side_candidates(root, side_files) if fs.isfile(s))
