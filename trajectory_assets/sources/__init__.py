@@ -24,7 +24,7 @@ import orjson
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import atif, hermes, nemo_gym
-from trajectory_assets.io.source_files import FolderRecords, SideFile
+from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat
 
 # the source formats, in the order a record is offered to them

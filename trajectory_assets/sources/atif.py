@@ -67,7 +67,7 @@ from typing import Any
 from trajectory_assets.chat.messages import prompt_key
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.io.source_files import FolderRecords
+from trajectory_assets.io.file_layouts import FolderRecords
 from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
 from trajectory_assets.sources.format import SourceFormat
 from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, _has_hermes_markup, split_inline_reasoning

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
-from trajectory_assets.io.source_files import FolderRecords, SideFile
+from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 
 
 @dataclass(frozen=True)

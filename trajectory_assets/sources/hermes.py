@@ -54,7 +54,7 @@ from typing import Any
 
 from trajectory_assets.chat.messages import prompt_key, unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
-from trajectory_assets.io.source_files import SideFile
+from trajectory_assets.io.file_layouts import SideFile
 from trajectory_assets.sources.format import SourceFormat
 
 SOURCE_FORMAT = "hermes"

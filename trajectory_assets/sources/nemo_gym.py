@@ -66,7 +66,7 @@ from trajectory_assets.chat.token_data import TOKEN_KEYS
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
-from trajectory_assets.io.source_files import SideFile
+from trajectory_assets.io.file_layouts import SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat
 
 SOURCE_FORMAT = "nemo_gym"
