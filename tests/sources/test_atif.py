@@ -364,6 +364,15 @@ def test_17_the_reward_comes_from_result_json_or_the_verifier_reward_file_and_no
     assert rejection(trial({"agent/trajectory.json": main, "verifier/reward.txt": "n/a"})).reason == "invalid_reward"
 
 
+def test_rollouts_of_one_harbor_task_share_a_task_key_within_its_dataset():
+    def task_key(name, dataset, text):
+        result = {"task_name": name, "source": dataset, "trial_name": f"{name}__{text}"}
+        return convert(trial({"agent/trajectory.json": atif(user(text), agent("x")), "result.json": result})).task_key
+
+    assert task_key("hello", "d1", "one") == task_key("hello", "d1", "two")  # other prompts, one task
+    assert task_key("hello", "d1", "one") != task_key("hello", "d2", "one")
+
+
 def test_a_trial_whose_file_is_not_json_or_cannot_be_read_is_rejected_naming_it():
     broken = trial({"agent/trajectory.json": atif(user(), agent("x")), "result.json": "{cut"})
     found = rejection(broken)

@@ -192,8 +192,10 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         source_format=SOURCE_FORMAT,
         messages=messages,
         prompt_length=prompt_length,
-        # a Harbor task is named across jobs (the dataset's task), so its rollouts group by it
-        task_key=sha256_hex(canonical(["harbor_task", task_name]))[:24] if task_name else prompt_key(prompt, tools),
+        # a Harbor task is named across jobs within its dataset (``source``), so its rollouts
+        # group by the two; without a result.json the task is the prompt's content
+        task_key=sha256_hex(canonical(["harbor_task", result.get("source"), task_name]))[:24] if task_name
+        else prompt_key(prompt, tools),
         tools=tools,
         reward=reward,
         reward_components=components,
