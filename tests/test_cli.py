@@ -291,3 +291,64 @@ def test_on_a_terminal_progress_is_a_live_bar(tmp_path):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
     assert re.search(r"batches .*3/3", text) and "records/s" in text
     assert "exported sft, 6 rows" in text and "\nbatch 1/3" not in text  # the bar, not the plain lines
+
+
+def test_side_files_are_listed_in_their_batch_and_never_quarantined(tmp_path):
+    from pathlib import Path
+
+    from tests.fixtures.hermes_rows import tool_run
+
+    source = tmp_path / "runs"
+    write_jsonl(source / "gym" / "rollouts.jsonl", [make_rollout(request_input=f"q{n}") for n in range(3)])
+    (source / "gym" / "rollouts_aggregate_metrics.json").write_text('[{"agent_ref": {"name": "a"}}]')
+    write_jsonl(source / "gym" / "rollouts_reward_profiling.jsonl", [{"mean/reward": 1.0}])
+    write_jsonl(source / "hermes" / "batch_0.jsonl", [tool_run()])
+    write_jsonl(source / "hermes" / "batch_0.exploration.jsonl", [{"version": 1, "nodes": []}])
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out), "--exports", "sft"]) == 0
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert (stats["records_read"], stats["records_rejected"]) == (4, 0)
+    raws = {Path(raw["uri"]).name: raw for raw in map(json.loads, map(Path.read_text, (out / "raw" / "batches").glob("*.json")))}
+    assert set(raws) == {"rollouts.jsonl", "batch_0.jsonl"}
+    assert [side["name"] for side in raws["rollouts.jsonl"]["side_files"]] == [
+        "rollouts_aggregate_metrics.json", "rollouts_reward_profiling.jsonl"]
+    assert [side["name"] for side in raws["batch_0.jsonl"]["side_files"]] == ["batch_0.exploration.jsonl"]
+    assert all(side["sha256"] and side["bytes"] for raw in raws.values() for side in raw["side_files"])
+
+
+def test_a_folder_of_harbor_jobs_becomes_trajectories_and_exports(tmp_path):
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from tests.fixtures.harbor_jobs import harbor_jobs
+
+    jobs = harbor_jobs(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(jobs), "--storage", str(out), "--exports", "sft,grpo"]) == 0
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert (stats["records_read"], stats["records_valid"], stats["records_rejected"]) == (5, 5, 0)
+    assert {row["name"]: row["trajectories"] for row in stats["by_source_format"]} == {"atif": 5}
+    rows = [row for path in sorted((out / "trajectories" / "batches").glob("*.parquet"))
+            for row in pq.read_table(path).to_pylist()]
+    by_trial = {row["rollout_id"]: row for row in rows}
+    assert by_trial["hello-world__sum0001"]["reward"] == 1.0
+    assert by_trial["hello-world__lin0002"]["reward_components"] == '{"reward":1.0,"style":0.5}'
+    assert by_trial["hello-world__oh000005"]["reward"] is None  # no verifier result: never 0
+    assert by_trial["fix-bug__cc000004"]["reward"] == 1.0  # from verifier/reward.txt
+    assert by_trial["hello-world__tmo0003"]["status"] == "AgentTimeoutError"
+    assert len(by_trial["hello-world__sum0001"]["token_data"]) == 7
+    lineage = json.loads(by_trial["hello-world__lin0002"]["metadata"])
+    assert lineage["harbor"]["record"] == "hello-world__lin0002" and lineage["untrained_messages"]
+    raws = [json.loads(path.read_text()) for path in (out / "raw" / "batches").glob("*.json")]
+    assert sorted(Path(raw["uri"]).name for raw in raws) == ["2026-08-01__10-00-00", "2026-08-02__09-30-00"]
+    assert all(raw["data_version"] == raw["sha256"] and raw["records"] for raw in raws)
+    sft = [json.loads(line) for split in ("train", "validation")
+           for line in (out / "exports" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+    grpo = [json.loads(line) for split in ("train", "validation")
+            for line in (out / "exports" / "grpo" / f"{split}.jsonl").read_text().splitlines()]
+    assert sft and grpo
+    # a second run over the same jobs is byte-identical
+    again = tmp_path / "again"
+    assert main(["run", "--source", str(jobs), "--storage", str(again), "--exports", "sft,grpo"]) == 0
+    assert written_files(again) == written_files(out)

@@ -94,7 +94,7 @@ def extended(tmp_path_factory) -> Path:
              "    toy_pairs.EXPORT,\n")
     add_line(root / "trajectory_assets" / "exports" / "registry.py", "    on_policy_tokens,\n", "    toy_pairs,\n")
     add_line(root / "trajectory_assets" / "sources" / "__init__.py", "    hermes.FORMAT,\n", "    toy_qa.FORMAT,\n")
-    add_line(root / "trajectory_assets" / "sources" / "__init__.py", "import hermes, nemo_gym", ", toy_qa")
+    add_line(root / "trajectory_assets" / "sources" / "__init__.py", "import atif, hermes, nemo_gym", ", toy_qa")
     return root
 
 

@@ -92,7 +92,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import start_fork_server
     from trajectory_assets.io.source_files import SourceError, batch_key, discover, work_bytes
-    from trajectory_assets.sources import INPUTS_SUFFIXES
+    from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES
     from trajectory_assets.progress import progress_for
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
@@ -113,7 +113,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         config = load_config(args.config)
         if config.tokenizer is not None:
             check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
-        found = discover(sources, INPUTS_SUFFIXES)
+        found = discover(sources, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
     except (ConfigError, SourceError, TokenizerError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT

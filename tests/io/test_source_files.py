@@ -1,4 +1,5 @@
 import gzip
+import json
 import os
 import re
 import hashlib
@@ -176,3 +177,175 @@ def test_lines_longer_than_a_read_block_stay_whole(tmp_path):
     path.write_bytes(b'{"a": 1}\n' + long_line + b"\n" + b'{"b": 2}')
     lines, _ = lines_of(path)
     assert lines == [(1, b'{"a": 1}'), (2, long_line), (3, b'{"b": 2}')]
+
+
+# ---------------------------------------------------------------- side files
+
+from trajectory_assets.io.source_files import describe_batch  # noqa: E402
+from trajectory_assets.sources import SIDE_FILES  # noqa: E402
+
+# what NeMo Gym's collector and reward profiler, and Hermes Agent, write beside a source file
+SIDE_FILE_CASES = [
+    ("run.jsonl", "run_aggregate_metrics.json"),
+    ("run.jsonl", "run_reward_profiling.jsonl"),
+    ("run.jsonl", "run_agent_metrics.json"),
+    ("batch_0.jsonl", "batch_0.exploration.jsonl"),
+    ("samples.jsonl.gz", "samples.jsonl.exploration.jsonl"),
+    ("samples.jsonl.gz", "samples.exploration.jsonl"),
+    ("trajectory_samples.jsonl.gz", "exploration_trees.jsonl"),
+    ("failed_trajectories.jsonl", "failed_exploration_trees.jsonl"),
+]
+
+
+@pytest.mark.parametrize("source, side", SIDE_FILE_CASES)
+def test_a_side_file_beside_its_source_is_listed_with_it_and_is_no_batch(tmp_path, source, side):
+    (tmp_path / source).write_bytes(b"")
+    (tmp_path / side).write_bytes(b"[]\n")
+    (found,) = discover([str(tmp_path)], INPUTS_SUFFIXES, SIDE_FILES)
+    assert found.source_id.endswith(source)
+    assert found.side_uris == (str(tmp_path / side),)
+    (alone,) = discover([str(tmp_path / source)], INPUTS_SUFFIXES, SIDE_FILES)  # named alone, it is found too
+    assert alone.side_uris == (str(tmp_path / side),)
+
+
+@pytest.mark.parametrize("source, side", SIDE_FILE_CASES)
+def test_every_side_file_named_alone_beside_its_source_is_no_batch(tmp_path, source, side):
+    (tmp_path / source).write_bytes(b"")
+    (tmp_path / side).write_bytes(b"[]\n")
+    # also a .json one, which named alone would otherwise be a record file of its own
+    assert discover([str(tmp_path / side)], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS) == []
+
+
+def test_a_side_file_named_alone_is_read_by_nobody_when_its_source_lies_beside_it(tmp_path):
+    (tmp_path / "run.jsonl").write_bytes(b"")
+    (tmp_path / "run_reward_profiling.jsonl").write_bytes(b"{}\n")
+    assert discover([str(tmp_path / "run_reward_profiling.jsonl")], INPUTS_SUFFIXES, SIDE_FILES) == []
+    # a shell glob names both: one batch, which lists it
+    (found,) = discover([str(tmp_path / "run.jsonl"), str(tmp_path / "run_reward_profiling.jsonl")],
+                        INPUTS_SUFFIXES, SIDE_FILES)
+    assert found.side_uris == (str(tmp_path / "run_reward_profiling.jsonl"),)
+
+
+def test_a_file_named_like_a_side_file_without_its_source_is_read_as_a_source(tmp_path):
+    # never skipped on its name alone: a rollout file that only looks like a side file is not lost
+    (tmp_path / "lonely_reward_profiling.jsonl").write_bytes(b"")
+    found = discover([str(tmp_path)], INPUTS_SUFFIXES, SIDE_FILES)
+    assert [source.source_id.split("/")[-1] for source in found] == ["lonely_reward_profiling.jsonl"]
+    assert discover([str(tmp_path / "lonely_reward_profiling.jsonl")], INPUTS_SUFFIXES, SIDE_FILES)
+
+
+def test_the_batch_lists_its_side_files_with_size_and_sha256_outside_its_data_version(tmp_path):
+    (tmp_path / "run.jsonl").write_bytes(b"{}\n")
+    (tmp_path / "run_aggregate_metrics.json").write_bytes(b"[1]")
+    (source,) = discover([str(tmp_path)], INPUTS_SUFFIXES, SIDE_FILES)
+    record = describe_batch(source)
+    assert record["side_files"] == [{"uri": str(tmp_path / "run_aggregate_metrics.json"),
+                                     "name": "run_aggregate_metrics.json", "bytes": 3,
+                                     "sha256": hashlib.sha256(b"[1]").hexdigest(), "error": None}]
+    assert record["data_version"] == record["sha256"]  # nothing of it is read into a trajectory
+    (tmp_path / "run_aggregate_metrics.json").write_bytes(b"[2]")
+    assert describe_batch(source)["data_version"] == record["data_version"]
+    (tmp_path / "run_aggregate_metrics.json").unlink()
+    assert describe_batch(source)["side_files"][0]["error"].startswith("cannot read")
+
+
+# ---------------------------------------------------------------- Harbor job folders
+
+from trajectory_assets.io.source_files import source_fingerprint, source_from_record  # noqa: E402
+from trajectory_assets.sources import FOLDER_RECORDS  # noqa: E402
+from tests.fixtures.harbor_jobs import LINEAR, TERMINUS, harbor_jobs, write_trial  # noqa: E402
+
+
+def discover_all(*paths):
+    return discover([str(path) for path in paths], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
+
+
+def test_a_folder_of_harbor_jobs_is_one_batch_per_job_and_one_record_per_trial(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    (jobs / "loose.jsonl").write_text("{}\n")  # a JSON-lines source beside the jobs is still one
+    found = {source.source_id: source for source in discover_all(jobs)}
+    assert sorted(found) == ["jobs/2026-08-01__10-00-00", "jobs/2026-08-02__09-30-00", "jobs/loose.jsonl"]
+    first = found["jobs/2026-08-01__10-00-00"]
+    assert [record.name for record in first.records] == ["hello-world__lin0002", "hello-world__sum0001",
+                                                        "hello-world__tmo0003"]
+    files = {record.name: [uri[len(record.folder) + 1:] for uri in record.files] for record in first.records}
+    # continuation and subagent files are part of their trial; trial.log is not read
+    assert files["hello-world__lin0002"] == ["agent/trajectory.json", "agent/trajectory.cont-1.json", "result.json"]
+    assert files["hello-world__sum0001"][0] == "agent/trajectory.json" and len(files["hello-world__sum0001"]) == 5
+    second = found["jobs/2026-08-02__09-30-00"]
+    cc = next(record for record in second.records if record.name == "fix-bug__cc000004")
+    assert [uri[len(cc.folder) + 1:] for uri in cc.files] == ["agent/trajectory.json", "verifier/reward.txt"]
+    assert first.size == sum((tmp_path / uri).stat().st_size for record in first.records for uri in record.files)
+
+
+def test_the_agents_native_logs_inside_a_trial_are_never_read_as_sources(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    assert not any(source.uri.endswith("native.jsonl") for source in discover_all(jobs))
+
+
+def test_each_trial_is_one_record_holding_its_files_as_text(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    source = next(s for s in discover_all(jobs) if s.source_id.endswith("10-00-00"))
+    stats = SourceReadStats()
+    records = [(number, json.loads(raw)) for number, raw in iter_lines(source, stats)]
+    assert [number for number, _ in records] == [1, 2, 3]
+    number, record = records[0]
+    assert record["record"] == "hello-world__lin0002" and record["main"] == "agent/trajectory.json"
+    assert record["files"]["agent/trajectory.cont-1.json"] == (TERMINUS / f"{LINEAR}.cont-1.json").read_text()
+    assert stats.sha256 == describe_batch(source)["sha256"]  # what was read is what was hashed
+
+
+def test_a_job_data_version_changes_when_any_file_of_any_trial_changes(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    (source,) = [s for s in discover_all(jobs) if s.source_id.endswith("10-00-00")]
+    before = describe_batch(source)
+    assert before["data_version"] == before["sha256"] and before["error"] is None
+    assert [file["path"] for file in before["records"][0]["files"]] == ["agent/trajectory.json",
+                                                                        "agent/trajectory.cont-1.json", "result.json"]
+    result = jobs / "2026-08-01__10-00-00" / "hello-world__tmo0003" / "result.json"
+    result.write_text(result.read_text().replace('"reward": 0.0', '"reward": 0.5'))
+    assert describe_batch(source)["data_version"] != before["data_version"]
+    (jobs / "2026-08-01__10-00-00" / "hello-world__tmo0003" / "trial.log").write_text("changed")  # not read
+    again = describe_batch(source)
+    write_trial(jobs / "2026-08-01__10-00-00", "hello-world__new0006",
+                {"trajectory.json": TERMINUS / "hello-world-timeout.trajectory.json"})
+    (grown,) = [s for s in discover_all(jobs) if s.source_id.endswith("10-00-00")]
+    assert len(grown.records) == 4 and describe_batch(grown)["data_version"] != again["data_version"]
+    assert source_fingerprint(grown) != source_fingerprint(source)
+
+
+def test_ingest_reads_exactly_the_files_its_raw_record_hashed(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    (source,) = [s for s in discover_all(jobs) if s.source_id.endswith("09-30-00")]
+    rebuilt = source_from_record(json.loads(json.dumps(describe_batch(source))))
+    assert rebuilt.records == source.records and rebuilt.uri == source.uri
+
+
+def test_a_trial_or_a_trajectory_json_named_alone_is_a_batch_of_one(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    trial = jobs / "2026-08-01__10-00-00" / "hello-world__lin0002"
+    for named in (trial, trial / "agent" / "trajectory.json"):
+        (source,) = discover_all(named)
+        (record,) = source.records
+        assert source.uri == str(trial) and record.name == "hello-world__lin0002"
+        assert [uri[len(record.folder) + 1:] for uri in record.files] == [
+            "agent/trajectory.json", "agent/trajectory.cont-1.json", "result.json"]
+    # any other .json file named alone: one record, with the segments and subagent files beside it
+    (lone,) = discover_all(TERMINUS / f"{LINEAR}.json")
+    (record,) = lone.records
+    assert lone.uri == str(TERMINUS / f"{LINEAR}.json") and record.name == f"{LINEAR}.json"
+    assert [uri.rsplit("/", 1)[-1] for uri in record.files] == [f"{LINEAR}.json", f"{LINEAR}.cont-1.json"]
+
+
+def test_a_trial_file_that_cannot_be_read_is_named_in_its_record_not_a_failed_batch(tmp_path):
+    jobs = harbor_jobs(tmp_path)
+    (source,) = [s for s in discover_all(jobs) if s.source_id.endswith("09-30-00")]
+    broken = jobs / "2026-08-02__09-30-00" / "hello-world__oh000005" / "result.json"
+    broken.unlink()
+    broken.symlink_to(tmp_path / "nowhere")
+    record = describe_batch(source)
+    assert record["error"] is None and record["records"][1]["files"][1]["error"].startswith("cannot read")
+    stats = SourceReadStats()
+    bundles = [json.loads(raw) for _, raw in iter_lines(source, stats)]
+    assert list(bundles[1]["unreadable"]) == ["result.json"] and stats.error is None
+    assert stats.sha256 == record["sha256"]

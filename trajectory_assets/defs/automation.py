@@ -28,7 +28,7 @@ from trajectory_assets.io.source_files import (
     source_fingerprint,
     work_bytes,
 )
-from trajectory_assets.sources import INPUTS_SUFFIXES
+from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES
 from trajectory_assets.io.storage import Storage
 
 # the per-batch assets (raw_rollouts, validated_trajectories, quarantined_records: one step)
@@ -107,7 +107,7 @@ def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) 
         context: dg.SensorEvaluationContext, sources: RolloutSources, storage: TrajectoryStorage
     ):
         try:
-            found = discover(sources.paths, INPUTS_SUFFIXES)
+            found = discover(sources.paths, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
         except SourceError as error:
             return dg.SensorResult(skip_reason=str(error))
         by_key = {batch_key(source.source_id): source for source in found}

@@ -40,9 +40,10 @@ from trajectory_assets.io.source_files import (
     describe_batch,
     discover,
     source_fingerprint,
+    source_from_record,
 )
 from trajectory_assets.io.storage import Storage, StorageError
-from trajectory_assets.sources import INPUTS_SUFFIXES, SOURCES
+from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES, SOURCES
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -58,7 +59,7 @@ QUARANTINE_CONTRACT = dg.AssetCheckKey(QUARANTINE, "quarantine_contract")
 
 def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     try:
-        found = discover(sources.paths, INPUTS_SUFFIXES)
+        found = discover(sources.paths, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
     except SourceError as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None
     for source in found:
@@ -86,7 +87,7 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
             kinds={"jsonl", "pandera"},
             description="One rollout file (``*.jsonl`` / ``*.jsonl.gz``; each record "
             + "; ".join(f"``{source.name}``: {source.shape}" for source in SOURCES)
-            + "): its URI, size and "
+            + "), or one Harbor job folder (each trial a record): its URI, size and "
             "SHA-256, and those of the files its producer writes beside it; together they are the "
             "batch's data version, so Dagster knows when a batch really changed. A source that cannot be opened "
             "is recorded with its error instead of failing the batch: `validated_trajectories` reports it as an "
@@ -224,9 +225,9 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
     config = settings.load()
     redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
     recorded = store.read_json(layout.batch_source(key))
-    # a side file that could not be read is left out (its error is in the raw record)
-    inputs_uri = recorded.get("inputs_uri") if recorded.get("inputs_sha256") else None
-    source = SourceFile(recorded["uri"], recorded["source_id"], inputs_uri)
+    # a side file that could not be read is left out (its error is in the raw record); a batch
+    # of folder records reads exactly the files that were hashed
+    source = source_from_record(recorded)
     with (
         store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
         store.open_write(layout.batch_quarantine(key)) as quarantine,

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import orjson
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
+
+from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 
 SOURCE_SUFFIXES = (".jsonl", ".jsonl.gz")
 READ_BLOCK = 1 << 20
@@ -25,10 +28,25 @@ class SourceError(Exception):
 
 
 @dataclass(frozen=True)
+class FolderRecord:
+    """One record made of files: its name (relative to its batch's folder, the same on every
+    machine), its folder and its files (the main file first), as URIs."""
+
+    name: str
+    folder: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SourceFile:
     uri: str  # where it was read from, as the user would type it
     source_id: str  # stable, machine-independent name: path relative to the source root's parent
     inputs_uri: str | None = None  # its NeMo Gym materialized inputs, when they lie beside it
+    # the files its producer wrote beside it that hold no records (``SideFile``): listed, never read
+    side_uris: tuple[str, ...] = ()
+    # a batch of folder records (``FolderRecords``: a Harbor job), one record per folder; its
+    # ``uri`` is then the job folder (or the one file named alone)
+    records: tuple[FolderRecord, ...] = ()
     size: int | None = field(default=None, compare=False)  # bytes as listed when discovered
     # the file's and its side file's fingerprints as listed when discovered (None: not listed)
     listed_fingerprint: str | None = field(default=None, compare=False)
@@ -48,13 +66,27 @@ class SourceReadStats:
     hasher: "hashlib._Hash" = field(default_factory=hashlib.sha256, repr=False)
 
 
-def discover(paths: list[str], inputs_suffixes: tuple[str, ...]) -> list[SourceFile]:
+def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
+             side_files: tuple[SideFile, ...] = (),
+             folder_records: tuple[FolderRecords, ...] = ()) -> list[SourceFile]:
     """Expand folders (recursively) and single files into a sorted, de-duplicated list.
 
     A ``<stem><suffix>.jsonl`` beside ``<stem>.jsonl``, for a suffix of ``inputs_suffixes``
     (the source formats' inputs files, ``sources.INPUTS_SUFFIXES``: NeMo Gym's
     ``_materialized_inputs``), is that source's inputs file (``inputs_uri``), not a source of
     its own; given on its own, it is read as a source.
+
+    A file named by one of ``side_files`` (``sources.SIDE_FILES``) beside its source is that
+    source's side file (``side_uris``): never a source of its own, also when it is named
+    alone (then nothing is read from it; its source's batch lists it whenever that source is
+    read). Without its source beside it, a file is read as a source whatever its name: a
+    rollout file that only looks like a side file is never skipped.
+
+    Record folders (``folder_records``: Harbor trials) found in a folder are grouped into one
+    batch per folder holding them (a Harbor job); a record folder named itself is a batch of
+    one. Nothing under a record folder is read as a JSON-lines source (agents keep their
+    native logs there). A ``.json`` file named alone is a batch of one record (see
+    :func:`_single_file_batch`).
     """
     found: dict[str, SourceFile] = {}
     for path in paths:
@@ -63,23 +95,38 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...]) -> list[SourceF
         if fs.isdir(root):
             parent = posixpath.dirname(root.rstrip("/"))
             listed = fs.find(root, detail=True)
-            names = [name for name in sorted(listed) if name.endswith(SOURCE_SUFFIXES)]
+            batches = _folder_batches(root, parent, listed, folder_records, protocol)
+            for batch in batches:
+                found.setdefault(batch.uri, batch)
+            inside = tuple(record.folder.removeprefix(protocol) + "/" for batch in batches for record in batch.records)
+            names = [name for name in sorted(listed) if name.endswith(SOURCE_SUFFIXES) and not name.startswith(inside)]
             stems = {_stem(name) for name in names}
             inputs = {stem: name for name in names
                       if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
+            sides = {name: [side for side in _side_candidates(name, side_files) if side in listed]
+                     for name in names if name not in inputs.values()}
+            taken = {side for found_sides in sides.values() for side in found_sides}
             for name in names:
-                if name in inputs.values():
+                if name in inputs.values() or name in taken:
                     continue
                 source_id = posixpath.relpath(name, parent) if parent else name
                 side = inputs.get(_stem(name))
                 fingerprints = [_listed_fingerprint(listed[name])] + ([_listed_fingerprint(listed[side])] if side else [])
-                found.setdefault(protocol + name, SourceFile(protocol + name, source_id, protocol + side if side else None,
-                                                             _size(listed[name]), "+".join(fingerprints)))
+                found.setdefault(protocol + name, SourceFile(
+                    protocol + name, source_id, protocol + side if side else None,
+                    side_uris=tuple(protocol + s for s in sides[name]), size=_size(listed[name]),
+                    listed_fingerprint="+".join(fingerprints)))
+        elif fs.isfile(root) and _is_side_file_of_a_source(fs, root, side_files):
+            continue  # its source's batch lists it
+        elif fs.isfile(root) and (single := _single_file_batch(fs, root, folder_records, protocol)) is not None:
+            found.setdefault(single.uri, single)
         elif fs.isfile(root):
             side = next((candidate for candidate in _inputs_candidates(root, inputs_suffixes) if fs.isfile(candidate)),
                         None)
+            beside = tuple(protocol + s for s in _side_candidates(root, side_files) if fs.isfile(s))
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
-                                                         protocol + side if side else None, _size(fs.info(root))))
+                                                         protocol + side if side else None, side_uris=beside,
+                                                         size=_size(fs.info(root))))
         else:
             raise SourceError(f"source {path!r} does not exist (expected a folder or a .jsonl/.jsonl.gz file)")
     return sorted(found.values(), key=lambda s: s.uri)
@@ -117,6 +164,77 @@ def _inputs_candidates(name: str, inputs_suffixes: tuple[str, ...]) -> list[str]
     return [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
 
 
+def _folder_batches(root: str, parent: str, listed: dict[str, dict], folder_records: tuple[FolderRecords, ...],
+                    protocol: str) -> list[SourceFile]:
+    """The batches of record folders under ``root``: one per folder holding record folders
+    (a Harbor job), or ``root`` itself when it is a record folder."""
+    root = root.rstrip("/")
+    by_batch: dict[str, list[FolderRecord]] = {}
+    for layout in folder_records:
+        mains = sorted(name for name in listed if name == f"{root}/{layout.main}" or name.endswith("/" + layout.main))
+        for main in mains:
+            folder = main[: -len(layout.main) - 1]
+            if not (folder == root or folder.startswith(root + "/")):
+                continue
+            batch_folder = root if folder == root else posixpath.dirname(folder)
+            files = [main] + sorted(name for name in listed if name != main and name.startswith(folder + "/")
+                                    and layout.belongs(layout.main, name[len(folder) + 1:]))
+            name = posixpath.relpath(folder, batch_folder) if folder != batch_folder else posixpath.basename(folder)
+            by_batch.setdefault(batch_folder, []).append(
+                FolderRecord(name, protocol + folder, tuple(protocol + file for file in files)))
+    batches = []
+    for batch_folder, records in sorted(by_batch.items()):
+        files = [file.removeprefix(protocol) for record in records for file in record.files]
+        source_id = posixpath.relpath(batch_folder, parent) if parent else batch_folder
+        batches.append(SourceFile(protocol + batch_folder, source_id, records=tuple(records),
+                                  size=sum(_size(listed[file]) or 0 for file in files),
+                                  listed_fingerprint=_combined_fingerprint(
+                                      [_listed_fingerprint(listed[file]) for file in files])))
+    return batches
+
+
+def _single_file_batch(fs: AbstractFileSystem, path: str, folder_records: tuple[FolderRecords, ...],
+                       protocol: str) -> SourceFile | None:
+    """A file named alone that is a folder record's main file (``<trial>/agent/trajectory.json``:
+    that trial, a batch of one) or ends in a layout's ``single_suffix`` (``x.json``: a record
+    of its own, with the files beside it that belong to it). None: not a record file."""
+    for layout in folder_records:
+        if path.endswith("/" + layout.main):
+            folder = path[: -len(layout.main) - 1]
+            main = layout.main
+        elif path.endswith(layout.single_suffix) and not path.endswith(SOURCE_SUFFIXES):
+            folder, main = posixpath.dirname(path), posixpath.basename(path)
+        else:
+            continue
+        listed = fs.find(folder, detail=True)
+        files = [path] + sorted(name for name in listed if name != path and layout.belongs(main, name[len(folder) + 1:]))
+        record = FolderRecord(posixpath.basename(folder if main == layout.main else path), protocol + folder,
+                              tuple(protocol + file for file in files))
+        uri = protocol + (folder if main == layout.main else path)
+        return SourceFile(uri, posixpath.basename(uri), records=(record,),
+                          size=sum(_size(listed[file]) or 0 for file in files),
+                          listed_fingerprint=_combined_fingerprint([_listed_fingerprint(listed[file]) for file in files]))
+    return None
+
+
+def _combined_fingerprint(fingerprints: list[str]) -> str:
+    """One short fingerprint for many files (a job holds thousands: the sensor's cursor keeps one per batch)."""
+    return "files:" + hashlib.sha256("\n".join(fingerprints).encode()).hexdigest()
+
+
+def _side_candidates(name: str, side_files: tuple[SideFile, ...]) -> list[str]:
+    """The paths the side files of the source ``name`` would have."""
+    folder, stem = posixpath.dirname(name), posixpath.basename(_stem(name))
+    return [posixpath.join(folder, side) for side_file in side_files for side in side_file.names_for(stem)]
+
+
+def _is_side_file_of_a_source(fs: AbstractFileSystem, name: str, side_files: tuple[SideFile, ...]) -> bool:
+    """Whether ``name`` is named as a side file and the source it belongs to lies beside it."""
+    folder, base = posixpath.dirname(name), posixpath.basename(name)
+    return any(fs.isfile(posixpath.join(folder, stem + suffix))
+               for side_file in side_files for stem in side_file.stems_of(base) for suffix in SOURCE_SUFFIXES)
+
+
 def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
     """Yield (1-based line number, line bytes without the line ending) for non-blank lines.
 
@@ -125,6 +243,9 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
     A read error ends the stream and is recorded in ``stats.error`` instead of raising; the
     bytes of a record it broke off are kept in ``stats.partial_record``.
     """
+    if source.records:
+        yield from _iter_folder_records(source, stats)
+        return
     fs, path = filesystem_of(source.uri)
     try:
         raw = fs.open(path, "rb")
@@ -166,6 +287,53 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
     finally:
         stats.sha256 = stats.hasher.hexdigest()
         raw.close()
+
+
+def _iter_folder_records(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
+    """Yield (1-based record number, the record as one JSON object) for a batch of folder
+    records: ``{"record": name, "main": path, "files": {path: text}, "unreadable": {path:
+    why}}``, paths relative to the record's folder, so the record (and its trajectory id) is
+    the same wherever the folder lies. A file that cannot be read or is not UTF-8 is named
+    in ``unreadable`` (its format rejects or flags the record); the batch's SHA-256 is
+    :func:`folder_digest` of the files."""
+    digests: list[tuple[str, str | None]] = []
+    for number, record in enumerate(source.records, start=1):
+        files: dict[str, str] = {}
+        unreadable: dict[str, str] = {}
+        for uri in record.files:
+            relative = uri[len(record.folder) + 1:]
+            try:
+                data = read_bytes(uri)
+            except OSError as error:
+                if not is_unreadable(error, uri):
+                    raise
+                unreadable[relative] = f"cannot read: {error}"
+                digests.append((f"{record.name}/{relative}", None))
+                continue
+            stats.bytes_read += len(data)
+            digests.append((f"{record.name}/{relative}", hashlib.sha256(data).hexdigest()))
+            try:
+                files[relative] = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                unreadable[relative] = f"not valid UTF-8 at byte {error.start}"
+        main = record.files[0][len(record.folder) + 1:]
+        bundle = {"record": record.name, "main": main, "files": files}
+        if unreadable:
+            bundle["unreadable"] = unreadable
+        yield number, orjson.dumps(bundle)
+    stats.sha256 = folder_digest(digests)
+
+
+def folder_digest(files: list[tuple[str, str | None]]) -> str:
+    """The SHA-256 of a batch of folder records: of each file's name and SHA-256 (None: it
+    cannot be read), in order. Any change to any file of any record changes it."""
+    return hashlib.sha256("".join(f"{name}\t{digest or 'unreadable'}\n" for name, digest in files).encode()).hexdigest()
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = filesystem_of(uri)
+    with fs.open(path, "rb") as handle:
+        return handle.read()
 
 
 def _record(line: bytes, line_number: int, stats: SourceReadStats) -> bytes | None:
@@ -271,7 +439,10 @@ def describe_batch(source: SourceFile) -> dict[str, Any]:
     batch is read without it). Passing storage faults are raised, for the retry policy."""
     record: dict[str, Any] = {"uri": source.uri, "source_id": source.source_id, "sha256": None, "bytes": 0,
                               "inputs_uri": source.inputs_uri, "inputs_sha256": None, "inputs_error": None,
-                              "data_version": "unreadable", "error": None}
+                              "data_version": "unreadable", "error": None,
+                              "side_files": [describe_side_file(uri) for uri in source.side_uris]}
+    if source.records:
+        return _describe_folder_batch(source, record)
     try:
         record["sha256"], record["bytes"] = sha256_of(source)
     except OSError as failure:
@@ -290,11 +461,63 @@ def describe_batch(source: SourceFile) -> dict[str, Any]:
     return record
 
 
+def _describe_folder_batch(source: SourceFile, record: dict[str, Any]) -> dict[str, Any]:
+    """A batch of folder records: every file of every record with its size and SHA-256 (or why it
+    cannot be read); the batch's SHA-256 and data version are :func:`folder_digest` of them."""
+    digests: list[tuple[str, str | None]] = []
+    records = []
+    for folder_record in source.records:
+        files = []
+        for uri in folder_record.files:
+            relative = uri[len(folder_record.folder) + 1:]
+            try:
+                sha256, size = file_sha256(uri)
+                files.append({"path": relative, "bytes": size, "sha256": sha256, "error": None})
+            except OSError as failure:
+                if not is_unreadable(failure, uri):
+                    raise
+                sha256, size = None, 0
+                files.append({"path": relative, "bytes": None, "sha256": None, "error": f"cannot read: {failure}"})
+            digests.append((f"{folder_record.name}/{relative}", sha256))
+            record["bytes"] += size
+        records.append({"name": folder_record.name, "folder": folder_record.folder, "files": files})
+    record["sha256"] = record["data_version"] = folder_digest(digests)
+    record["records"] = records
+    return record
+
+
+def source_from_record(recorded: dict[str, Any]) -> SourceFile:
+    """The source a batch's raw record (:func:`describe_batch`) describes, as ingest reads it:
+    its side file left out when it could not be read (its error is in the record), a batch of
+    folder records with exactly the files that were hashed."""
+    inputs_uri = recorded.get("inputs_uri") if recorded.get("inputs_sha256") else None
+    records = tuple(FolderRecord(record["name"], record["folder"],
+                                 tuple(f"{record['folder']}/{file['path']}" for file in record["files"]))
+                    for record in recorded.get("records") or ())
+    return SourceFile(recorded["uri"], recorded["source_id"], inputs_uri, records=records)
+
+
+def describe_side_file(uri: str) -> dict[str, Any]:
+    """A side file as its batch lists it: where it is, its size and SHA-256 (or why it cannot
+    be read). It is lineage only: nothing of it is read into a trajectory, so it is not part
+    of the batch's data version (a rewritten metrics file changes no trajectory)."""
+    try:
+        sha256, size = file_sha256(uri)
+    except OSError as failure:
+        if not is_unreadable(failure, uri):
+            raise
+        return {"uri": uri, "name": posixpath.basename(uri), "bytes": None, "sha256": None,
+                "error": f"cannot read: {failure}"}
+    return {"uri": uri, "name": posixpath.basename(uri), "bytes": size, "sha256": sha256, "error": None}
+
+
 def source_fingerprint(source: SourceFile) -> str:
     """:func:`fingerprint` of a source and of its side file: as the folder's listing gave them
     when the source was discovered in one (no request per file), else asked of each file."""
     if source.listed_fingerprint is not None:
         return source.listed_fingerprint
+    if source.records:
+        return _combined_fingerprint([fingerprint(uri) for record in source.records for uri in record.files])
     main = fingerprint(source.uri)
     return main if source.inputs_uri is None else f"{main}+{fingerprint(source.inputs_uri)}"
 

@@ -6,9 +6,11 @@ by file name (one folder may hold several): the first format whose ``detect`` ac
 converts it.
 
 >>> [source.name for source in SOURCES]
-['nemo_gym', 'hermes']
+['nemo_gym', 'hermes', 'atif']
 >>> INPUTS_SUFFIXES
 ('_materialized_inputs',)
+>>> [side.pattern for side in SIDE_FILES][:2]
+['{stem}_aggregate_metrics.json', '{stem}_reward_profiling.jsonl']
 """
 
 from __future__ import annotations
@@ -21,17 +23,23 @@ import orjson
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.sources import hermes, nemo_gym
+from trajectory_assets.sources import atif, hermes, nemo_gym
+from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat
 
 # the source formats, in the order a record is offered to them
 SOURCES: tuple[SourceFormat, ...] = (
     nemo_gym.FORMAT,
     hermes.FORMAT,
+    atif.FORMAT,
 )
 SOURCES_BY_NAME: dict[str, SourceFormat] = {source.name: source for source in SOURCES}
 # what a file beside a source file is named when it is that source's inputs file
 INPUTS_SUFFIXES: tuple[str, ...] = tuple(source.inputs_file.suffix for source in SOURCES if source.inputs_file)
+# the files a producer writes beside a source file that hold no records (``SideFile``)
+SIDE_FILES: tuple[SideFile, ...] = tuple(side for source in SOURCES for side in source.side_files)
+# how the formats whose records are folders of files lay them out (``FolderRecords``)
+FOLDER_RECORDS: tuple[FolderRecords, ...] = tuple(source.folder_records for source in SOURCES if source.folder_records)
 
 
 def parse_json_line(raw: bytes) -> tuple[Any, int]:

@@ -4,7 +4,7 @@ trajectory, and which files its producer writes beside a source file.
 A source format is one module of ``trajectory_assets/sources/`` that defines ``FORMAT``, and
 one line in ``SOURCES`` (``sources/__init__.py``). Everything else asks the registry: the
 conversion of a line (the first format whose ``detect`` accepts a record converts it),
-discovery (which files are a source's side files), ingest (joining an inputs file's rows to
+discovery (which files are a source's inputs file and side files), ingest (joining an inputs file's rows to
 the records) and the report (the formats' names).
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 
 
 @dataclass(frozen=True)
@@ -46,3 +47,9 @@ class SourceFormat:
     # failure rows): asked of every record before any format converts it
     refuse: Callable[[dict[str, Any]], Rejection | None] = _refuses_nothing
     inputs_file: InputsFile | None = None
+    # files its producer writes beside a source file that hold no records (metrics,
+    # profiling): listed in the source's batch, never read as records
+    side_files: tuple[SideFile, ...] = ()
+    # a format whose record is a folder of files (a Harbor trial), not a line: how to find
+    # them; discovery then hands each record over as one JSON object (``io.source_files``)
+    folder_records: FolderRecords | None = None

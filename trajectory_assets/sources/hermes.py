@@ -54,6 +54,7 @@ from typing import Any
 
 from trajectory_assets.chat.messages import is_context_summary, prompt_key, unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.io.file_layouts import SideFile
 from trajectory_assets.sources.format import SourceFormat
 
 SOURCE_FORMAT = "hermes"
@@ -459,4 +460,12 @@ FORMAT = SourceFormat(
     shape="a Hermes trajectory (conversations)",
     detect=looks_like_hermes,
     convert=convert_hermes,
+    # agent/trajectory.py writes each trajectory's exploration tree (no conversation in it) to
+    # ``Path(file).with_name(f"{path.stem}.exploration.jsonl")``: <stem>.exploration.jsonl beside
+    # <stem>.jsonl, <stem>.jsonl.exploration.jsonl beside the gzip files newer versions write by
+    # default (a Path's stem drops only ".gz"); without a file name, exploration_trees.jsonl /
+    # failed_exploration_trees.jsonl beside trajectory_samples / failed_trajectories
+    side_files=(SideFile("{stem}.exploration.jsonl"), SideFile("{stem}.jsonl.exploration.jsonl"),
+                SideFile("exploration_trees.jsonl", ("trajectory_samples",)),
+                SideFile("failed_exploration_trees.jsonl", ("failed_trajectories",))),
 )

@@ -66,6 +66,7 @@ from trajectory_assets.chat.token_data import TOKEN_KEYS
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
+from trajectory_assets.io.file_layouts import SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat
 
 SOURCE_FORMAT = "nemo_gym"
@@ -791,4 +792,9 @@ FORMAT = SourceFormat(
     # the collector writes <stem>_materialized_inputs.jsonl beside <stem>.jsonl: the input rows,
     # with what the verifier was given (expected_answer, ...)
     inputs_file=InputsFile("_materialized_inputs", input_row),
+    # what the collector and the reward profiler write beside <stem>.jsonl: per-agent metrics
+    # (rollout_collection.py ``_call_aggregate_metrics``; ``_agent_metrics.json`` is the older
+    # name, still written by reward_profile.py ``write_to_disk``) and per-task reward profiles
+    side_files=(SideFile("{stem}_aggregate_metrics.json"), SideFile("{stem}_reward_profiling.jsonl"),
+                SideFile("{stem}_agent_metrics.json")),
 )

@@ -1,0 +1,405 @@
+"""Harbor ATIF -> canonical trajectories: the real fixtures lose nothing, and one test per
+edge case of the research notes (§5) that applies. Hand-made trajectories are checked
+against NVIDIA's copy of Harbor's models (``nat.atif``, ATIF v1.0-v1.7) first, so every
+case is one Harbor accepts."""
+
+import json
+import re
+
+import pytest
+from nat.atif import Trajectory as HarborTrajectory
+
+from schemas.shapes import ROLE_SHAPE_PATTERN, role_shape
+from tests.fixtures.harbor_jobs import ATIF, atif_files
+from trajectory_assets.chat.messages import unanswered_tool_calls
+from trajectory_assets.chat.trajectory import Rejection
+from trajectory_assets.config import ConversionConfig
+from trajectory_assets.jsonutil import dumps
+from trajectory_assets.sources import convert_record
+from trajectory_assets.sources.atif import VERSIONS, belongs_to_trial, convert_atif
+
+
+def atif(*steps, version="ATIF-v1.7", validate=True, **root):
+    """A trajectory of these steps (numbered here), valid by Harbor's models."""
+    trajectory = {"schema_version": version, "session_id": "s-1", "agent": {"name": "toy", "version": "1"},
+                  "steps": [{"step_id": n, **step} for n, step in enumerate(steps, start=1)], **root}
+    if validate:
+        HarborTrajectory.model_validate(trajectory)
+    return trajectory
+
+
+def user(text="Fix the bug.", **extra):
+    return {"source": "user", "message": text, **extra}
+
+
+def system(text="You are a coding agent.", **extra):
+    return {"source": "system", "message": text, **extra}
+
+
+def agent(text="", *calls, results=None, **extra):
+    step = {"source": "agent", "message": text, **extra}
+    if calls:
+        step["tool_calls"] = list(calls)
+    if results is not None:
+        step["observation"] = {"results": results}
+    return step
+
+
+def call(call_id, name="bash", **arguments):
+    return {"tool_call_id": call_id, "function_name": name, "arguments": arguments}
+
+
+def result(content, call_id=None, **extra):
+    return {"source_call_id": call_id, "content": content, **extra}
+
+
+def convert(trajectory, **options):
+    return convert_atif(trajectory, source_id="test", options=ConversionConfig(**options))
+
+
+def trial(files, main="agent/trajectory.json", name="job/trial"):
+    """A Harbor trial as discovery hands it over: each file as text."""
+    return {"record": name, "main": main,
+            "files": {path: value if isinstance(value, str) else json.dumps(value) for path, value in files.items()}}
+
+
+def rejection(record) -> Rejection:
+    with pytest.raises(Rejection) as caught:
+        convert(record)
+    return caught.value
+
+
+# ---------------------------------------------------------------- the real fixtures
+
+
+def test_the_fixtures_are_real_harbor_files_of_three_agents_and_valid_atif():
+    agents = set()
+    for path in atif_files():
+        trajectory = json.loads(path.read_text())
+        HarborTrajectory.model_validate(trajectory)
+        agents.add(trajectory["agent"]["name"])
+    assert {"terminus-2", "claude-code", "openhands"} <= agents
+    assert (ATIF / "SOURCE.md").read_text().count("Apache") >= 1
+
+
+@pytest.mark.parametrize("path", atif_files(), ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_every_fixture_converts_and_loses_nothing(path):
+    trajectory = json.loads(path.read_text())
+    converted = convert_record(path.read_bytes(), source_id="fixtures")
+    messages = converted.messages
+    assert re.fullmatch(ROLE_SHAPE_PATTERN, role_shape(messages))
+    steps = [step for step in trajectory["steps"] if not (step.get("extra") or {}).get("is_sidechain")]
+    # every step is accounted for, in order, with the messages it became
+    kept = converted.metadata["atif"]["steps"]
+    assert [step["step_id"] for step in kept] == [step["step_id"] for step in steps]
+    for step, record in zip(steps, kept):
+        results = (step.get("observation") or {}).get("results", [])
+        with_content = [r for r in results if r.get("content") is not None]
+        own = 0 if step["source"] == "system" and record["messages"] == [] else 1
+        assert len(record["messages"]) == own + len(with_content), step["step_id"]
+        mine = [messages[i] for i in record["messages"]]
+        if step["source"] == "agent":
+            assistant = mine[0]
+            assert assistant["role"] == "assistant"
+            ids = [c["tool_call_id"] for c in step.get("tool_calls") or []]
+            assert [c["id"] for c in assistant.get("tool_calls", [])] == ids  # the fixtures reuse no id
+            assert [json.loads(c["function"]["arguments"]) for c in assistant.get("tool_calls", [])] == [
+                c["arguments"] for c in step.get("tool_calls") or []]
+            if step.get("reasoning_content"):
+                assert assistant["reasoning_content"] == step["reasoning_content"]
+        # every result with content is a message: a tool message answering its call by id,
+        # else the user turn it was
+        tools = [m for m in mine if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in tools] == [r["source_call_id"] for r in with_content if r.get("source_call_id")]
+        assert [m["content"] for m in tools] == [r["content"] for r in with_content if r.get("source_call_id")]
+        unlinked = [r for r in with_content if not r.get("source_call_id")]
+        assert [m["content"] for m in mine[len(mine) - len(unlinked):]] == [r["content"] for r in unlinked]
+    calls = {c["tool_call_id"] for step in steps for c in step.get("tool_calls") or []}
+    answered = {r["source_call_id"] for step in steps for r in (step.get("observation") or {}).get("results", [])
+                if r.get("source_call_id")}
+    assert unanswered_tool_calls(messages) == len(calls - answered)
+    assert converted.reward is None  # a bare trajectory holds no reward: never 0
+
+
+def test_terminus_token_ids_and_log_probs_are_kept_per_model_call():
+    path = ATIF / "terminus-2" / "hello-world-context-summarization.trajectory.json"
+    trajectory = json.loads(path.read_text())
+    converted = convert(trajectory)
+    with_ids = [step for step in trajectory["steps"] if (step.get("metrics") or {}).get("completion_token_ids")]
+    assert len(converted.token_data) == len(with_ids) == 7
+    for step, tokens in zip(with_ids, converted.token_data):
+        assert converted.messages[tokens["message_index"]]["content"] == step["message"]
+        assert tokens["prompt_token_ids"] == step["metrics"]["prompt_token_ids"]
+        assert tokens["generation_token_ids"] == step["metrics"]["completion_token_ids"]
+        assert tokens["generation_log_probs"] == step["metrics"]["logprobs"]
+    assert (converted.input_tokens, converted.output_tokens) == (
+        trajectory["final_metrics"]["total_prompt_tokens"], trajectory["final_metrics"]["total_completion_tokens"])
+
+
+# ---------------------------------------------------------------- versions
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_schema_version_is_accepted(version):
+    trajectory = atif(user(), agent("Done."), version=version, validate=version != "ATIF-v1.8")
+    assert convert(trajectory).messages[-1] == {"role": "assistant", "content": "Done."}
+
+
+@pytest.mark.parametrize("version", ["1.5", "ATIF-v2.0", "ATIF-v1.9", None])
+def test_any_other_schema_version_is_rejected_with_the_accepted_ones_named(version):
+    found = rejection({**atif(user(), agent("x"), validate=False), "schema_version": version})
+    assert found.reason == "unsupported_atif_version" and "ATIF-v1.0" in found.detail
+
+
+def test_prompt_tokens_before_v1_2_exclude_cached_tokens_so_they_are_added():
+    metrics = {"prompt_tokens": 100, "completion_tokens": 10, "cached_tokens": 40}
+    old = convert(atif(user(), agent("x", metrics=metrics), version="ATIF-v1.1"))
+    new = convert(atif(user(), agent("x", metrics=metrics), version="ATIF-v1.2"))
+    assert (old.input_tokens, new.input_tokens, new.output_tokens, new.total_tokens) == (140, 100, 10, 110)
+
+
+# ---------------------------------------------------------------- §5 edge cases
+
+
+def test_1_an_agent_step_with_calls_and_an_empty_message_is_an_assistant_turn_with_empty_content():
+    converted = convert(atif(user(), agent("", call("c1", cmd="ls"), results=[result("a.txt", "c1")]), agent("ok")))
+    assert converted.messages[1] == {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}]}
+
+
+def test_2_parallel_results_answer_their_calls_by_id_not_by_position():
+    step = agent("", call("a", cmd="1"), call("b", cmd="2"), results=[result("B out", "b"), result("A out", "a")])
+    messages = convert(atif(user(), step)).messages
+    assert [(m["tool_call_id"], m["content"]) for m in messages[2:]] == [("b", "B out"), ("a", "A out")]
+
+
+def test_3_a_call_without_result_stays_unanswered_with_no_placeholder():
+    converted = convert(atif(user(), agent("", call("finish", "finish")), agent("bye")))
+    assert unanswered_tool_calls(converted.messages) == 1
+    assert [m["role"] for m in converted.messages] == ["user", "assistant", "assistant"]
+
+
+def test_4_a_result_without_source_call_id_is_the_next_user_turn_after_the_step_tool_messages():
+    step = agent("", call("k1", keys="ls"), call("k2", keys="pwd"), results=[result("shared terminal output")])
+    converted = convert(atif(user(), step, agent("done")))
+    assert [m["role"] for m in converted.messages] == ["user", "assistant", "user", "assistant"]
+    assert converted.messages[2]["content"] == "shared terminal output"
+    assert converted.metadata["atif"]["unlinked_results"] == [{"step_id": 2, "message_index": 2}]
+    assert "unlinked_observation" in converted.quality_flags
+    parse_error = convert(atif(user(), agent("{bad json", results=[result("Previous response had parsing errors")]),
+                               agent("{}")))
+    assert parse_error.messages[2] == {"role": "user", "content": "Previous response had parsing errors"}
+
+
+def test_5_a_second_result_for_one_call_is_kept_aside_and_one_for_another_step_call_is_rejected():
+    step = agent("", call("c1"), results=[result("first", "c1"), result("second", "c1")])
+    converted = convert(atif(user(), step))
+    assert [m["content"] for m in converted.messages if m["role"] == "tool"] == ["first"]
+    assert converted.metadata["unmatched_tool_responses"][0]["content"] == "second"
+    assert "unmatched_tool_response" in converted.quality_flags
+    cross = atif(user(), agent("", call("c1")), agent("", results=[result("late", "c1")]), validate=False)
+    assert rejection(cross).reason == "orphan_tool_output"
+
+
+def test_6_a_system_step_observation_keeps_its_subagent_refs_and_context_management():
+    handoff = system("Performed context summarization.", observation={"results": [
+        {"subagent_trajectory_ref": [{"trajectory_id": "sub-1"}]}]},
+                     extra={"context_management": {"type": "compaction", "boundary": "replace"}})
+    child = atif(user("Summarize."), agent("Summary."), trajectory_id="sub-1")
+    converted = convert(atif(user(), agent("a"), handoff, user("Go on."), agent("b"), subagent_trajectories=[child]))
+    resets = converted.metadata["atif"]["context_resets"]
+    assert resets == [{"where": "trajectory.steps[2]", "step_id": 3, "message_index": 3, "type": "compaction",
+                       "boundary": "replace"}]
+    (subagent,) = converted.metadata["subagents"]
+    assert subagent["ref"] == {"trajectory_id": "sub-1"} and subagent["step_id"] == 3
+    assert subagent["messages"] == [{"role": "user", "content": "Summarize."}, {"role": "assistant", "content": "Summary."}]
+
+
+def test_7_leading_system_steps_merge_and_a_later_one_is_a_user_turn():
+    converted = convert(atif(system("A"), system("B"), user(), system("Added workspace context"), agent("ok")))
+    assert converted.messages[0] == {"role": "system", "content": "A\n\nB"}
+    assert converted.messages[2] == {"role": "user", "content": "Added workspace context"}
+    assert "system_step_as_user" in converted.quality_flags
+
+
+def test_8_consecutive_same_role_steps_and_a_trajectory_ending_on_a_system_step_are_kept():
+    converted = convert(atif(user("a"), user("b"), agent("1"), agent("2"), system("compacted")))
+    assert role_shape(converted.messages) == "uuaau"
+    assert "consecutive_assistant_turns" in converted.quality_flags
+
+
+def test_9_subagents_from_files_embedded_and_sidechains_are_kept_never_dropped():
+    summary = atif(user("Summarize."), agent("Summary."))
+    main = atif(user(), agent("a"), system("handoff", observation={"results": [{"subagent_trajectory_ref": [
+        {"session_id": "x", "trajectory_path": "trajectory.summarization-1-summary.json"},
+        {"session_id": "y", "trajectory_path": "trajectory.summarization-1-gone.json"}]}]}), user("b"), agent("c"))
+    unnamed = atif(user("other"), agent("other answer"))
+    converted = convert(trial({"agent/trajectory.json": main,
+                               "agent/trajectory.summarization-1-summary.json": summary,
+                               "agent/trajectory.summarization-2-summary.json": unnamed}))
+    found = {entry["where"]: entry for entry in converted.metadata["subagents"]}
+    assert found["agent/trajectory.summarization-2-summary.json"]["ref"] is None  # named by no ref, still kept
+    assert any(entry.get("missing") for entry in found.values())
+    assert "missing_subagent_trajectory" in converted.quality_flags
+    named = next(e for e in converted.metadata["subagents"] if e["ref"] and e["ref"]["session_id"] == "x")
+    assert named["messages"][-1] == {"role": "assistant", "content": "Summary."}
+    # claude-code interleaves a subagent's steps: they leave the main chat
+    side = {"extra": {"is_sidechain": True, "agent_id": "agent-7"}}
+    interleaved = convert(atif(user(), agent("", call("t1", "Agent", prompt="look")),
+                               {**user("look"), **side}, {**agent("found it"), **side},
+                               agent("main again")))
+    assert [m["content"] for m in interleaved.messages if m["role"] == "assistant"] == ["", "main again"]
+    (sidechain,) = interleaved.metadata["subagents"]
+    assert sidechain["ref"] == {"agent_id": "agent-7"}
+    assert [m["content"] for m in sidechain["messages"]] == ["look", "found it"]
+
+
+def test_9_a_subagent_that_does_not_convert_is_kept_raw_and_flagged():
+    broken = {"schema_version": "ATIF-v1.7", "agent": {"name": "x", "version": "1"}, "steps": []}
+    converted = convert(trial({"agent/trajectory.json": atif(user(), agent("a")),
+                               "agent/trajectory.summarization-1-summary.json": broken}))
+    (entry,) = converted.metadata["subagents"]
+    assert entry["raw"] == broken and entry["error"].startswith("invalid_structure")
+    assert "invalid_subagent_trajectory" in converted.quality_flags
+
+
+def test_10_continuations_follow_their_chain_and_copied_context_is_never_a_target():
+    first = atif(user("task"), agent("step 1"), continued_trajectory_ref="trajectory.cont-1.json")
+    second = atif(user("task", is_copied_context=True), agent("step 1", is_copied_context=True),
+                  user("summary of before"), agent("step 2"))
+    converted = convert(trial({"agent/trajectory.json": first, "agent/trajectory.cont-1.json": second}))
+    assert [m["content"] for m in converted.messages] == ["task", "step 1", "task", "step 1", "summary of before",
+                                                          "step 2"]
+    assert converted.metadata["untrained_messages"] == [3]
+    assert converted.metadata["atif"]["context_resets"][0] == {
+        "where": "agent/trajectory.cont-1.json", "message_index": 2, "type": "continuation"}
+    assert {"copied_context", "context_reset"} <= set(converted.quality_flags)
+    # a segment read alone: its copied history is the prompt
+    alone = convert(second)
+    assert alone.prompt_length == 3 and alone.metadata["untrained_messages"] == [1]
+
+
+def test_11_non_llm_steps_are_context_and_aggregated_token_ids_are_not_per_call():
+    tokens = {"prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.1]}
+    converted = convert(atif(user(), agent("dispatch", call("d1"), llm_call_count=0,
+                                           results=[result("ran", "d1")]),
+                             agent("two calls in one", llm_call_count=2, metrics=tokens), agent("final")))
+    assert converted.metadata["untrained_messages"] == [1]
+    assert "non_llm_step" in converted.quality_flags
+    assert converted.token_data is None
+    assert converted.metadata["atif"]["aggregated_token_data"][0]["message_index"] == 3
+
+
+def test_12_malformed_token_data_is_kept_aside_and_flagged():
+    bad = {"prompt_token_ids": [1, 2], "completion_token_ids": [3, 4], "logprobs": [-0.1]}
+    converted = convert(atif(user(), agent("x", metrics=bad)))
+    assert converted.token_data is None and "malformed_token_data" in converted.quality_flags
+    assert converted.metadata["malformed_token_data"][0]["generation_token_ids"] == [3, 4]
+
+
+def test_13_reasoning_goes_to_reasoning_content_also_from_inline_think_blocks():
+    converted = convert(atif(user(), agent("It is 4.", reasoning_content="2+2"), agent("<think>hm</think>Yes.")))
+    assert converted.messages[1] == {"role": "assistant", "content": "It is 4.", "reasoning_content": "2+2"}
+    assert converted.messages[2] == {"role": "assistant", "content": "Yes.", "reasoning_content": "hm"}
+    kept = convert(atif(user(), agent("<think>hm</think>Yes.")), inline_reasoning=False)
+    assert kept.messages[1]["content"] == "<think>hm</think>Yes." and HERMES_FLAG in kept.quality_flags
+
+
+HERMES_FLAG = "hermes_markup_in_content"
+
+
+def test_14_arguments_become_a_json_string_and_raw_arguments_stay_in_metadata():
+    raw = {**call("c1", "Edit", path="a.py", text="ü"), "extra": {"raw_arguments": '{"path":"a.py","text":"ü"}'}}
+    converted = convert(atif(user(), agent("", raw, results=[result("ok", "c1")])))
+    assert json.loads(converted.messages[1]["tool_calls"][0]["function"]["arguments"]) == {"path": "a.py", "text": "ü"}
+    assert converted.metadata["atif"]["steps"][1]["tool_call_extras"] == {"c1": raw["extra"]}
+    string_args = atif(user(), agent("", {"tool_call_id": "c", "function_name": "f", "arguments": "{not json"}),
+                       validate=False)
+    flagged = convert(string_args)
+    assert flagged.messages[1]["tool_calls"][0]["function"]["arguments"] == "{not json"
+    assert "unparseable_tool_call" in flagged.quality_flags
+
+
+def test_15_content_parts_text_and_images_map_to_chat_parts_and_audio_is_rejected():
+    parts = [{"type": "text", "text": "What is in"}, {"type": "text", "text": "this picture?"}]
+    image = {"type": "image", "source": {"media_type": "image/png", "path": "images/shot.png"}}
+    converted = convert(atif(user(parts), agent("", call("s1", "screenshot"), results=[result([image], "s1")]),
+                             agent("A cat.")))
+    assert converted.messages[0]["content"] == "What is in\nthis picture?"
+    assert converted.messages[2]["content"] == [{"type": "image_url", "image_url": {"url": "images/shot.png"}}]
+    audio = {"type": "audio", "source": {"media_type": "audio/wav", "path": "a.wav"}}
+    found = rejection(atif(user([audio]), agent("heard"), version="ATIF-v1.8", validate=False))
+    assert found.reason == "unsupported_content" and "audio" in found.detail
+
+
+def test_16_missing_optional_metadata_is_fine():
+    bare = {"schema_version": "ATIF-v1.7", "agent": {"name": "a", "version": "1"},
+            "steps": [{"step_id": 1, "source": "user", "message": "hi"},
+                      {"step_id": 2, "source": "agent", "message": "hello"}]}
+    HarborTrajectory.model_validate(bare)
+    converted = convert(bare)
+    assert (converted.model, converted.input_tokens, converted.reward) == (None, None, None)
+
+
+def test_17_the_reward_comes_from_result_json_or_the_verifier_reward_file_and_none_is_never_zero():
+    main = atif(user(), agent("done"))
+
+    def reward_of(**files):
+        return convert(trial({"agent/trajectory.json": main, **files}))
+
+    assert reward_of(**{"result.json": {"verifier_result": {"rewards": {"reward": 0.75}}}}).reward == 0.75
+    several = reward_of(**{"result.json": {"verifier_result": {"rewards": {"reward": 1, "style": 0.5}}}})
+    assert (several.reward, several.reward_components) == (1.0, {"reward": 1, "style": 0.5})
+    unnamed = reward_of(**{"result.json": {"verifier_result": {"rewards": {"pass": 1, "style": 0.5}}}})
+    assert (unnamed.reward, unnamed.reward_components) == (None, {"pass": 1, "style": 0.5})  # which one? none
+    assert reward_of(**{"verifier/reward.txt": "0.5\n"}).reward == 0.5
+    assert reward_of(**{"verifier/reward.json": {"pass": 1}, "verifier/reward.txt": "0"}).reward == 1.0
+    assert reward_of(**{"result.json": {"verifier_result": None}}).reward is None
+    assert reward_of().reward is None
+    invalid = reward_of(**{"result.json": {"verifier_result": {"rewards": {"reward": 0.0}}, "reward_valid": False}})
+    assert invalid.reward is None and "harbor_reward_invalid" in invalid.quality_flags
+    timeout = reward_of(**{"result.json": {"verifier_result": {"rewards": {"reward": 0.0}},
+                                           "exception_info": {"exception_type": "AgentTimeoutError"}}})
+    assert (timeout.reward, timeout.completed, timeout.status) == (0.0, False, "AgentTimeoutError")
+    assert rejection(trial({"agent/trajectory.json": main, "verifier/reward.txt": "n/a"})).reason == "invalid_reward"
+
+
+def test_rollouts_of_one_harbor_task_share_a_task_key_within_its_dataset():
+    def task_key(name, dataset, text):
+        result = {"task_name": name, "source": dataset, "trial_name": f"{name}__{text}"}
+        return convert(trial({"agent/trajectory.json": atif(user(text), agent("x")), "result.json": result})).task_key
+
+    assert task_key("hello", "d1", "one") == task_key("hello", "d1", "two")  # other prompts, one task
+    assert task_key("hello", "d1", "one") != task_key("hello", "d2", "one")
+
+
+def test_a_trial_whose_file_is_not_json_or_cannot_be_read_is_rejected_naming_it():
+    broken = trial({"agent/trajectory.json": atif(user(), agent("x")), "result.json": "{cut"})
+    found = rejection(broken)
+    assert found.reason == "invalid_json" and "result.json" in found.detail
+    unreadable = {**trial({}), "unreadable": {"agent/trajectory.json": "cannot read: permission denied"}}
+    assert rejection(unreadable).reason == "unreadable_file"
+    no_result = {**trial({"agent/trajectory.json": atif(user(), agent("x"))}),
+                 "unreadable": {"result.json": "cannot read: permission denied"}}
+    converted = convert(no_result)
+    assert converted.reward is None and "unreadable_trial_file" in converted.quality_flags
+    assert converted.metadata["harbor"]["unreadable"] == {"result.json": "cannot read: permission denied"}
+
+
+def test_a_trajectory_with_no_agent_step_or_no_user_step_is_rejected():
+    assert rejection(atif(user(), system("x"))).reason == "no_model_output"
+    assert rejection(atif(system(), agent("hi"))).reason == "no_prompt"
+
+
+def test_the_record_holds_the_trial_files_harbor_writes_and_nothing_else():
+    assert belongs_to_trial("agent/trajectory.json", "agent/trajectory.cont-2.json")
+    assert belongs_to_trial("agent/trajectory.json", "agent/trajectory.summarization-3-answers.json")
+    assert belongs_to_trial("agent/trajectory.json", "verifier/reward.json")
+    assert not belongs_to_trial("agent/trajectory.json", "agent/images/x.png")
+    assert not belongs_to_trial("agent/trajectory.json", "config.json")
+    assert not belongs_to_trial("agent/trajectory.json", "artifacts/trajectory.json")
+
+
+def test_the_trial_record_is_the_same_wherever_the_job_folder_lies():
+    record = trial({"agent/trajectory.json": atif(user(), agent("x"))})
+    assert convert_record(dumps(record), source_id="a").messages == convert(record).messages

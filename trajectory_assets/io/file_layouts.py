@@ -1,0 +1,67 @@
+"""How a source format's files lie: the side files a producer writes beside a source, and
+records made of several files. Declared by the source formats (``sources/format.py``), used
+by discovery (``source_files.py``). A module of its own, with no imports of ours, so a
+format's code version (and an export that reads a format's markup) does not follow the
+discovery code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SideFile:
+    """A file a producer writes beside a source file that holds no records (metrics, profiling,
+    exploration trees). Declared by the source formats (``SourceFormat.side_files``): it is
+    listed in its source's batch (name, size, SHA-256), never read as records.
+
+    ``pattern`` names it from its source's stem (the name without ``.jsonl`` / ``.jsonl.gz``):
+    ``"{stem}_aggregate_metrics.json"``. A pattern without ``{stem}`` is a fixed name, the side
+    file of the sources whose stem is one of ``stems`` (Hermes writes ``exploration_trees.jsonl``
+    beside ``trajectory_samples.jsonl``).
+
+    >>> SideFile("{stem}_reward_profiling.jsonl").names_for("run")
+    ['run_reward_profiling.jsonl']
+    >>> SideFile("{stem}_reward_profiling.jsonl").stems_of("run_reward_profiling.jsonl")
+    ['run']
+    >>> SideFile("exploration_trees.jsonl", ("trajectory_samples",)).stems_of("exploration_trees.jsonl")
+    ['trajectory_samples']
+    """
+
+    pattern: str
+    stems: tuple[str, ...] = ()
+
+    def names_for(self, stem: str) -> list[str]:
+        """The name this side file has beside a source of that stem (none: it has none)."""
+        if "{stem}" in self.pattern:
+            return [self.pattern.replace("{stem}", stem)]
+        return [self.pattern] if stem in self.stems else []
+
+    def stems_of(self, name: str) -> list[str]:
+        """The stems of the sources a file of that name would be the side file of."""
+        if "{stem}" not in self.pattern:
+            return list(self.stems) if name == self.pattern else []
+        prefix, suffix = self.pattern.split("{stem}", 1)
+        if len(name) > len(prefix) + len(suffix) and name.startswith(prefix) and name.endswith(suffix):
+            return [name[len(prefix): len(name) - len(suffix)]]
+        return []
+
+
+@dataclass(frozen=True)
+class FolderRecords:
+    """A format whose record is a folder of files rather than a line: a Harbor trial
+    (``<trial>/agent/trajectory.json``, its continuation and subagent files, ``result.json``,
+    the verifier's reward file). Declared by the source format (``SourceFormat.folder_records``).
+
+    A folder holding ``main`` (a path relative to it) is a record folder; the folder holding
+    record folders (a Harbor job) is one batch, and each record folder one record. A file
+    ending in ``single_suffix`` named alone is a record of its own, with the files beside it
+    that ``belongs`` names.
+    """
+
+    main: str
+    # (the main file's path, another file's path), both relative to the record folder ->
+    # whether that file is part of the record
+    belongs: Callable[[str, str], bool]
+    single_suffix: str = ".json"

@@ -1,0 +1,780 @@
+"""Harbor's ATIF (Agent Trajectory Interchange Format, ``ATIF-v1.0`` … ``ATIF-v1.8``) ->
+canonical trajectories.
+
+An ATIF trajectory is one JSON object: root metadata, ``agent`` and ordered ``steps``. A step
+is a system prompt, a user message, or one agent turn (one LLM call, its tool calls and the
+observation results returned for them). Harbor writes one per trial
+(``<job>/<trial>/agent/trajectory.json``), beside the trial's ``result.json`` and the
+verifier's reward file; discovery hands a trial over as one record holding those files
+(``io.source_files.FolderRecords``). A bare trajectory object (one per JSON line) is
+accepted too.
+
+The mapping (docs/sources.md has the table, and where it differs from Harbor's exporter,
+NeMo Gym's harbor_agent and Data Designer, and why):
+
+- ``system`` steps before any other -> one system message; a later system step (OpenHands
+  runtime events, terminus-2's context hand-off) -> a ``user`` message, as Harbor's own
+  exporter writes every system step (a chat template accepts one system message, first);
+  flagged ``system_step_as_user``;
+- ``user`` steps -> user messages; ``agent`` steps -> one assistant message each (never
+  merged: each is one model call, and its token data belongs to it), with
+  ``reasoning_content`` and ``tool_calls`` ``{id: tool_call_id, type: "function", function:
+  {name, arguments: the JSON text of the arguments object}}``;
+- an observation result naming ``source_call_id`` -> a ``tool`` message answering that call
+  of its step (by id, never by position); a second result for an answered call is kept in
+  ``metadata.unmatched_tool_responses`` (flagged ``unmatched_tool_response``); one naming a
+  call its step did not make is rejected (``orphan_tool_output``: Harbor's validator refuses
+  it too);
+- a result with no ``source_call_id`` (terminus-2's shared terminal output and its
+  confirmation prompt, parse-error feedback, OpenHands without function calling) -> a
+  ``user`` message after the step's tool messages: in terminus-2 that text is exactly the
+  next prompt the model was sent. Listed in ``metadata.atif.unlinked_results``, flagged
+  ``unlinked_observation``. A call no result answers stays unanswered, as in every source
+  (the ``unanswered_tool_calls`` column counts it);
+- steps flagged ``is_copied_context`` and agent steps with ``llm_call_count == 0`` stay in
+  the chat as context; the indices of their assistant messages are in
+  ``metadata.untrained_messages`` (flags ``copied_context`` / ``non_llm_step``). Copied
+  steps opening a continuation segment extend the prompt when they come first;
+- token counts from ``final_metrics`` (else the steps' ``metrics``); before v1.2
+  ``prompt_tokens`` excluded cached tokens, so they are added back. Token ids and log probs
+  per agent step -> ``token_data`` (one model call each); a step aggregating several calls
+  (``llm_call_count > 1``) keeps them in ``metadata.atif.aggregated_token_data``;
+- subagents: never their own trajectory (a record is one trajectory), never dropped: each
+  (file refs, embedded ``subagent_trajectories``, claude-code's interleaved
+  ``extra.is_sidechain`` steps, and summarization files no ref names) is converted by the
+  same rules and kept whole in ``metadata.subagents``; claude-code's sidechain steps leave the
+  main chat (they were another agent's context);
+- content parts (v1.6+): text parts joined with newlines, images as ``image_url`` parts (the
+  path as the URL), as the NeMo Gym source writes them; audio has no canonical form and is
+  rejected (``unsupported_content``);
+- reward: the trial's ``result.json`` ``verifier_result.rewards`` (``reward``, else the only
+  key; all keys in ``reward_components``), else ``verifier/reward.json`` /
+  ``verifier/reward.txt``; none -> ``None``, never 0. A result that says its reward is not
+  valid (``reward_valid: false``) gives ``None`` too, the recorded rewards kept.
+- every step's fields that have no place in the chat (timestamps, ``extra``, metrics,
+  tool-call and result extras, subagent refs) are kept in ``metadata.atif.steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajectory_assets.chat.messages import prompt_key
+from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.config import ConversionConfig
+from trajectory_assets.io.file_layouts import FolderRecords
+from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
+from trajectory_assets.sources.format import SourceFormat
+from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, _has_hermes_markup, split_inline_reasoning
+
+SOURCE_FORMAT = "atif"
+DEFAULT_OPTIONS = ConversionConfig()
+VERSIONS = tuple(f"ATIF-v1.{minor}" for minor in range(9))
+# Harbor's trial layout (harbor/models/trial/paths.py, harbor/verifier/verifier.py)
+MAIN = "agent/trajectory.json"
+RESULT = "result.json"
+REWARD_JSON, REWARD_TXT = "verifier/reward.json", "verifier/reward.txt"  # reward.json wins, as in Harbor
+CONTINUATION = re.compile(r"\.cont-(\d+)\.json$")
+STEP_SOURCES = ("system", "user", "agent")
+QUALITY_FLAGS = (
+    "system_step_as_user",  # a system step after the conversation began, written as a user message
+    "unlinked_observation",  # a result with no source_call_id, written as a user message
+    "unmatched_tool_response",  # a second result for an answered call (kept in metadata)
+    "copied_context",  # steps replayed from an earlier segment: context, never training targets
+    "non_llm_step",  # agent steps with llm_call_count 0: deterministic dispatch, never targets
+    "context_reset",  # the model's context was compacted or replaced mid-trajectory
+    "consecutive_assistant_turns",  # agent -> agent with nothing between
+    "unparseable_tool_call",  # arguments given as a string that is not JSON (kept as is)
+    "malformed_token_data",  # token ids / log probs of the wrong shape (kept in metadata)
+    "missing_subagent_trajectory",  # a ref to a subagent file the trial does not hold
+    "invalid_subagent_trajectory",  # a subagent that does not convert (kept raw in metadata)
+    "missing_continuation",  # continued_trajectory_ref names a file the trial does not hold
+    "harbor_reward_invalid",  # result.json says its reward is not valid (reward left None)
+    "unreadable_trial_file",  # a file of the trial other than its trajectory cannot be read (named in metadata)
+    HERMES_MARKUP_FLAG,
+)
+TOKEN_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+
+
+def looks_like_atif(record: dict[str, Any]) -> bool:
+    return is_trial(record) or ("steps" in record and "agent" in record) or (
+        isinstance(record.get("schema_version"), str) and record["schema_version"].startswith("ATIF"))
+
+
+def is_trial(record: dict[str, Any]) -> bool:
+    """A Harbor trial as discovery hands it over (``io.source_files._iter_folder_records``)."""
+    return isinstance(record.get("files"), dict) and isinstance(record.get("main"), str) and "record" in record
+
+
+def belongs_to_trial(main: str, path: str) -> bool:
+    """Whether ``path`` (relative to the trial folder) is part of the record whose main
+    trajectory is ``main``: its continuation segments and subagent files
+    (``trajectory.cont-1.json``, ``trajectory.summarization-1-summary.json``: the main file's
+    name with a dotted suffix, beside it), the trial's ``result.json`` and the reward file.
+
+    >>> [belongs_to_trial(MAIN, p) for p in ("agent/trajectory.cont-1.json", "result.json",
+    ...  "verifier/reward.txt", "agent/sessions/x.jsonl", "config.json")]
+    [True, True, True, False, False]
+    """
+    if path in (RESULT, REWARD_JSON, REWARD_TXT):
+        return True
+    folder, name = posixpath.split(main)
+    stem = name.removesuffix(".json")
+    return posixpath.dirname(path) == folder and posixpath.basename(path).startswith(stem + ".") and path.endswith(".json")
+
+
+@dataclass
+class _Trial:
+    """The files of one record, parsed."""
+
+    main: dict[str, Any]
+    main_path: str | None = None
+    files: dict[str, Any] = field(default_factory=dict)  # the other trajectory files by path
+    result: dict[str, Any] | None = None
+    reward_file: tuple[str, Any] | None = None
+    name: str | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
+    missing_continuations: list[str] = field(default_factory=list)
+
+
+def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionConfig = DEFAULT_OPTIONS,
+                 **_: Any) -> Trajectory:
+    """Convert one Harbor trial (or one bare ATIF trajectory)."""
+    trial = _read_trial(record) if is_trial(record) else _Trial(main=record)
+    segments = _segments(trial)
+    chat = _Chat(options)
+    sidechains: dict[str, list[dict[str, Any]]] = {}
+    for where, trajectory in segments:
+        chat.add_trajectory(trajectory, where, sidechains)
+    messages = chat.messages
+    first_agent = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first_agent is None:
+        raise Rejection("no_model_output", "no agent step")
+    if not any(m["role"] == "user" for m in messages[:first_agent]):
+        raise Rejection("no_prompt", "no user step before the first agent step")
+    prompt_length = _prompt_length(messages, first_agent, chat.untrained)
+
+    main = trial.main
+    tools = _tools(main.get("agent", {}).get("tool_definitions"))
+    prompt = messages[:prompt_length]
+    subagents = _subagents(trial, segments, sidechains, chat, options)
+    reward, components, reward_flags, reward_kept = _reward(trial)
+    result = trial.result or {}
+    flags = chat.flags | reward_flags
+    if any(_has_hermes_markup(message) for message in messages):
+        flags.add(HERMES_MARKUP_FLAG)
+    if any(a["role"] == b["role"] == "assistant" for a, b in zip(messages, messages[1:])):
+        flags.add("consecutive_assistant_turns")
+    input_tokens, output_tokens = _token_totals([trajectory for _, trajectory in segments])
+    exception = result.get("exception_info") if isinstance(result.get("exception_info"), dict) else None
+    task_name = result.get("task_name") if isinstance(result.get("task_name"), str) and result.get("task_name") else None
+
+    metadata: dict[str, Any] = {"atif": chat.atif_metadata(main, segments), **chat.kept}
+    if trial.missing_continuations:
+        metadata["atif"]["missing_continuations"] = trial.missing_continuations
+        flags.add("missing_continuation")
+    if chat.untrained:
+        metadata["untrained_messages"] = sorted(chat.untrained)
+    if subagents:
+        metadata["subagents"] = subagents
+    if trial.name is not None or trial.result is not None or reward_kept:
+        metadata["harbor"] = {"record": trial.name, "result": trial.result, **reward_kept}
+        if trial.unreadable:  # a result.json that cannot be read leaves the reward unknown: flagged
+            metadata["harbor"]["unreadable"] = trial.unreadable
+            flags.add("unreadable_trial_file")
+    agent = main.get("agent") or {}
+    return Trajectory(
+        source_format=SOURCE_FORMAT,
+        messages=messages,
+        prompt_length=prompt_length,
+        # a Harbor task is named across jobs within its dataset (``source``), so its rollouts
+        # group by the two; without a result.json the task is the prompt's content
+        task_key=sha256_hex(canonical(["harbor_task", result.get("source"), task_name]))[:24] if task_name
+        else prompt_key(prompt, tools),
+        tools=tools,
+        reward=reward,
+        reward_components=components,
+        rollout_id=_rollout_id(trial),
+        agent_name=agent.get("name") if isinstance(agent.get("name"), str) else None,
+        model=_model(main),
+        task_type=None,
+        completed=exception is None,
+        status=str(exception.get("exception_type")) if exception else None,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens if input_tokens is not None and output_tokens is not None else None,
+        request=_request(prompt, tools),
+        token_data=chat.token_data or None,
+        quality_flags=sorted(flags),
+        metadata=metadata,
+    )
+
+
+# ---------------------------------------------------------------- the trial's files
+
+
+def _read_trial(record: dict[str, Any]) -> _Trial:
+    files = record["files"]
+    unreadable = record.get("unreadable") if isinstance(record.get("unreadable"), dict) else {}
+    main_path = record["main"]
+    if main_path in unreadable or main_path not in files:
+        raise Rejection("unreadable_file", f"{main_path}: {unreadable.get(main_path, 'missing')}")
+    parsed: dict[str, Any] = {}
+    for path, text in files.items():
+        if not isinstance(text, str):
+            raise Rejection("invalid_structure", f"{path} is not text")
+        if path == REWARD_TXT:
+            parsed[path] = text
+            continue
+        try:
+            parsed[path] = json.loads(text)
+        except ValueError as error:
+            raise Rejection("invalid_json", f"{path} is not JSON: {error}") from None
+    main = parsed.pop(main_path)
+    if not isinstance(main, dict):
+        raise Rejection("not_an_object", f"{main_path} is a JSON {type(main).__name__}, not an object")
+    result = parsed.pop(RESULT, None)
+    if result is not None and not isinstance(result, dict):
+        raise Rejection("invalid_structure", f"{RESULT} is not an object")
+    reward_file = next(((path, parsed.pop(path)) for path in (REWARD_JSON, REWARD_TXT) if path in parsed), None)
+    parsed.pop(REWARD_TXT, None)
+    return _Trial(main=main, main_path=main_path, files=parsed, result=result, reward_file=reward_file,
+                  name=str(record["record"]), unreadable=dict(unreadable))
+
+
+def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
+    """The main trajectory and its continuation segments, in the order
+    ``continued_trajectory_ref`` chains them (Harbor's exporter follows the same chain);
+    segments no ref reaches follow, by number."""
+    where = trial.main_path or "trajectory"
+    segments = [(where, _checked(trial.main, where))]
+    folder = posixpath.dirname(where)
+    continuations = {path: value for path, value in trial.files.items() if CONTINUATION.search(path)}
+    reference = trial.main.get("continued_trajectory_ref")
+    while isinstance(reference, str) and reference:
+        path = posixpath.normpath(posixpath.join(folder, reference))
+        if path not in continuations:
+            trial.missing_continuations.append(reference)
+            break
+        segment = continuations.pop(path)
+        segments.append((path, _checked(segment, path)))
+        reference = segment.get("continued_trajectory_ref") if isinstance(segment, dict) else None
+    for path in sorted(continuations, key=lambda p: int(CONTINUATION.search(p).group(1))):
+        segments.append((path, _checked(continuations[path], path)))
+    return segments
+
+
+def _checked(trajectory: Any, where: str) -> dict[str, Any]:
+    """A trajectory object of a version we read, with a non-empty list of steps."""
+    if not isinstance(trajectory, dict):
+        raise Rejection("invalid_structure", f"{where} is not an object")
+    version = trajectory.get("schema_version")
+    if version not in VERSIONS:
+        raise Rejection("unsupported_atif_version", f"{where}: schema_version {version!r} is not one of "
+                                                    f"{VERSIONS[0]} … {VERSIONS[-1]}")
+    if not isinstance(trajectory.get("agent"), dict):
+        raise Rejection("invalid_structure", f"{where}: agent is not an object")
+    steps = trajectory.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise Rejection("invalid_structure", f"{where}: steps is not a non-empty list")
+    return trajectory
+
+
+# ---------------------------------------------------------------- steps -> messages
+
+
+@dataclass
+class _Step:
+    """A step's calls while its observation is read: original id -> message id, answered."""
+
+    calls: dict[str, str] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+
+
+class _Chat:
+    def __init__(self, options: ConversionConfig) -> None:
+        self.options = options
+        self.messages: list[dict[str, Any]] = []
+        self.token_data: list[dict[str, Any]] = []
+        self.flags: set[str] = set()
+        self.kept: dict[str, list[dict[str, Any]]] = {}  # unmatched results, malformed token data
+        self.untrained: set[int] = set()
+        self.steps: list[dict[str, Any]] = []  # what each step keeps that has no place in the chat
+        self.unlinked: list[dict[str, Any]] = []
+        self.resets: list[dict[str, Any]] = []
+        self.aggregated_tokens: list[dict[str, Any]] = []
+        self.refs: list[dict[str, Any]] = []  # subagent refs, where they were
+        self._ids: set[str] = set()
+
+    def add_trajectory(self, trajectory: dict[str, Any], where: str,
+                       sidechains: dict[str, list[dict[str, Any]]] | None = None) -> None:
+        if self.messages:
+            # a continuation segment: the model's context restarted with its (copied) steps
+            self.resets.append({"where": where, "message_index": len(self.messages), "type": "continuation"})
+            self.flags.add("context_reset")
+        version = trajectory["schema_version"]
+        for position, step in enumerate(trajectory["steps"]):
+            label = f"{where}.steps[{position}]"
+            if not isinstance(step, dict):
+                raise Rejection("invalid_structure", f"{label} is not an object")
+            extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
+            if sidechains is not None and extra.get("is_sidechain") is True:
+                # claude-code's subagent steps, interleaved by time: another agent's context
+                sidechains.setdefault(str(extra.get("agent_id") or "sidechain"), []).append(step)
+                continue
+            self.add_step(step, label, version)
+
+    def add_step(self, step: dict[str, Any], where: str, version: str) -> None:
+        source = step.get("source")
+        if source not in STEP_SOURCES:
+            raise Rejection("unknown_role", f"{where} has source {source!r}")
+        if "message" not in step:
+            raise Rejection("invalid_structure", f"{where} has no message")
+        content = _content(step["message"], f"{where}.message")
+        first = len(self.messages)
+        calls = _Step()
+        if source == "system":
+            self._system(content, step, where)
+        elif source == "user":
+            self.messages.append({"role": "user", "content": content})
+        else:
+            self._agent(step, content, where, calls)
+        self._observation(step, where, calls)
+        self._keep_step(step, where, version, range(first, len(self.messages)))
+
+    def _system(self, content: Any, step: dict[str, Any], where: str) -> None:
+        extra = step.get("extra") if isinstance(step.get("extra"), dict) else {}
+        if isinstance(extra.get("context_management"), dict):
+            self.resets.append({"where": where, "step_id": step.get("step_id"), "message_index": len(self.messages) + 1,
+                                **extra["context_management"]})
+            self.flags.add("context_reset")
+        if all(m["role"] == "system" for m in self.messages):
+            text = content if isinstance(content, str) else _text_of(content)
+            if self.messages:  # several leading system steps: one system message
+                self.messages[0]["content"] = "\n\n".join(t for t in (self.messages[0]["content"], text) if t)
+            else:
+                self.messages.append({"role": "system", "content": text})
+            return
+        self.flags.add("system_step_as_user")
+        self.messages.append({"role": "user", "content": content})
+
+    def _agent(self, step: dict[str, Any], content: Any, where: str, calls: _Step) -> None:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        reasoning = step.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            message["reasoning_content"] = reasoning
+        elif reasoning is None and isinstance(content, str) and self.options.inline_reasoning:
+            inline, visible = split_inline_reasoning(content)
+            if inline is not None:
+                message["content"] = visible
+                if inline:
+                    message["reasoning_content"] = inline
+        tool_calls = step.get("tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, list):
+            raise Rejection("invalid_structure", f"{where}.tool_calls is not a list")
+        entries = [self._call(call, f"{where}.tool_calls[{n}]", calls) for n, call in enumerate(tool_calls or [])]
+        if entries:
+            message["tool_calls"] = entries
+        index = len(self.messages)
+        self.messages.append(message)
+        if step.get("is_copied_context") is True:
+            self.untrained.add(index)
+            self.flags.add("copied_context")
+        if step.get("llm_call_count") == 0:
+            self.untrained.add(index)
+            self.flags.add("non_llm_step")
+        self._tokens(step, where, index)
+
+    def _call(self, call: Any, where: str, calls: _Step) -> dict[str, Any]:
+        if not isinstance(call, dict) or not isinstance(call.get("function_name"), str) or not call["function_name"]:
+            raise Rejection("invalid_structure", f"{where} is not a tool call with a function_name")
+        call_id = call.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise Rejection("invalid_structure", f"{where} has no tool_call_id")
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):  # not ATIF (an object), but seen: kept as written
+            if not _parses_as_json(arguments):
+                self.flags.add("unparseable_tool_call")
+        else:
+            arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
+        # a chat holds one call per id: an id an earlier step used gets a suffix
+        message_id = call_id if call_id not in self._ids else next(
+            f"{call_id}_{n}" for n in range(2, len(self._ids) + 3) if f"{call_id}_{n}" not in self._ids)
+        if call_id in calls.calls:
+            raise Rejection("invalid_structure", f"{where}: tool_call_id {call_id!r} twice in one step")
+        self._ids.add(message_id)
+        calls.calls[call_id] = message_id
+        return {"id": message_id, "type": "function", "function": {"name": call["function_name"], "arguments": arguments}}
+
+    def _observation(self, step: dict[str, Any], where: str, calls: _Step) -> None:
+        observation = step.get("observation")
+        if observation is None:
+            return
+        results = observation.get("results") if isinstance(observation, dict) else None
+        if not isinstance(results, list):
+            raise Rejection("invalid_structure", f"{where}.observation has no list of results")
+        unlinked: list[dict[str, Any]] = []
+        for number, result in enumerate(results):
+            label = f"{where}.observation.results[{number}]"
+            if not isinstance(result, dict):
+                raise Rejection("invalid_structure", f"{label} is not an object")
+            refs = result.get("subagent_trajectory_ref")
+            if refs is not None:
+                refs = refs if isinstance(refs, list) else [refs]  # an object in v1.0 / v1.1
+                self.refs.extend({"where": label, "step_id": step.get("step_id"), "ref": ref} for ref in refs)
+            has_content = result.get("content") is not None
+            content = _content(result["content"], f"{label}.content") if has_content else None
+            call_id = result.get("source_call_id")
+            if call_id is None:
+                if has_content:
+                    unlinked.append({"role": "user", "content": content})
+                continue
+            if call_id not in calls.calls:
+                raise Rejection("orphan_tool_output", f"{label} answers call {call_id!r}, which its step did not make")
+            if call_id in calls.answered:
+                self.flags.add("unmatched_tool_response")
+                self.kept.setdefault("unmatched_tool_responses", []).append(
+                    {"where": label, "tool_call_id": calls.calls[call_id], "content": content})
+                continue
+            calls.answered.add(call_id)
+            self.messages.append({"role": "tool", "tool_call_id": calls.calls[call_id],
+                                  "content": content if has_content else ""})
+        for message in unlinked:  # after the step's tool messages: the next prompt the model got
+            self.unlinked.append({"step_id": step.get("step_id"), "message_index": len(self.messages)})
+            self.flags.add("unlinked_observation")
+            self.messages.append(message)
+
+    def _tokens(self, step: dict[str, Any], where: str, index: int) -> None:
+        metrics = step.get("metrics")
+        if not isinstance(metrics, dict) or not any(metrics.get(key) is not None for key in TOKEN_KEYS):
+            return
+        prompt, generation, log_probs = (metrics.get(key) for key in TOKEN_KEYS)
+        entry = {"prompt_token_ids": prompt, "generation_token_ids": generation, "generation_log_probs": log_probs}
+        if isinstance(step.get("llm_call_count"), int) and step["llm_call_count"] > 1:
+            # several calls' ids in one list: no call can be trained from them alone
+            self.aggregated_tokens.append({"where": where, "message_index": index, **entry})
+        elif _token_ids(prompt) and _token_ids(generation) and generation and _log_probs(log_probs, len(generation)):
+            self.token_data.append({"message_index": index, **entry,
+                                    "generation_log_probs": [float(value) for value in log_probs]})
+        else:
+            self.flags.add("malformed_token_data")
+            self.kept.setdefault("malformed_token_data", []).append({"where": where, **entry})
+
+    def _keep_step(self, step: dict[str, Any], where: str, version: str, messages: range) -> None:
+        """Everything of a step the chat does not hold, so nothing is lost."""
+        kept: dict[str, Any] = {"step_id": step.get("step_id"), "source": step.get("source"), "where": where,
+                                "messages": list(messages)}
+        for key in ("timestamp", "model_name", "reasoning_effort", "llm_call_count", "is_copied_context", "extra"):
+            if step.get(key) is not None:
+                kept[key] = step[key]
+        if isinstance(step.get("reasoning_content"), str) and step.get("source") != "agent":
+            kept["reasoning_content"] = step["reasoning_content"]
+        metrics = step.get("metrics")
+        if isinstance(metrics, dict):
+            kept["metrics"] = {key: value for key, value in metrics.items() if key not in TOKEN_KEYS}
+        call_extras = {call.get("tool_call_id"): call["extra"] for call in step.get("tool_calls") or []
+                       if isinstance(call, dict) and call.get("extra") is not None}
+        if call_extras:
+            kept["tool_call_extras"] = call_extras
+        observation = step.get("observation") if isinstance(step.get("observation"), dict) else {}
+        result_extras = [{"result": number, **{key: result[key] for key in ("extra", "subagent_trajectory_ref")
+                                               if result.get(key) is not None}}
+                         for number, result in enumerate(observation.get("results") or [])
+                         if isinstance(result, dict) and (result.get("extra") is not None
+                                                          or result.get("subagent_trajectory_ref") is not None)]
+        if result_extras:
+            kept["result_extras"] = result_extras
+        if step.get("source") != "agent" and step.get("tool_calls"):
+            kept["tool_calls"] = step["tool_calls"]
+        self.steps.append(kept)
+
+    def atif_metadata(self, main: dict[str, Any], segments: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        agent = {key: value for key, value in (main.get("agent") or {}).items() if key != "tool_definitions"}
+        meta: dict[str, Any] = {
+            "schema_version": main.get("schema_version"),
+            "agent": agent,
+            "segments": [{"where": where, **{key: trajectory[key] for key in
+                                             ("schema_version", "session_id", "trajectory_id", "notes",
+                                              "final_metrics", "continued_trajectory_ref", "extra")
+                                             if trajectory.get(key) is not None},
+                          **({"agent": trajectory["agent"]} if trajectory is not main else {})}
+                         for where, trajectory in segments],
+            "steps": self.steps,
+        }
+        for key in ("session_id", "trajectory_id"):
+            if main.get(key) is not None:
+                meta[key] = main[key]
+        if self.unlinked:
+            meta["unlinked_results"] = self.unlinked
+        if self.resets:
+            meta["context_resets"] = self.resets
+        if self.aggregated_tokens:
+            meta["aggregated_token_data"] = self.aggregated_tokens
+        return meta
+
+
+def _prompt_length(messages: list[dict[str, Any]], first_agent: int, untrained: set[int]) -> int:
+    """Up to the first assistant message; assistant messages that are context only (copied
+    from an earlier segment, non-LLM dispatch) extend it while a trainable one follows."""
+    if all(i in untrained for i, m in enumerate(messages) if m["role"] == "assistant"):
+        return first_agent
+    length = first_agent
+    while length in untrained:
+        length = next(i for i in range(length + 1, len(messages)) if messages[i]["role"] == "assistant")
+    return length
+
+
+def _content(value: Any, where: str) -> Any:
+    """A message or result content (a string, or v1.6 content parts) -> Chat content: text
+    parts joined with newlines, or a list of parts when images are present (their path as
+    the URL, as the NeMo Gym source writes input images). Audio has no Chat form."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise Rejection("invalid_structure", f"{where} is neither a string nor a list of content parts")
+    parts: list[dict[str, Any]] = []
+    for number, part in enumerate(value):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image" and isinstance(part.get("source"), dict) and isinstance(part["source"].get("path"), str):
+            parts.append({"type": "image_url", "image_url": {"url": part["source"]["path"]}})
+        elif kind == "audio":
+            raise Rejection("unsupported_content", f"{where}[{number}] is an audio part: trajectories hold text and "
+                                                   "images only")
+        else:
+            raise Rejection("invalid_structure", f"{where}[{number}] is not a text or image content part")
+    if all(part["type"] == "text" for part in parts):
+        return "\n".join(part["text"] for part in parts)
+    return parts
+
+
+def _text_of(content: list[dict[str, Any]]) -> str:
+    return "\n".join(part["text"] if part["type"] == "text" else part["image_url"]["url"] for part in content)
+
+
+def _parses_as_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
+
+
+def _log_probs(value: Any, length: int) -> bool:
+    return isinstance(value, list) and len(value) == length and all(
+        isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
+
+
+# ---------------------------------------------------------------- subagents
+
+
+def _subagents(trial: _Trial, segments: list[tuple[str, dict[str, Any]]],
+               sidechains: dict[str, list[dict[str, Any]]], chat: _Chat,
+               options: ConversionConfig) -> list[dict[str, Any]]:
+    """Every subagent of the trial, converted by the same rules, with where it was named.
+
+    Resolved like Harbor: a ref's ``trajectory_path`` is relative to the referring file's
+    folder, its ``trajectory_id`` names an embedded trajectory. Subagent files and embedded
+    trajectories no ref names are kept too (``"ref": None``)."""
+    used_paths = {path for path, _ in segments}
+    embedded = {}
+    for _, trajectory in segments:
+        for number, child in enumerate(trajectory.get("subagent_trajectories") or []):
+            key = child.get("trajectory_id") if isinstance(child, dict) else None
+            embedded[key if isinstance(key, str) else f"#{number}"] = child
+    subagents: list[dict[str, Any]] = []
+    folder = posixpath.dirname(trial.main_path or "")
+    for named in chat.refs:
+        ref = named["ref"] if isinstance(named["ref"], dict) else {}
+        entry = {"where": named["where"], "step_id": named["step_id"], "ref": named["ref"]}
+        path = ref.get("trajectory_path")
+        if isinstance(ref.get("trajectory_id"), str) and ref["trajectory_id"] in embedded:
+            entry.update(_subagent(embedded.pop(ref["trajectory_id"]), "embedded", options, chat))
+        elif isinstance(path, str) and posixpath.normpath(posixpath.join(folder, path)) in trial.files:
+            resolved = posixpath.normpath(posixpath.join(folder, path))
+            used_paths.add(resolved)
+            entry.update(_subagent(trial.files[resolved], resolved, options, chat))
+        else:
+            entry["missing"] = True
+            chat.flags.add("missing_subagent_trajectory")
+        subagents.append(entry)
+    for key, child in embedded.items():
+        subagents.append({"where": "subagent_trajectories", "ref": None, **_subagent(child, key, options, chat)})
+    for path in sorted(set(trial.files) - used_paths):
+        subagents.append({"where": path, "ref": None, **_subagent(trial.files[path], path, options, chat)})
+    for agent_id, steps in sidechains.items():
+        subagents.append({"where": "is_sidechain", "ref": {"agent_id": agent_id},
+                          **_sidechain(steps, agent_id, trial.main["schema_version"], options, chat)})
+    return subagents
+
+
+def _subagent(trajectory: Any, where: str, options: ConversionConfig, parent: _Chat) -> dict[str, Any]:
+    try:
+        checked = _checked(trajectory, where)
+        chat = _Chat(options)
+        chat.add_trajectory(checked, where)
+    except Rejection as rejection:
+        parent.flags.add("invalid_subagent_trajectory")
+        return {"error": f"{rejection.reason}: {rejection.detail}", "raw": trajectory}
+    return _subagent_entry(chat, checked, where)
+
+
+def _sidechain(steps: list[dict[str, Any]], agent_id: str, version: str, options: ConversionConfig,
+               parent: _Chat) -> dict[str, Any]:
+    chat = _Chat(options)
+    try:
+        for position, step in enumerate(steps):
+            chat.add_step(step, f"is_sidechain[{agent_id}][{position}]", version)
+    except Rejection as rejection:
+        parent.flags.add("invalid_subagent_trajectory")
+        return {"error": f"{rejection.reason}: {rejection.detail}", "raw": steps}
+    return _subagent_entry(chat, {"agent": {}, "schema_version": version}, f"is_sidechain[{agent_id}]")
+
+
+def _subagent_entry(chat: _Chat, trajectory: dict[str, Any], where: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "messages": chat.messages,
+        "tools": _tools((trajectory.get("agent") or {}).get("tool_definitions")),
+        "quality_flags": sorted(chat.flags),
+        "atif": chat.atif_metadata(trajectory, [(where, trajectory)]),
+    }
+    if chat.untrained:
+        entry["untrained_messages"] = sorted(chat.untrained)
+    if chat.token_data:
+        entry["token_data"] = chat.token_data
+    if chat.kept:
+        entry.update(chat.kept)
+    return entry
+
+
+# ---------------------------------------------------------------- trial fields
+
+
+def _reward(trial: _Trial) -> tuple[float | None, dict[str, Any] | None, set[str], dict[str, Any]]:
+    """(reward, reward components, flags, what to keep in metadata) of the trial: the
+    verifier's rewards in ``result.json``, else its reward file. Never 0 for none."""
+    result = trial.result or {}
+    verifier = result.get("verifier_result") if isinstance(result.get("verifier_result"), dict) else None
+    rewards = verifier.get("rewards") if verifier else None
+    kept: dict[str, Any] = {}
+    if rewards is None and trial.reward_file is not None:
+        path, value = trial.reward_file
+        kept["reward_file"] = path
+        if path == REWARD_TXT:
+            try:
+                rewards = {"reward": float(value.strip())}
+            except ValueError:
+                raise Rejection("invalid_reward", f"{REWARD_TXT} holds {value.strip()[:40]!r}, not a number") from None
+        else:
+            rewards = value
+    if rewards is None:
+        return None, None, set(), kept
+    if not isinstance(rewards, dict) or not rewards:
+        raise Rejection("invalid_reward", f"the verifier's rewards are {type(rewards).__name__}, not a map of numbers")
+    for key, value in rewards.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Rejection("invalid_reward", f"reward {key!r} is a {type(value).__name__}, not a number")
+        if not math.isfinite(value):
+            raise Rejection("non_finite_reward", f"reward {key!r} is {value}")
+    components = rewards if len(rewards) > 1 else None
+    # "reward" is Harbor's own key; with other names, only a single one is unambiguous
+    reward = rewards.get("reward", next(iter(rewards.values())) if len(rewards) == 1 else None)
+    if result.get("reward_valid") is False:
+        return None, components or dict(rewards), {"harbor_reward_invalid"}, kept
+    return (None if reward is None else float(reward)), components, set(), kept
+
+
+def _token_totals(trajectories: list[dict[str, Any]]) -> tuple[int | None, int | None]:
+    """(input tokens, output tokens) over the segments: their ``final_metrics``, else the
+    sum of their steps' metrics. Before v1.2 ``prompt_tokens`` excluded cached tokens."""
+    inputs = outputs = 0
+    known_inputs = known_outputs = False
+    for trajectory in trajectories:
+        final = trajectory.get("final_metrics") if isinstance(trajectory.get("final_metrics"), dict) else {}
+        steps = [s.get("metrics") for s in trajectory["steps"] if isinstance(s, dict) and isinstance(s.get("metrics"), dict)
+                 and not s.get("is_copied_context")]
+
+        def total(final_key: str, step_key: str) -> int | None:
+            if _count(final.get(final_key)) is not None:
+                return final[final_key]
+            values = [_count(metrics.get(step_key)) for metrics in steps]
+            return sum(v for v in values if v is not None) if any(v is not None for v in values) else None
+
+        prompt, completion = total("total_prompt_tokens", "prompt_tokens"), total("total_completion_tokens",
+                                                                                  "completion_tokens")
+        if prompt is not None and trajectory["schema_version"] in ("ATIF-v1.0", "ATIF-v1.1"):
+            prompt += total("total_cached_tokens", "cached_tokens") or 0
+        if prompt is not None:
+            inputs, known_inputs = inputs + prompt, True
+        if completion is not None:
+            outputs, known_outputs = outputs + completion, True
+    return (inputs if known_inputs else None), (outputs if known_outputs else None)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _tools(definitions: Any) -> list[dict[str, Any]] | None:
+    """``agent.tool_definitions`` (OpenAI function-calling shape) as Chat Completions tools."""
+    if definitions is None:
+        return None
+    if not isinstance(definitions, list):
+        raise Rejection("invalid_structure", "agent.tool_definitions is not a list")
+    tools = []
+    for number, tool in enumerate(definitions):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise Rejection("invalid_structure", f"agent.tool_definitions[{number}] is not a function definition")
+        tools.append({"type": "function", "function": function})
+    return tools or None
+
+
+def _model(trajectory: dict[str, Any]) -> str | None:
+    agent = trajectory.get("agent") or {}
+    if isinstance(agent.get("model_name"), str) and agent["model_name"]:
+        return agent["model_name"]
+    return next((step["model_name"] for step in trajectory["steps"]
+                 if isinstance(step, dict) and isinstance(step.get("model_name"), str) and step["model_name"]), None)
+
+
+def _rollout_id(trial: _Trial) -> str | None:
+    result = trial.result or {}
+    # the trial names the rollout; a session id may be shared by a run's subagents and segments
+    for value in (result.get("trial_name"), result.get("id"), trial.name, trial.main.get("trajectory_id"),
+                  trial.main.get("session_id")):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _request(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A NeMo Gym ``responses_create_params`` for the prompt, so RL rows can come from ATIF."""
+    # a prompt opening on copied context holds assistant turns: their text is kept, their
+    # calls and results are not (the GRPO request replays the context, not the tools)
+    request: dict[str, Any] = {"input": [{"role": m["role"], "content": m["content"]} for m in prompt
+                                         if m["role"] != "tool"]}
+    if tools:
+        request["tools"] = [{"type": "function", **tool["function"]} for tool in tools]
+    return request
+
+
+FORMAT = SourceFormat(
+    name=SOURCE_FORMAT,
+    shape="a Harbor ATIF trajectory (schema_version, agent, steps)",
+    detect=looks_like_atif,
+    convert=convert_atif,
+    # a Harbor job folder: <job>/<trial>/agent/trajectory.json beside <trial>/result.json
+    folder_records=FolderRecords(main=MAIN, belongs=belongs_to_trial),
+)
