@@ -79,3 +79,22 @@ def test_a_row_with_nothing_to_train_is_left_out_of_axolotl():
     result = build("axolotl", trajectory_frame([only_harness]),
                    SftConfig(min_reward=None, exclude_summary_as_assistant=False), ALL_TRAIN)
     assert result.rows.empty and result.excluded == {"nothing_to_train": 1}
+
+
+def atif_continuation():
+    """An ATIF segment that replays an earlier segment's turns (``is_copied_context``) before its own."""
+    return {"schema_version": "ATIF-v1.7", "session_id": "s1", "agent": {"name": "terminus-2", "version": "2.0.0"},
+            "steps": [
+                {"step_id": 1, "source": "user", "message": "Create hello.txt", "is_copied_context": True},
+                {"step_id": 2, "source": "agent", "message": "I will write it.", "is_copied_context": True},
+                {"step_id": 3, "source": "user", "message": "Continue."},
+                {"step_id": 4, "source": "agent", "message": "Done: hello.txt exists."}]}
+
+
+def test_messages_a_source_lists_as_not_the_policys_are_no_targets():
+    frame = trajectory_frame([atif_continuation()])
+    (record,) = build("axolotl", frame, SftConfig(min_reward=None), ALL_TRAIN).records
+    assert [(m["content"], m["train"]) for m in record["messages"] if m["role"] == "assistant"] == [
+        ("I will write it.", False), ("Done: hello.txt exists.", True)]
+    # every-assistant switches would train the copied turn: the row is left out of them
+    assert build("trl_sft", frame, SftConfig(min_reward=None), ALL_TRAIN).excluded == {"needs_per_message_mask": 1}

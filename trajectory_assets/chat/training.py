@@ -25,6 +25,11 @@ from typing import Any, Literal
 
 from trajectory_assets.chat.messages import is_context_summary, tool_result_failed
 
+# where a source lists the messages that are not the policy's own words (ATIF's copied context
+# and non-LLM steps): a ``metadata`` key holding their indices, and a quality flag of the same
+# name, so a reader fetches the metadata of only the rows that have such a list
+UNTRAINED_MESSAGES = "untrained_messages"
+
 TrainingRule = Literal["all_assistant", "final_assistant", "after_last_user", "not_after_failed_tool_call"]
 
 

@@ -65,12 +65,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajectory_assets.chat.messages import prompt_key
+from trajectory_assets.chat.training import UNTRAINED_MESSAGES
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.io.file_layouts import FolderRecords
 from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
 from trajectory_assets.sources.format import SourceFormat
-from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, _has_hermes_markup, split_inline_reasoning
+from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 
 SOURCE_FORMAT = "atif"
 DEFAULT_OPTIONS = ConversionConfig()
@@ -87,6 +88,7 @@ QUALITY_FLAGS = (
     "unmatched_tool_response",  # a second result for an answered call (kept in metadata)
     "copied_context",  # steps replayed from an earlier segment: context, never training targets
     "non_llm_step",  # agent steps with llm_call_count 0: deterministic dispatch, never targets
+    "untrained_messages",  # either: metadata.untrained_messages lists them (chat/training.py)
     "context_reset",  # the model's context was compacted or replaced mid-trajectory
     "consecutive_assistant_turns",  # agent -> agent with nothing between
     "unparseable_tool_call",  # arguments given as a string that is not JSON (kept as is)
@@ -166,7 +168,7 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
     reward, components, reward_flags, reward_kept = _reward(trial)
     result = trial.result or {}
     flags = chat.flags | reward_flags
-    if any(_has_hermes_markup(message) for message in messages):
+    if any(has_hermes_markup(message) for message in messages):
         flags.add(HERMES_MARKUP_FLAG)
     if any(a["role"] == b["role"] == "assistant" for a, b in zip(messages, messages[1:])):
         flags.add("consecutive_assistant_turns")
@@ -179,7 +181,8 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         metadata["atif"]["missing_continuations"] = trial.missing_continuations
         flags.add("missing_continuation")
     if chat.untrained:
-        metadata["untrained_messages"] = sorted(chat.untrained)
+        metadata[UNTRAINED_MESSAGES] = sorted(chat.untrained)
+        flags.add(UNTRAINED_MESSAGES)
     if subagents:
         metadata["subagents"] = subagents
     if trial.name is not None or trial.result is not None or reward_kept:

@@ -212,7 +212,7 @@ def convert_rollout(
     if verification_skipped:
         flags.add("verification_skipped")
         metadata["placeholder_reward"] = record.get("reward")
-    if any(_has_hermes_markup(message) for message in messages):
+    if any(has_hermes_markup(message) for message in messages):
         flags.add(HERMES_MARKUP_FLAG)
     if unconverted_tools:
         metadata["unconverted_tools"] = unconverted_tools
@@ -702,7 +702,7 @@ def _parses_as_json(text: str) -> bool:
     return True
 
 
-def _has_hermes_markup(message: dict[str, Any]) -> bool:
+def has_hermes_markup(message: dict[str, Any]) -> bool:
     texts = [message.get("content"), message.get("reasoning_content")]
     texts += [call["function"]["arguments"] for call in message.get("tool_calls") or []]
     for text in texts:

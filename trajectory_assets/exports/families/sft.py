@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from trajectory_assets.chat.training import TrainingRule, trained_messages
+from trajectory_assets.chat.training import UNTRAINED_MESSAGES, TrainingRule, trained_messages
 from trajectory_assets.config import SftConfig, SplitConfig
-from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.curation import balance, carries_flag
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
@@ -62,8 +62,12 @@ class SftItem:
 
     @cached_property
     def trained(self) -> list[bool]:
-        """Per message, whether ``sft.train_on`` makes it a training target."""
-        return trained_messages(self.messages, self.train_on)
+        """Per message, whether ``sft.train_on`` makes it a training target (never one the
+        source lists as not the policy's: read only for rows flagged so)."""
+        untrained: list[int] = []
+        if UNTRAINED_MESSAGES in self.row.quality_flags.split(","):
+            untrained = orjson.loads(self.row.metadata).get(UNTRAINED_MESSAGES, [])
+        return trained_messages(self.messages, self.train_on, set(untrained))
 
     @cached_property
     def template_record(self) -> dict[str, Any]:
@@ -87,11 +91,14 @@ def iter_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, e
     rows, excluded = plan(table, config, budget)
     yield exclusions(excluded, exports, split)
     planned = set(rows["trajectory_id"])
+    # the metadata is read only when some row's source listed messages that are no targets
+    lists_untrained = bool(carries_flag(rows["quality_flags"], UNTRAINED_MESSAGES).any())
     del rows  # its flat columns (a Python object per value) are not needed while the payloads are read
     if not planned:
         return
     fit = None if budget is None else partial(_fit_sft, budget)
-    for chunk in table.scan(payload_columns(PAYLOAD_COLUMNS, exports), ids=planned):
+    columns = payload_columns(PAYLOAD_COLUMNS + (["metadata"] if lists_untrained else []), exports)
+    for chunk in table.scan(columns, ids=planned):
         yield render_all((SftItem(row, config.train_on) for row in chunk.itertuples(index=False)), exports, split, fit)
 
 
