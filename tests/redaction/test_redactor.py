@@ -14,7 +14,7 @@ from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_cla
 
 from tests.fixtures.secrets import (
     ALNUM, AWS_SECRET, GITHUB_PAT, JWT, LOOKALIKE_NAMES, LOOKALIKES, PLANTED, POSITIONS, STS_KEY_ID, STS_SECRET,
-    STS_TOKEN, URLSAFE, all_positions, planted, rand,
+    STS_TOKEN, URLSAFE, all_positions, b64url_json, planted, rand,
 )
 from tests.conftest import CORPUS
 from trajectory_assets.redaction import redactor as redaction
@@ -133,8 +133,12 @@ def test_a_json_number_or_boolean_under_a_secret_name_is_no_credential():
 
 def test_secrets_longer_than_the_window_are_replaced_whole():
     long_jwt = JWT.rsplit(".", 1)[0] + "." + rand(URLSAFE, 2 * AFTER)
+    # an access token with many claims: its payload alone is longer than a window
+    claims = b64url_json({"sub": "ada", "scp": [rand(ALNUM, 20) for _ in range(4 * AFTER // 20)]})
+    long_payload = JWT.split(".", 1)[0] + "." + claims + "." + rand(URLSAFE, 342)
     long_value = rand(ALNUM, 2 * AFTER)
-    for text, secret in ((f"token {long_jwt} end", long_jwt), (f"SECRET={long_value} end", long_value)):
+    for text, secret in ((f"token {long_jwt} end", long_jwt), (f"the token is {long_payload} end", long_payload),
+                         (f"SECRET={long_value} end", long_value)):
         redacted, counts = REDACTOR.redact(json.dumps({"c": text}).encode())
         assert orjson.loads(redacted)["c"].endswith(" end") and len(counts) == 1
         assert secret[-20:].encode() not in redacted

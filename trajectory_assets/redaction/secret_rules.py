@@ -97,6 +97,7 @@ PLUGINS_NOT_RUN = {
                          "assignment rule covers these with value checks",
 }
 
+HF_TOKEN = r"hf_[a-zA-Z0-9]{34}"
 # Formats detect-secrets lacks, from gitleaks' config/gitleaks.toml (rule id in the comment);
 # its trailing `(?:[\x60'"\s;]|\\[nr]|$)` boundary groups are left out, since the text here
 # is decoded and a finding is extended to the end of its token anyway.
@@ -106,8 +107,11 @@ GITLEAKS_RULES: dict[str, list[str]] = {
     "openai_api_key": [  # openai-api-key (project, service account, admin keys)
         r"sk-(?:proj|svcacct|admin)-(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})T3BlbkFJ(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})"],
     "google_api_key": [r"AIza[\w-]{35}"],  # gcp-api-key
-    "huggingface_token": [r"hf_(?i:[a-z]{34})",  # huggingface-access-token
-                          r"api_org_(?i:[a-z]{34})"],  # huggingface-organization-api-token
+    # huggingface-access-token / -organization-api-token take letters only (`(?i:[a-z]{34})`);
+    # TruffleHog's huggingface detector, the scanner the Hub itself runs on pushes, takes
+    # digits too (`[a-zA-Z0-9]{34}`, its own test token has them) and Hugging Face documents
+    # no alphabet: the wider one, so a token with a digit is not missed
+    "huggingface_token": [HF_TOKEN, r"api_org_[a-zA-Z0-9]{34}"],
     "github_token": [r"github_pat_\w{82}"],  # github-fine-grained-pat
     "gitlab_token": [r"glpat-[0-9a-zA-Z_-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}"],  # gitlab-pat-routable
     "npm_token": [r"(?i)npm_[a-z0-9]{36}"],  # npm-access-token
