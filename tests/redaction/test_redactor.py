@@ -331,3 +331,48 @@ def test_secret_name_type(name, kind):
 def test_planted_helper_normalises_its_arguments():
     case = planted("x", "t", "s", "k")
     assert case.secrets == ("s",) and case.kinds == frozenset({"k"})
+
+
+# -- passwords in URLs ----------------------------------------------------------------------------
+GO_ESCAPES = {b"&": b"\\u0026", b"<": b"\\u003c", b">": b"\\u003e"}  # how Go's encoder writes them
+
+
+def go_json(text: str) -> bytes:
+    line = json.dumps({"c": text}).encode()
+    for char, escape in GO_ESCAPES.items():
+        line = line.replace(char, escape)
+    return line
+
+
+@pytest.mark.parametrize("url, password", [
+    ("postgres://app:Pa@ss-w0rd-2024@db.internal:5432/prod", "Pa@ss-w0rd-2024"),  # `@` unencoded: the last one ends it
+    ("mysql://root:$ecr3t!Xq@db/app", "$ecr3t!Xq"),  # a `$` in a password is a character, not a reference
+    ("mysql://root:Kq8&zP2x<m>@db/app", "Kq8&zP2x<m>"),
+    ("amqp://ada@corp.example:Zr8xLq9Vb@mq.internal/", "Zr8xLq9Vb"),  # a user with an `@`
+    ("redis://default:Zr8%40xLq9Vb@cache:6379", "Zr8%40xLq9Vb"),
+])
+def test_a_password_in_a_url_goes_whole(url, password):
+    for line in (json.dumps({"c": f"$ env\n{url}\n"}).encode(), go_json(f"$ env\n{url}\n")):
+        redacted, counts = REDACTOR.redact(line)
+        assert counts == {"url_password": 1}
+        assert orjson.loads(redacted)["c"] == f"$ env\n{url.replace(':' + password + '@', ':[REDACTED:url_password]@')}\n"
+
+
+@pytest.mark.parametrize("url", [
+    "postgres://user:${PASSWORD}@host", "postgres://user:$PGPASSWORD@host", "postgres://u:<password>@h",
+    "postgres://u:<your-db-password>@h", "postgres://u:{password}@h", "postgres://u:%(password)s@h",
+    "https://user:pass@example.com", "mongodb://u:pw@h1:27017,h2:27017/db", "ssh://git@github.com:22/acme/app.git",
+])
+def test_a_placeholder_in_a_url_stays(url):
+    for line in (json.dumps({"c": url}).encode(), go_json(url)):
+        assert REDACTOR.redact(line) == (line, {})
+
+
+def test_a_password_in_a_url_is_found_where_basic_auth_detector_finds_it():
+    """BasicAuthDetector runs as it is, beside the wider rule: whatever it reports goes too."""
+    from detect_secrets.plugins.basic_auth import BasicAuthDetector
+
+    for url in ("postgresql://app:Zr8xLq9Vb3Nc@db/prod", "https://deploy:k3F9q2Lx7Vb1@git.acme.io/a.git"):
+        reported = set(BasicAuthDetector().analyze_string(url))
+        redacted, _ = REDACTOR.redact(json.dumps({"c": url}).encode())
+        assert reported and not any(password.encode() in redacted for password in reported)

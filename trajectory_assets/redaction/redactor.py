@@ -444,8 +444,10 @@ PLUGIN_HINTS = {
 }
 
 # `hf_` is common in paths (`/hf_models/`): a Hugging Face token is 34 letters or digits after it;
-# `://` is in every URL: a password is a `:` and something before an `@` (as above)
-RULE_HINTS = {rules.HF_TOKEN: rb"hf_[a-z0-9]{34}", rules.URL_PASSWORD: rb'://[^\s/@"\\]*:[^\s/@"\\]+@'}
+# `://` is in every URL: a password is a `:` and something before an `@` (as above, an `@`
+# allowed in either part, and a `\uXXXX` escape, which is how Go's encoder writes `&<>`)
+RULE_HINTS = {rules.HF_TOKEN: rb"hf_[a-z0-9]{34}",
+              rules.URL_PASSWORD: rb'://(?:[^\s/"\\]|\\+u[0-9a-f]{4})*:(?:[^\s/"\\]|\\+u[0-9a-f]{4})+@'}
 
 ASSIGNMENT = re.compile(
     r"""["'`\]]{0,3}[ \t]*(?::=|=>|=|:)(?!=)[ \t]*(?P<open>@?["'`]?)(?P<value>[^\s"'`,;]+)(?P<close>["'`]?)""")

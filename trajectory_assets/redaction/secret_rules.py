@@ -144,12 +144,16 @@ SK_API_KEY = r"sk-[A-Za-z0-9_-]{32,}"
 
 # `scheme://user:password@host` with any password RFC 3986 allows in a URL's userinfo
 # (section 3.2.1: sub-delims `!$&'()*+,;=` and further colons included), and
-# `redis://:password@host`, with no user, the usual form for Redis. detect-secrets'
-# BasicAuthDetector, which runs too, excludes the sub-delims from both parts and needs a
-# user, so `mysql://root:s3cret!@db` passed it; TruffleHog's URI detector takes any
-# non-space password. A quote, a backtick or a backslash ends a password here: a URL
-# written in code or JSON ends at them.
-URL_PASSWORD = r"://[^:/?#\[\]@\s\"'`\\]*:(?P<secret>[^/?#\[\]@\s\"'`\\]+)@"
+# `redis://:password@host`, with no user, the usual form for Redis. The userinfo ends at the
+# last `@` before the host, as URL parsers read it (WHATWG URL; RFC 3986 would have an `@`
+# in a password percent-encoded, but `p@ss@host` is written and parsed all the same), so a
+# password holding an `@` goes whole. detect-secrets' BasicAuthDetector, which runs too,
+# excludes the sub-delims and the `@` from both parts and needs a user, so
+# `mysql://root:s3cret!@db` passed it; TruffleHog's URI detector takes sub-delims and `:`
+# but only in http(s) URLs and not `@`. A quote, a backtick or a backslash ends a password
+# here (a URL written in code or JSON ends at them); BasicAuthDetector's own pattern, which
+# runs beside this one, takes a password with a double quote or a backslash.
+URL_PASSWORD = r"://[^:/?#\[\]\s\"'`\\]*:(?P<secret>[^/?#\[\]\s\"'`\\]+)@"
 
 # -- names --------------------------------------------------------------------------------
 # detect-secrets' keyword denylist (`api_?key`, `password`, `secret`, ...) plus what gitleaks'
@@ -323,12 +327,26 @@ def credential_reason(value: str) -> str | None:
     return None
 
 
+# `$PGPASSWORD`, `${DB_PASS}`: a shell variable; `<password>`, `<your-db-pass>`: a placeholder
+SHELL_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+ANGLE_PLACEHOLDER = re.compile(r"<([^<>]{3,})>")
+
+
 def url_password_reason(value: str) -> str | None:
     """A password in `scheme://user:password@host` is a credential by its place, unless it is
-    a placeholder or names the thing (`user:password@`, `:<password>@`, `:${DB_PASS}@`)."""
+    a placeholder or names the thing (`user:password@`, `:<password>@`, `:${DB_PASS}@`).
+
+    A `$`, `<` or `>` is a character of a generated password (`$ecr3t!x`, `Kq8<zP2x>m`), not a
+    reference or a template, unless a variable or a `<placeholder>` is all it holds."""
     if len(value) < 3:
         return "short"
-    reason = placeholder_reason(value)
+    reference = SHELL_REFERENCE.fullmatch(value)
+    if reference and is_word_like(reference.group(1)):
+        return "reference"
+    if any(is_word_like(tag) for tag in ANGLE_PLACEHOLDER.findall(value)):
+        return "template"
+    characters = value.replace("<", "").replace(">", "")
+    reason = placeholder_reason(characters[1:] if characters.startswith("$") and characters[1:2] != "{" else characters)
     if reason:
         return reason
     if is_word_like(value) and (secret_name_type(value) or any(
