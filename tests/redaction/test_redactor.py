@@ -14,7 +14,7 @@ from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_cla
 
 from tests.fixtures.secrets import (
     ALNUM, AWS_SECRET, GITHUB_PAT, JWT, LOOKALIKE_NAMES, LOOKALIKES, PLANTED, POSITIONS, STS_KEY_ID, STS_SECRET,
-    STS_TOKEN, URLSAFE, all_positions, b64url_json, planted, rand,
+    STS_TOKEN, URLSAFE, JWT_HS, all_positions, b64url_json, planted, rand,
 )
 from tests.conftest import CORPUS
 from trajectory_assets.redaction import redactor as redaction
@@ -73,8 +73,15 @@ def test_the_corpora_cover_what_the_issue_names():
     } <= kinds
     assert {"github_fine_grained", "aws_sts_json", "env_file", "shell_export", "json_config", "yaml_config",
             "api_key_header", "bearer_header"} <= {case.name for case in PLANTED}
-    assert {"tool_output", "tool_call_arguments", "user_message", "system_message", "reasoning",
-            "hermes_tool_call", "hermes_tool_response", "hermes_reasoning"} <= set(POSITIONS)
+    assert {"tool_output", "tool_call_arguments", "user_message", "system_message", "reasoning", "assistant_answer",
+            "hermes_tool_call", "hermes_tool_response", "hermes_human", "hermes_system", "hermes_reasoning",
+            "hermes_assistant"} <= set(POSITIONS)
+    # the three kinds a new-user test found passing through, each in several shapes
+    assert {"url_password_at_sign", "url_password_dollar", "url_password_prose", "jwt_in_prose", "jwt_quoted",
+            "jwt_end_of_sentence", "jwt_longer_than_a_window", "huggingface_digits", "huggingface_digits_code",
+            "huggingface_org_digits"} <= {case.name for case in PLANTED}
+    assert {"url_placeholders", "jwt_payload_not_json", "jwt_header_not_json", "signed_cookie", "jwt_docs",
+            "base64_json_cursors", "base64_blob_with_eyj", "hf_identifiers", "hf_placeholders"} <= set(LOOKALIKE_NAMES)
     assert {"python_kwargs", "docstring", "passwd_prompts", "hashes", "uuids", "placeholder_env",
             "base64_image", "long_identifiers", "value_error"} <= set(LOOKALIKE_NAMES)
 
@@ -376,3 +383,27 @@ def test_a_password_in_a_url_is_found_where_basic_auth_detector_finds_it():
         reported = set(BasicAuthDetector().analyze_string(url))
         redacted, _ = REDACTOR.redact(json.dumps({"c": url}).encode())
         assert reported and not any(password.encode() in redacted for password in reported)
+
+
+# -- JWTs -------------------------------------------------------------------------------------------
+def test_a_jwt_goes_with_its_signature_which_detect_secrets_leaves():
+    """JwtTokenDetector's regex ends lazily: it reports `header.payload.`, and replacing that
+    would leave the signature. The token goes whole, and only where the plugin reports it."""
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+
+    header_payload, signature = JWT_HS.rsplit(".", 1)
+    assert set(JwtTokenDetector().analyze_string(JWT_HS)) == {header_payload + "."}
+    redacted, counts = REDACTOR.redact(json.dumps({"c": f"the token {JWT_HS} is valid"}).encode())
+    assert orjson.loads(redacted) == {"c": "the token [REDACTED:jwt] is valid"} and counts == {"jwt": 1}
+    assert signature.encode() not in redacted
+
+
+@pytest.mark.parametrize("text", [
+    LOOKALIKES["jwt_payload_not_json"], LOOKALIKES["jwt_header_not_json"], LOOKALIKES["signed_cookie"],
+])
+def test_an_eyj_token_the_plugin_does_not_validate_stays(text):
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+
+    assert not set(JwtTokenDetector().analyze_string(text))
+    line = json.dumps({"c": text}).encode()
+    assert REDACTOR.redact(line) == (line, {})
