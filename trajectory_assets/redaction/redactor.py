@@ -407,8 +407,11 @@ class PluginRule(RegexRule):
 # A JWS compact token on the raw bytes (RFC 7515: three base64url parts, `=` padding
 # tolerated as detect-secrets does): header and payload as JwtTokenDetector's regex takes
 # them, and the signature, which its lazy `\.?[...]*?` never reaches. Nothing in it is ever
-# a JSON escape, so the raw bytes are the token at any nesting depth.
-RAW_JWT = re.compile(rb"eyJ[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_-]*={0,2})?")
+# a JSON escape, so the raw bytes are the token at any nesting depth. Besides `eyJ` (`{"`),
+# a header may start as TruffleHog's jwt detector also looks for it: `ewogIC` / `ewoi`,
+# a pretty-printed `{\n  "` / `{\n"`.
+RAW_JWT = re.compile(rb"(?:eyJ|ewogIC|ewoi)[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_-]*={0,2})?")
+JWT_LITERALS = frozenset({"eyJ", "ewogIC", "ewoi"})
 
 
 class JwtRule(PluginRule):
@@ -420,7 +423,12 @@ class JwtRule(PluginRule):
     where the payload cut by the window's end fails the plugin's JSON check. So the token is
     taken whole from the raw bytes, the plugin runs on it (its regex and its formal
     validation: header and payload decode to JSON), and what is replaced is the whole token,
-    signature included."""
+    signature included. A header written pretty-printed (`ewogIC…`, which the plugin's `eyJ`
+    never matches) gets the plugin's formal validation alone."""
+
+    def __init__(self, plugin, index: int, kind: str) -> None:
+        super().__init__(plugin, index, kind)
+        self.literals = JWT_LITERALS
 
     def find(self, line, start, end):
         match = RAW_JWT.match(line.data, start)
@@ -428,7 +436,11 @@ class JwtRule(PluginRule):
             return
         window = Window(line.data, start, match.end())
         token = window.text
-        if any(token.startswith(found) for found in self.plugin.analyze_string(token)):
+        if token.startswith("eyJ"):
+            valid = any(token.startswith(found) for found in self.plugin.analyze_string(token))
+        else:
+            valid = self.plugin.is_formally_valid(".".join(token.split(".")[:2]))
+        if valid:
             yield window, 0, len(token) - token.endswith("."), self.kind  # `h.p.`: a sentence's end, or no signature
 
 
@@ -587,8 +599,10 @@ def builtin_rules(emails: bool = False) -> list[Rule]:
             if (plugin_class.__name__, index) not in rules.UNFILTERABLE_PLUGIN_REGEXES:
                 rule = JwtRule if plugin_class is rules.JwtTokenDetector else PluginRule
                 found.append(rule(plugin, index, rules.PLUGIN_REGEX_TYPES.get((plugin_class, index), kind)))
-    for kind, patterns in rules.GITLEAKS_RULES.items():
-        found += [RegexRule(kind, re.compile(pattern), hint=RULE_HINTS.get(pattern)) for pattern in patterns]
+    for kind, patterns in rules.FORMAT_RULES.items():
+        found += [RegexRule(kind, re.compile(pattern), hint=RULE_HINTS.get(pattern),
+                            check=rules.credential_reason if pattern in rules.FORMAT_RULES_JUDGED_AS_VALUES
+                            else rules.format_reason) for pattern in patterns]
     found.append(RegexRule("api_key", re.compile(rules.SK_API_KEY), rules.credential_reason, rank=1))
     found.append(RegexRule("url_password", re.compile(rules.URL_PASSWORD), rules.url_password_reason, token=False,
                            hint=RULE_HINTS[rules.URL_PASSWORD]))
