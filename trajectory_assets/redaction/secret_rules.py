@@ -119,18 +119,28 @@ FORMAT_RULES: dict[str, list[str]] = {
     # (`[a-zA-Z0-9]{34}`, its own test token has them) and Hugging Face documents no
     # alphabet: the wider one, so a token with a digit is not missed
     "huggingface_token": [HF_TOKEN, r"api_org_[a-zA-Z0-9]{34}"],
-    "github_token": [r"github_pat_\w{82}"],  # github-fine-grained-pat
-    "gitlab_token": [r"glpat-[0-9a-zA-Z_-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}"],  # gitlab-pat-routable
+    "github_token": [r"github_pat_\w{82}",  # github-fine-grained-pat
+                     # trufflehog github v2: 36-255 after the prefix (judged as a value: a
+                     # `github_pat_…` identifier of that length is no token)
+                     r"github_pat_[a-zA-Z0-9_]{36,255}"],
+    "gitlab_token": [r"glpat-[0-9a-zA-Z_-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}",  # gitlab-pat-routable
+                     r"glrt-t\d_[0-9a-zA-Z_\-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}",  # gitlab-runner-...-token-routable
+                     r"glffct-[0-9a-zA-Z_\-]{20}",  # gitlab-feature-flag-client-token
+                     r"glpat-[a-zA-Z0-9\-=_]{20,22}"],  # trufflehog gitlab v2: `=` too
     "npm_token": [r"(?i)npm_[a-z0-9]{36}"],  # npm-access-token = trufflehog npmtokenv2
     "pypi_token": [r"pypi-AgEIcHlwaS5vcmc[\w-]{50,1000}"],  # pypi-upload-token: 50+ after the prefix, detect-secrets 70+
     # sendgrid: trufflehog's lengths (20-24 and 39-50) around detect-secrets' 22 and 43
     "sendgrid_key": [r"SG\.[\w-]{20,24}\.[\w-]{39,50}"],
     # trufflehog squareapp: any `sq0c..-` OAuth secret of 40-50 characters (detect-secrets: sq0csp-, 43)
     "square_oauth_secret": [r"sq0c[a-z]{2}-[0-9A-Za-z_-]{40,50}"],
+    # square-access-token's `sq0atp-` form (its `EAAA` form is not taken: those four letters
+    # start runs of base64 data, images included, far too often)
+    "square_access_token": [r"sq0atp-[\w-]{22,60}"],
     "stripe_key": [r"(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99}"],  # stripe-access-token
     "slack_token": [r"(?i)xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+",  # slack-app-token
                     r"(?i)xoxe.xox[bp]-\d-[A-Z0-9]{163,166}",  # slack-config-access-token
                     r"(?i)xoxe-\d-[A-Z0-9]{146}",  # slack-config-refresh-token
+                    r"xox[ar]-(?:\d-)?[0-9a-zA-Z]{8,48}",  # slack-legacy-workspace-token (no digit group needed)
                     # slack-webhook-url: workflow and trigger URLs too (detect-secrets: services/ only),
                     # to the end of the path (gitleaks stops at 56 characters, which leaves the
                     # end of a workflow URL; trufflehog slackwebhook: services and workflows)
@@ -158,7 +168,7 @@ FORMAT_RULES: dict[str, list[str]] = {
 }
 # Format rules whose prefix is also an ordinary identifier's: a match must also pass the
 # credential checks (not a word or an identifier, entropy)
-FORMAT_RULES_JUDGED_AS_VALUES = {r"secret_[A-Za-z0-9]{43}"}
+FORMAT_RULES_JUDGED_AS_VALUES = {r"secret_[A-Za-z0-9]{43}", r"github_pat_[a-zA-Z0-9_]{36,255}"}
 # Keys of OpenAI-compatible providers (`sk-` and 32+ random characters; OpenAI's own keys
 # carry `T3BlbkFJ` and are found above). No maintained rule set has this one: the value must
 # also pass the credential checks below.
