@@ -184,7 +184,7 @@ SK_API_KEY = r"sk-[A-Za-z0-9_-]{32,}"
 # `mysql://root:s3cret!@db` passed it; TruffleHog's URI detector takes sub-delims and `:`
 # but only in http(s) URLs and not `@`. A quote, a backtick or a backslash ends a password
 # here (a URL written in code or JSON ends at them); BasicAuthDetector's own pattern, which
-# runs beside this one, takes a password with a double quote or a backslash.
+# runs beside this one, takes a backtick in a password, so what either finds goes.
 URL_PASSWORD = r"://[^:/?#\[\]\s\"'`\\]*:(?P<secret>[^/?#\[\]\s\"'`\\]+)@"
 
 # -- names --------------------------------------------------------------------------------
