@@ -8,7 +8,9 @@ import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
 from tests.fixtures.hermes_rows import SYSTEM, cli_row, gpt, human
-from tests.fixtures.secrets import GITHUB_PAT, LOOKALIKES, OPENAI_PROJECT, PLANTED
+from tests.fixtures.secrets import (
+    GITHUB_PAT, ISSUE_KINDS, ISSUE_LOOKALIKES, LOOKALIKES, OPENAI_PROJECT, PLANTED, POSITIONS, all_positions,
+)
 from trajectory_assets.cli import main
 
 CODE = LOOKALIKES["python_kwargs"] + "\n" + LOOKALIKES["docstring"] + "\n" + LOOKALIKES["passwd_prompts"]
@@ -24,7 +26,21 @@ def planted_rollouts() -> list:
     hermes = cli_row([SYSTEM, human(f"my key is {OPENAI_PROJECT}"), gpt("Please rotate it.")])
     clean = make_rollout([call_item("shell", json.dumps({"cmd": "passwd"}), "c1"), output_item("c1", CODE),
                           message_item(CODE)], request_input="change the password", agent_ref={"name": "a"})
-    return [*leaks, hermes, clean, "not json but leaks " + GITHUB_PAT]
+    return [*leaks, hermes, clean, "not json but leaks " + GITHUB_PAT, *every_place(ISSUE_KINDS),
+            *every_place(ISSUE_LOOKALIKES.values())]
+
+
+def every_place(texts) -> list:
+    """Each text (or planted case) in every place of both formats: NeMo Gym tool output, call
+    arguments, user / system / developer messages, reasoning, answer; Hermes system, human,
+    reasoning, assistant text, tool call, tool response."""
+    return [row for text in texts for row in all_positions(getattr(text, "text", text)).values()]
+
+
+def escaped(text: str) -> set[str]:
+    """A line of text as a JSON string holds it, directly or in a JSON document in a string."""
+    once = json.dumps(text)[1:-1]
+    return {text, once, json.dumps(once)[1:-1]}
 
 
 def every_written_text(root):
@@ -58,7 +74,8 @@ def test_no_planted_secret_reaches_anything_written(redacted_run):
 def test_the_report_counts_and_names_what_was_redacted(redacted_run):
     stats = json.loads((redacted_run / "reports" / "stats.json").read_text())
     redactions = stats["redactions"]
-    assert redactions["trajectories"] == len(PLANTED) + 2  # each leak, the Hermes row, the broken line
+    # each leak, the Hermes row, the broken line, the issue's kinds in every place (and no look-alike)
+    assert redactions["trajectories"] == len(PLANTED) + 2 + len(ISSUE_KINDS) * len(POSITIONS)
     assert len(redactions["trajectory_ids"]) == redactions["trajectories"]
     assert {kind for case in PLANTED for kind in case.kinds} <= set(redactions["by_type"])
     assert redactions["by_type"]["github_token"] >= 3 + 1  # classic token x 3 places + the quarantined line
@@ -73,6 +90,13 @@ def test_code_and_terminal_text_reach_the_exports_verbatim(redacted_run):
     clean = next(row for row in rows if row["messages"][0]["content"] == "change the password")
     assert clean["messages"][-1]["content"] == CODE
     assert any(m.get("content") == CODE for m in clean["messages"] if m["role"] == "tool")
+
+
+def test_the_issues_look_alikes_reach_the_exports_verbatim(redacted_run):
+    exported = "\n".join(text for path, text in every_written_text(redacted_run / "exports"))
+    for name, text in ISSUE_LOOKALIKES.items():
+        for line in text.splitlines():
+            assert any(form in exported for form in escaped(line)), f"{name}: {line!r}"
 
 
 def test_every_dataset_card_says_redaction_ran_and_with_what(redacted_run):

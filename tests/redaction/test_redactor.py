@@ -14,7 +14,7 @@ from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_cla
 
 from tests.fixtures.secrets import (
     ALNUM, AWS_SECRET, GITHUB_PAT, JWT, LOOKALIKE_NAMES, LOOKALIKES, PLANTED, POSITIONS, STS_KEY_ID, STS_SECRET,
-    STS_TOKEN, URLSAFE, all_positions, planted, rand,
+    STS_TOKEN, URLSAFE, JWT_HS, all_positions, b64url_json, planted, rand,
 )
 from tests.conftest import CORPUS
 from trajectory_assets.redaction import redactor as redaction
@@ -73,8 +73,15 @@ def test_the_corpora_cover_what_the_issue_names():
     } <= kinds
     assert {"github_fine_grained", "aws_sts_json", "env_file", "shell_export", "json_config", "yaml_config",
             "api_key_header", "bearer_header"} <= {case.name for case in PLANTED}
-    assert {"tool_output", "tool_call_arguments", "user_message", "system_message", "reasoning",
-            "hermes_tool_call", "hermes_tool_response", "hermes_reasoning"} <= set(POSITIONS)
+    assert {"tool_output", "tool_call_arguments", "user_message", "system_message", "reasoning", "assistant_answer",
+            "hermes_tool_call", "hermes_tool_response", "hermes_human", "hermes_system", "hermes_reasoning",
+            "hermes_assistant"} <= set(POSITIONS)
+    # the three kinds a new-user test found passing through, each in several shapes
+    assert {"url_password_at_sign", "url_password_dollar", "url_password_prose", "jwt_in_prose", "jwt_quoted",
+            "jwt_end_of_sentence", "jwt_longer_than_a_window", "huggingface_digits", "huggingface_digits_code",
+            "huggingface_org_digits"} <= {case.name for case in PLANTED}
+    assert {"url_placeholders", "jwt_payload_not_json", "jwt_header_not_json", "signed_cookie", "jwt_docs",
+            "base64_json_cursors", "base64_blob_with_eyj", "hf_identifiers", "hf_placeholders"} <= set(LOOKALIKE_NAMES)
     assert {"python_kwargs", "docstring", "passwd_prompts", "hashes", "uuids", "placeholder_env",
             "base64_image", "long_identifiers", "value_error"} <= set(LOOKALIKE_NAMES)
 
@@ -133,8 +140,12 @@ def test_a_json_number_or_boolean_under_a_secret_name_is_no_credential():
 
 def test_secrets_longer_than_the_window_are_replaced_whole():
     long_jwt = JWT.rsplit(".", 1)[0] + "." + rand(URLSAFE, 2 * AFTER)
+    # an access token with many claims: its payload alone is longer than a window
+    claims = b64url_json({"sub": "ada", "scp": [rand(ALNUM, 20) for _ in range(4 * AFTER // 20)]})
+    long_payload = JWT.split(".", 1)[0] + "." + claims + "." + rand(URLSAFE, 342)
     long_value = rand(ALNUM, 2 * AFTER)
-    for text, secret in ((f"token {long_jwt} end", long_jwt), (f"SECRET={long_value} end", long_value)):
+    for text, secret in ((f"token {long_jwt} end", long_jwt), (f"the token is {long_payload} end", long_payload),
+                         (f"SECRET={long_value} end", long_value)):
         redacted, counts = REDACTOR.redact(json.dumps({"c": text}).encode())
         assert orjson.loads(redacted)["c"].endswith(" end") and len(counts) == 1
         assert secret[-20:].encode() not in redacted
@@ -327,3 +338,72 @@ def test_secret_name_type(name, kind):
 def test_planted_helper_normalises_its_arguments():
     case = planted("x", "t", "s", "k")
     assert case.secrets == ("s",) and case.kinds == frozenset({"k"})
+
+
+# -- passwords in URLs ----------------------------------------------------------------------------
+GO_ESCAPES = {b"&": b"\\u0026", b"<": b"\\u003c", b">": b"\\u003e"}  # how Go's encoder writes them
+
+
+def go_json(text: str) -> bytes:
+    line = json.dumps({"c": text}).encode()
+    for char, escape in GO_ESCAPES.items():
+        line = line.replace(char, escape)
+    return line
+
+
+@pytest.mark.parametrize("url, password", [
+    ("postgres://app:Pa@ss-w0rd-2024@db.internal:5432/prod", "Pa@ss-w0rd-2024"),  # `@` unencoded: the last one ends it
+    ("mysql://root:$ecr3t!Xq@db/app", "$ecr3t!Xq"),  # a `$` in a password is a character, not a reference
+    ("mysql://root:Kq8&zP2x<m>@db/app", "Kq8&zP2x<m>"),
+    ("amqp://ada@corp.example:Zr8xLq9Vb@mq.internal/", "Zr8xLq9Vb"),  # a user with an `@`
+    ("redis://default:Zr8%40xLq9Vb@cache:6379", "Zr8%40xLq9Vb"),
+])
+def test_a_password_in_a_url_goes_whole(url, password):
+    for line in (json.dumps({"c": f"$ env\n{url}\n"}).encode(), go_json(f"$ env\n{url}\n")):
+        redacted, counts = REDACTOR.redact(line)
+        assert counts == {"url_password": 1}
+        assert orjson.loads(redacted)["c"] == f"$ env\n{url.replace(':' + password + '@', ':[REDACTED:url_password]@')}\n"
+
+
+@pytest.mark.parametrize("url", [
+    "postgres://user:${PASSWORD}@host", "postgres://user:$PGPASSWORD@host", "postgres://u:<password>@h",
+    "postgres://u:<your-db-password>@h", "postgres://u:{password}@h", "postgres://u:%(password)s@h",
+    "https://user:pass@example.com", "mongodb://u:pw@h1:27017,h2:27017/db", "ssh://git@github.com:22/acme/app.git",
+])
+def test_a_placeholder_in_a_url_stays(url):
+    for line in (json.dumps({"c": url}).encode(), go_json(url)):
+        assert REDACTOR.redact(line) == (line, {})
+
+
+def test_a_password_in_a_url_is_found_where_basic_auth_detector_finds_it():
+    """BasicAuthDetector runs as it is, beside the wider rule: whatever it reports goes too."""
+    from detect_secrets.plugins.basic_auth import BasicAuthDetector
+
+    for url in ("postgresql://app:Zr8xLq9Vb3Nc@db/prod", "https://deploy:k3F9q2Lx7Vb1@git.acme.io/a.git"):
+        reported = set(BasicAuthDetector().analyze_string(url))
+        redacted, _ = REDACTOR.redact(json.dumps({"c": url}).encode())
+        assert reported and not any(password.encode() in redacted for password in reported)
+
+
+# -- JWTs -------------------------------------------------------------------------------------------
+def test_a_jwt_goes_with_its_signature_which_detect_secrets_leaves():
+    """JwtTokenDetector's regex ends lazily: it reports `header.payload.`, and replacing that
+    would leave the signature. The token goes whole, and only where the plugin reports it."""
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+
+    header_payload, signature = JWT_HS.rsplit(".", 1)
+    assert set(JwtTokenDetector().analyze_string(JWT_HS)) == {header_payload + "."}
+    redacted, counts = REDACTOR.redact(json.dumps({"c": f"the token {JWT_HS} is valid"}).encode())
+    assert orjson.loads(redacted) == {"c": "the token [REDACTED:jwt] is valid"} and counts == {"jwt": 1}
+    assert signature.encode() not in redacted
+
+
+@pytest.mark.parametrize("text", [
+    LOOKALIKES["jwt_payload_not_json"], LOOKALIKES["jwt_header_not_json"], LOOKALIKES["signed_cookie"],
+])
+def test_an_eyj_token_the_plugin_does_not_validate_stays(text):
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+
+    assert not set(JwtTokenDetector().analyze_string(text))
+    line = json.dumps({"c": text}).encode()
+    assert REDACTOR.redact(line) == (line, {})

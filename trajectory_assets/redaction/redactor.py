@@ -57,7 +57,6 @@ MAX_ALTERNATIVES = 256
 NAME_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-JWT_BYTES = TOKEN_BYTES | {ord(".")}
 VALUE_BYTES = TOKEN_BYTES | frozenset(b"+/=.~!@#%^*")
 JSON_LETTER_ESCAPES = frozenset(b"nrtbf")
 UNICODE_ESCAPE = re.compile(rb"\\u[0-9A-Fa-f]{4}")
@@ -405,6 +404,46 @@ class PluginRule(RegexRule):
                 yield window, begin, finish, kind
 
 
+# A JWS compact token on the raw bytes (RFC 7515: three base64url parts, `=` padding
+# tolerated as detect-secrets does): header and payload as JwtTokenDetector's regex takes
+# them, and the signature, which its lazy `\.?[...]*?` never reaches. Nothing in it is ever
+# a JSON escape, so the raw bytes are the token at any nesting depth. Besides `eyJ` (`{"`),
+# a header may start as TruffleHog's jwt detector also looks for it: `ewogIC` / `ewoi`,
+# a pretty-printed `{\n  "` / `{\n"`.
+RAW_JWT = re.compile(rb"(?:eyJ|ewogIC|ewoi)[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+(?:\.[A-Za-z0-9_-]*={0,2})?")
+JWT_LITERALS = frozenset({"eyJ", "ewogIC", "ewoi"})
+
+
+class JwtRule(PluginRule):
+    """JwtTokenDetector, made to replace whole tokens of any length.
+
+    The plugin's regex ends lazily (`\\.?[A-Za-z0-9-_.+/=]*?`), so what it reports is
+    `header.payload.` and the signature after it would stay in the text; and a token is
+    commonly longer than a window (an OAuth access token with its claims runs to 1-2 KB),
+    where the payload cut by the window's end fails the plugin's JSON check. So the token is
+    taken whole from the raw bytes, the plugin runs on it (its regex and its formal
+    validation: header and payload decode to JSON), and what is replaced is the whole token,
+    signature included. A header written pretty-printed (`ewogIC…`, which the plugin's `eyJ`
+    never matches) gets the plugin's formal validation alone."""
+
+    def __init__(self, plugin, index: int, kind: str) -> None:
+        super().__init__(plugin, index, kind)
+        self.literals = JWT_LITERALS
+
+    def find(self, line, start, end):
+        match = RAW_JWT.match(line.data, start)
+        if not match:
+            return
+        window = Window(line.data, start, match.end())
+        token = window.text
+        if token.startswith("eyJ"):
+            valid = any(token.startswith(found) for found in self.plugin.analyze_string(token))
+        else:
+            valid = self.plugin.is_formally_valid(".".join(token.split(".")[:2]))
+        if valid:
+            yield window, 0, len(token) - token.endswith("."), self.kind  # `h.p.`: a sentence's end, or no signature
+
+
 # Necessary conditions, on the raw bytes at the literal (any case), for the rules whose
 # literal is common in ordinary text (`://` in every URL, `aws` in `laws`): a window is only
 # decoded where they hold. Raw text is the decoded text with escapes longer, so gaps are wider.
@@ -416,9 +455,11 @@ PLUGIN_HINTS = {
     ("AWSKeyDetector", 1): rb"aws.{0,80}?(?:key|pwd|pw|password|pass|token)",
 }
 
-# `hf_` is common in paths (`/hf_models/`): a Hugging Face token is 34 letters after it;
-# `://` is in every URL: a password is a `:` and something before an `@` (as above)
-RULE_HINTS = {r"hf_(?i:[a-z]{34})": rb"hf_[a-z]{34}", rules.URL_PASSWORD: rb'://[^\s/@"\\]*:[^\s/@"\\]+@'}
+# `hf_` is common in paths (`/hf_models/`): a Hugging Face token is 34 letters or digits after it;
+# `://` is in every URL: a password is a `:` and something before an `@` (as above, an `@`
+# allowed in either part, and a `\uXXXX` escape, which is how Go's encoder writes `&<>`)
+RULE_HINTS = {rules.HF_TOKEN: rb"hf_[a-z0-9]{34}",
+              rules.URL_PASSWORD: rb'://(?:[^\s/"\\]|\\+u[0-9a-f]{4})*:(?:[^\s/"\\]|\\+u[0-9a-f]{4})+@'}
 
 ASSIGNMENT = re.compile(
     r"""["'`\]]{0,3}[ \t]*(?::=|=>|=|:)(?!=)[ \t]*(?P<open>@?["'`]?)(?P<value>[^\s"'`,;]+)(?P<close>["'`]?)""")
@@ -556,9 +597,12 @@ def builtin_rules(emails: bool = False) -> list[Rule]:
         plugin = plugin_class()
         for index in range(len(plugin.denylist)):
             if (plugin_class.__name__, index) not in rules.UNFILTERABLE_PLUGIN_REGEXES:
-                found.append(PluginRule(plugin, index, rules.PLUGIN_REGEX_TYPES.get((plugin_class, index), kind)))
-    for kind, patterns in rules.GITLEAKS_RULES.items():
-        found += [RegexRule(kind, re.compile(pattern), hint=RULE_HINTS.get(pattern)) for pattern in patterns]
+                rule = JwtRule if plugin_class is rules.JwtTokenDetector else PluginRule
+                found.append(rule(plugin, index, rules.PLUGIN_REGEX_TYPES.get((plugin_class, index), kind)))
+    for kind, patterns in rules.FORMAT_RULES.items():
+        found += [RegexRule(kind, re.compile(pattern), hint=RULE_HINTS.get(pattern),
+                            check=rules.credential_reason if pattern in rules.FORMAT_RULES_JUDGED_AS_VALUES
+                            else rules.format_reason) for pattern in patterns]
     found.append(RegexRule("api_key", re.compile(rules.SK_API_KEY), rules.credential_reason, rank=1))
     found.append(RegexRule("url_password", re.compile(rules.URL_PASSWORD), rules.url_password_reason, token=False,
                            hint=RULE_HINTS[rules.URL_PASSWORD]))
@@ -719,10 +763,10 @@ class Redactor:
             if any(pattern.fullmatch(window.text[begin:finish]) for pattern in self._allowlist):
                 continue
             raw_start, raw_end = window.raw(begin), window.raw(finish)
-            if isinstance(rule, RegexRule) and rule.token:  # a token runs on past its pattern's end
-                raw_end = _extend(data, raw_end, JWT_BYTES if kind == "jwt" else TOKEN_BYTES)
-                if kind == "jwt" and data[raw_end - 1] == ord("."):
-                    raw_end -= 1  # the end of a sentence
+            if isinstance(rule, JwtRule):
+                pass  # the whole token already
+            elif isinstance(rule, RegexRule) and rule.token:  # a token runs on past its pattern's end
+                raw_end = _extend(data, raw_end, TOKEN_BYTES)
             elif finish == len(window.text) and window.end < len(data):
                 raw_end = _extend(data, raw_end, VALUE_BYTES)  # a value cut by the window
             yield Finding(*_snap_utf8(data, raw_start, raw_end), kind, rule.rank)

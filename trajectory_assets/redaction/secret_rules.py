@@ -3,9 +3,11 @@
 Built on detect-secrets (Yelp): its plugins for well-known key formats run as they are, its
 keyword list names the secret-like variables, and its heuristic filters (UUIDs, templates,
 `$` references, sequential strings) and Shannon entropy judge values. On top of it, for the
-kinds it lacks, formats from gitleaks' default rule set (`config/gitleaks.toml`, cited by
-rule id), and three rules of our own: secret-named assignments whose *value* looks like a
-credential, `Authorization` headers, and whole private key blocks.
+kinds it lacks or takes narrower, formats from gitleaks' default rule set
+(`config/gitleaks.toml`, cited by rule id) and TruffleHog's detectors, the wider of the two,
+and rules of our own: secret-named assignments whose *value* looks like a credential,
+`Authorization` headers, passwords in URLs as RFC 3986 and URL parsers allow them, and whole
+private key blocks.
 
 Precision first: a name never triggers on its own, and a value that is a word, an
 identifier, an expression, a reference, a placeholder, a path, a UUID or a labelled hash is
@@ -97,42 +99,76 @@ PLUGINS_NOT_RUN = {
                          "assignment rule covers these with value checks",
 }
 
-# Formats detect-secrets lacks, from gitleaks' config/gitleaks.toml (rule id in the comment);
-# its trailing `(?:[\x60'"\s;]|\\[nr]|$)` boundary groups are left out, since the text here
-# is decoded and a finding is extended to the end of its token anyway.
-GITLEAKS_RULES: dict[str, list[str]] = {
-    "anthropic_api_key": [r"sk-ant-api03-[a-zA-Z0-9_\-]{93}AA",  # anthropic-api-key
+HF_TOKEN = r"hf_[a-zA-Z0-9]{34}"
+# Formats detect-secrets lacks or takes narrower, each checked against both gitleaks'
+# config/gitleaks.toml (cited by rule id) and TruffleHog's pkg/detectors/<name>/<name>.go
+# (cited as `trufflehog <name>`): where they differ, the wider of the two (alphabet, length,
+# prefixes), so long as every match holds a fixed literal the prefilter can look for. The
+# table in docs/redaction.md gives all three patterns of each. Their trailing boundary groups
+# (gitleaks' `(?:[\x60'"\s;]|\\[nr]|$)`, TruffleHog's `\b`) are left out, since the text
+# here is decoded and a finding is extended to the end of its token anyway.
+FORMAT_RULES: dict[str, list[str]] = {
+    "anthropic_api_key": [r"sk-ant-api03-[a-zA-Z0-9_\-]{93}AA",  # anthropic-api-key = trufflehog anthropic
                           r"sk-ant-admin01-[a-zA-Z0-9_\-]{93}AA"],  # anthropic-admin-api-key
-    "openai_api_key": [  # openai-api-key (project, service account, admin keys)
-        r"sk-(?:proj|svcacct|admin)-(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})T3BlbkFJ(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})"],
-    "google_api_key": [r"AIza[\w-]{35}"],  # gcp-api-key
-    "huggingface_token": [r"hf_(?i:[a-z]{34})",  # huggingface-access-token
-                          r"api_org_(?i:[a-z]{34})"],  # huggingface-organization-api-token
-    "github_token": [r"github_pat_\w{82}"],  # github-fine-grained-pat
-    "gitlab_token": [r"glpat-[0-9a-zA-Z_-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}"],  # gitlab-pat-routable
-    "npm_token": [r"(?i)npm_[a-z0-9]{36}"],  # npm-access-token
+    # trufflehog openai: any length around `T3BlbkFJ` (gitleaks' openai-api-key takes 74 or 58
+    # characters each side), `sk-service-` too; `admin` from gitleaks and trufflehog openaiadmin
+    "openai_api_key": [r"sk-(?:(?:proj|svcacct|service|admin)-[A-Za-z0-9_-]+|[a-zA-Z0-9]+)T3BlbkFJ[A-Za-z0-9_-]+"],
+    "google_api_key": [r"AIza[\w-]{35}"],  # gcp-api-key (trufflehog googlegemini: `AIzaSy` + 33, narrower)
+    # huggingface-access-token / -organization-api-token take letters only (`(?i:[a-z]{34})`);
+    # trufflehog huggingface, the scanner the Hub itself runs on pushes, takes digits too
+    # (`[a-zA-Z0-9]{34}`, its own test token has them) and Hugging Face documents no
+    # alphabet: the wider one, so a token with a digit is not missed
+    "huggingface_token": [HF_TOKEN, r"api_org_[a-zA-Z0-9]{34}"],
+    "github_token": [r"github_pat_\w{82}",  # github-fine-grained-pat
+                     # trufflehog github v2: 36-255 after the prefix (judged as a value: a
+                     # `github_pat_…` identifier of that length is no token)
+                     r"github_pat_[a-zA-Z0-9_]{36,255}"],
+    "gitlab_token": [r"glpat-[0-9a-zA-Z_-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}",  # gitlab-pat-routable
+                     r"glrt-t\d_[0-9a-zA-Z_\-]{27,300}\.[0-9a-z]{2}[0-9a-z]{7}",  # gitlab-runner-...-token-routable
+                     r"glffct-[0-9a-zA-Z_\-]{20}",  # gitlab-feature-flag-client-token
+                     r"glpat-[a-zA-Z0-9\-=_]{20,22}"],  # trufflehog gitlab v2: `=` too
+    "npm_token": [r"(?i)npm_[a-z0-9]{36}"],  # npm-access-token = trufflehog npmtokenv2
+    "pypi_token": [r"pypi-AgEIcHlwaS5vcmc[\w-]{50,1000}"],  # pypi-upload-token: 50+ after the prefix, detect-secrets 70+
+    # sendgrid: trufflehog's lengths (20-24 and 39-50) around detect-secrets' 22 and 43
+    "sendgrid_key": [r"SG\.[\w-]{20,24}\.[\w-]{39,50}"],
+    # trufflehog squareapp: any `sq0c..-` OAuth secret of 40-50 characters (detect-secrets: sq0csp-, 43)
+    "square_oauth_secret": [r"sq0c[a-z]{2}-[0-9A-Za-z_-]{40,50}"],
+    # square-access-token's `sq0atp-` form (its `EAAA` form is not taken: those four letters
+    # start runs of base64 data, images included, far too often)
+    "square_access_token": [r"sq0atp-[\w-]{22,60}"],
     "stripe_key": [r"(?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99}"],  # stripe-access-token
     "slack_token": [r"(?i)xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+",  # slack-app-token
                     r"(?i)xoxe.xox[bp]-\d-[A-Z0-9]{163,166}",  # slack-config-access-token
-                    r"(?i)xoxe-\d-[A-Z0-9]{146}"],  # slack-config-refresh-token
+                    r"(?i)xoxe-\d-[A-Z0-9]{146}",  # slack-config-refresh-token
+                    r"xox[ar]-(?:\d-)?[0-9a-zA-Z]{8,48}",  # slack-legacy-workspace-token (no digit group needed)
+                    # slack-webhook-url: workflow and trigger URLs too (detect-secrets: services/ only),
+                    # to the end of the path (gitleaks stops at 56 characters, which leaves the
+                    # end of a workflow URL; trufflehog slackwebhook: services and workflows)
+                    r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/]{43,}"],
     "aws_bedrock_api_key": [r"ABSK[A-Za-z0-9+/]{109,269}={0,2}"],  # aws-amazon-bedrock-api-key-long-lived
-    # more of gitleaks' rules for formats with a fixed prefix (the prefilter's literal)
-    "digitalocean_token": [r"do[opr]_v1_[a-f0-9]{64}"],  # digitalocean-pat, -access-token, -refresh-token
+    # more formats with a fixed prefix (the prefilter's literal)
+    "digitalocean_token": [r"do[opr]_v1_[a-f0-9]{64}"],  # digitalocean-pat, -access-, -refresh-token = trufflehog digitaloceanv2
     "shopify_token": [r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"],  # shopify-access-token, -custom-, -private-app-, -shared-secret
     "vault_token": [r"hvs\.[\w-]{90,120}", r"hvb\.[\w-]{138,300}"],  # vault-service-token, vault-batch-token
-    "databricks_token": [r"dapi[a-f0-9]{32}(?:-\d)?"],  # databricks-api-token
-    "grafana_token": [r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}",  # grafana-service-account-token
-                      r"glc_[A-Za-z0-9+/]{32,400}={0,3}"],  # grafana-cloud-api-token
-    "postman_token": [r"PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{34}"],  # postman-api-token
-    "linear_api_key": [r"lin_api_[a-zA-Z0-9]{40}"],  # linear-api-key
+    "databricks_token": [r"dapi[a-f0-9]{32}(?:-\d)?"],  # databricks-api-token = trufflehog databrickstoken
+    "grafana_token": [r"glsa_[A-Za-z0-9_]{41}",  # trufflehog grafanaserviceaccount (gitleaks: 32 alnum, `_`, 8 hex)
+                      r"glc_[A-Za-z0-9+/]{32,400}={0,3}",  # grafana-cloud-api-token
+                      r"eyJrIjoi[A-Za-z0-9]{70,400}={0,3}"],  # grafana-api-key (the legacy keys, base64 JSON)
+    "postman_token": [r"PMAK-[a-zA-Z0-9-]{59}"],  # trufflehog postman (gitleaks: hex, 24-34)
+    "linear_api_key": [r"lin_api_[a-zA-Z0-9]{40}"],  # linear-api-key = trufflehog linearapi
     "age_secret_key": [r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"],  # age-secret-key
     "perplexity_api_key": [r"pplx-[a-zA-Z0-9]{48}"],  # perplexity-api-key
     "planetscale_token": [r"pscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"],  # planetscale-api-token, -oauth-token, -password
-    "pulumi_token": [r"pul-[a-f0-9]{40}"],  # pulumi-api-token
-    "prefect_token": [r"pnu_[a-zA-Z0-9]{36}"],  # prefect-api-token
-    "heroku_api_key": [r"HRKU-AA[0-9a-zA-Z_-]{58}"],  # heroku-api-key-v2
-    "notion_token": [r"ntn_[0-9]{11}[A-Za-z0-9]{35}"],  # notion-api-token
+    "pulumi_token": [r"pul-[a-z0-9]{40}"],  # trufflehog pulumi (gitleaks pulumi-api-token: hex)
+    "prefect_token": [r"pnu_[a-zA-Z0-9]{36}"],  # prefect-api-token = trufflehog prefect
+    "heroku_api_key": [r"HRKU-AA[0-9a-zA-Z_-]{58}"],  # heroku-api-key-v2 = trufflehog heroku v2
+    "notion_token": [r"ntn_[0-9]{11}[A-Za-z0-9]{35}",  # notion-api-token
+                     # trufflehog notion: the older `secret_` + 43 (judged as a value: `secret_` is a common word)
+                     r"secret_[A-Za-z0-9]{43}"],
 }
+# Format rules whose prefix is also an ordinary identifier's: a match must also pass the
+# credential checks (not a word or an identifier, entropy)
+FORMAT_RULES_JUDGED_AS_VALUES = {r"secret_[A-Za-z0-9]{43}", r"github_pat_[a-zA-Z0-9_]{36,255}"}
 # Keys of OpenAI-compatible providers (`sk-` and 32+ random characters; OpenAI's own keys
 # carry `T3BlbkFJ` and are found above). No maintained rule set has this one: the value must
 # also pass the credential checks below.
@@ -140,12 +176,16 @@ SK_API_KEY = r"sk-[A-Za-z0-9_-]{32,}"
 
 # `scheme://user:password@host` with any password RFC 3986 allows in a URL's userinfo
 # (section 3.2.1: sub-delims `!$&'()*+,;=` and further colons included), and
-# `redis://:password@host`, with no user, the usual form for Redis. detect-secrets'
-# BasicAuthDetector, which runs too, excludes the sub-delims from both parts and needs a
-# user, so `mysql://root:s3cret!@db` passed it; TruffleHog's URI detector takes any
-# non-space password. A quote, a backtick or a backslash ends a password here: a URL
-# written in code or JSON ends at them.
-URL_PASSWORD = r"://[^:/?#\[\]@\s\"'`\\]*:(?P<secret>[^/?#\[\]@\s\"'`\\]+)@"
+# `redis://:password@host`, with no user, the usual form for Redis. The userinfo ends at the
+# last `@` before the host, as URL parsers read it (WHATWG URL; RFC 3986 would have an `@`
+# in a password percent-encoded, but `p@ss@host` is written and parsed all the same), so a
+# password holding an `@` goes whole. detect-secrets' BasicAuthDetector, which runs too,
+# excludes the sub-delims and the `@` from both parts and needs a user, so
+# `mysql://root:s3cret!@db` passed it; TruffleHog's URI detector takes sub-delims and `:`
+# but only in http(s) URLs and not `@`. A quote, a backtick or a backslash ends a password
+# here (a URL written in code or JSON ends at them); BasicAuthDetector's own pattern, which
+# runs beside this one, takes a backtick in a password, so what either finds goes.
+URL_PASSWORD = r"://[^:/?#\[\]\s\"'`\\]*:(?P<secret>[^/?#\[\]\s\"'`\\]+)@"
 
 # -- names --------------------------------------------------------------------------------
 # detect-secrets' keyword denylist (`api_?key`, `password`, `secret`, ...) plus what gitleaks'
@@ -319,12 +359,26 @@ def credential_reason(value: str) -> str | None:
     return None
 
 
+# `$PGPASSWORD`, `${DB_PASS}`: a shell variable; `<password>`, `<your-db-pass>`: a placeholder
+SHELL_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+ANGLE_PLACEHOLDER = re.compile(r"<([^<>]{3,})>")
+
+
 def url_password_reason(value: str) -> str | None:
     """A password in `scheme://user:password@host` is a credential by its place, unless it is
-    a placeholder or names the thing (`user:password@`, `:<password>@`, `:${DB_PASS}@`)."""
+    a placeholder or names the thing (`user:password@`, `:<password>@`, `:${DB_PASS}@`).
+
+    A `$`, `<` or `>` is a character of a generated password (`$ecr3t!x`, `Kq8<zP2x>m`), not a
+    reference or a template, unless a variable or a `<placeholder>` is all it holds."""
     if len(value) < 3:
         return "short"
-    reason = placeholder_reason(value)
+    reference = SHELL_REFERENCE.fullmatch(value)
+    if reference and is_word_like(reference.group(1)):
+        return "reference"
+    if any(is_word_like(tag) for tag in ANGLE_PLACEHOLDER.findall(value)):
+        return "template"
+    characters = value.replace("<", "").replace(">", "")
+    reason = placeholder_reason(characters[1:] if characters.startswith("$") and characters[1:2] != "{" else characters)
     if reason:
         return reason
     if is_word_like(value) and (secret_name_type(value) or any(
