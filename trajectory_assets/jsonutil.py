@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import hashlib
 from typing import Any
 
@@ -24,3 +26,17 @@ def sha256_hex(data: bytes) -> str:
 
 def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
+
+
+def parses_as_json(text: str) -> bool:
+    """Whether a text (a tool call's arguments, as a model wrote them) is JSON, read by the
+    standard library, which also takes the NaN and Infinity Python's json module writes.
+
+    >>> parses_as_json('{"city": "Oslo"}'), parses_as_json('{"city": Oslo}'), parses_as_json("NaN")
+    (True, False, True)
+    """
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True

@@ -12,6 +12,7 @@ the importance weights, to be scored by a teacher.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,26 @@ TOKEN_DATA_TYPE = pa.list_(
         ]
     )
 )
+
+
+def are_token_ids(value: Any) -> bool:
+    """A list of token ids as a model server records them (int32 range: how the table stores them).
+
+    >>> are_token_ids([1, 2, 3]), are_token_ids([1, True]), are_token_ids([2**31])
+    (True, False, False)
+    """
+    return isinstance(value, list) and all(
+        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
+
+
+def are_log_probs(value: Any, length: int) -> bool:
+    """One finite log probability per generated token.
+
+    >>> are_log_probs([-0.5, 0], 2), are_log_probs([-0.5], 2), are_log_probs([float("nan")], 1)
+    (True, False, False)
+    """
+    return isinstance(value, list) and len(value) == length and all(
+        isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
 
 
 def token_calls(token_data: Any) -> list[dict[str, Any]]:

@@ -65,11 +65,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajectory_assets.chat.messages import prompt_key
+from trajectory_assets.chat.token_data import are_log_probs, are_token_ids
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.io.file_layouts import FolderRecords
-from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
+from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
 from trajectory_assets.sources.format import SourceFormat
 from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 
@@ -401,7 +402,7 @@ class _Chat:
             raise Rejection("invalid_structure", f"{where} has no tool_call_id")
         arguments = call.get("arguments", {})
         if isinstance(arguments, str):  # not ATIF (an object), but seen: kept as written
-            if not _parses_as_json(arguments):
+            if not parses_as_json(arguments):
                 self.flags.add("unparseable_tool_call")
         else:
             arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
@@ -461,7 +462,8 @@ class _Chat:
         if isinstance(step.get("llm_call_count"), int) and step["llm_call_count"] > 1:
             # several calls' ids in one list: no call can be trained from them alone
             self.aggregated_tokens.append({"where": where, "message_index": index, **entry})
-        elif _token_ids(prompt) and _token_ids(generation) and generation and _log_probs(log_probs, len(generation)):
+        elif (are_token_ids(prompt) and are_token_ids(generation) and generation
+              and are_log_probs(log_probs, len(generation))):
             self.token_data.append({"message_index": index, **entry,
                                     "generation_log_probs": [float(value) for value in log_probs]})
         else:
@@ -560,23 +562,6 @@ def _content(value: Any, where: str) -> Any:
 def _text_of(content: list[dict[str, Any]]) -> str:
     return "\n".join(part["text"] if part["type"] == "text" else part["image_url"]["url"] for part in content)
 
-
-def _parses_as_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return True
-
-
-def _token_ids(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
-
-
-def _log_probs(value: Any, length: int) -> bool:
-    return isinstance(value, list) and len(value) == length and all(
-        isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
 
 
 # ---------------------------------------------------------------- subagents

@@ -54,7 +54,6 @@ when token data is present but not lists of the right types and lengths (kept in
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -62,10 +61,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajectory_assets.chat.messages import prompt_key
-from trajectory_assets.chat.token_data import TOKEN_KEYS
+from trajectory_assets.chat.token_data import TOKEN_KEYS, are_log_probs, are_token_ids
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.jsonutil import canonical, dumps, sha256_hex
+from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
 from trajectory_assets.io.file_layouts import SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat
 
@@ -563,7 +562,7 @@ class _Conversation:
             arguments = "{}"
         elif not isinstance(arguments, str):
             arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
-        elif not _parses_as_json(arguments):
+        elif not parses_as_json(arguments):
             self.flags.add("unparseable_tool_call")  # kept as is, flagged for filters
         turn = self._model_turn(index)
         turn.calls.append({"id": message_id, "type": "function", "function": {"name": name, "arguments": arguments}})
@@ -626,7 +625,7 @@ class _Conversation:
         if not any(key in item for key in TOKEN_KEYS) or not item.get("generation_token_ids"):
             return  # no token data, or an empty generation: nothing to train on (NeMo RL skips it)
         prompt, generation, log_probs = (item.get(key) for key in TOKEN_KEYS)
-        if _token_ids(prompt) and _token_ids(generation) and _log_probs(log_probs, len(generation)):
+        if are_token_ids(prompt) and are_token_ids(generation) and are_log_probs(log_probs, len(generation)):
             self._model_turn(index).tokens.append(
                 {"prompt_token_ids": prompt, "generation_token_ids": generation,
                  "generation_log_probs": [float(value) for value in log_probs]})
@@ -634,15 +633,6 @@ class _Conversation:
             self._keep("malformed_token_data", "malformed_token_data",
                        {"where": where, **{key: item.get(key) for key in TOKEN_KEYS}})
 
-
-def _token_ids(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
-
-
-def _log_probs(value: Any, length: int) -> bool:
-    return isinstance(value, list) and len(value) == length and all(
-        isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
 
 
 def content_of(value: Any, where: str, unknown: list[dict[str, Any]] | None = None) -> Any:
@@ -692,14 +682,6 @@ def reasoning_text(item: dict[str, Any]) -> str:
             if any(texts):
                 return "\n\n".join(t for t in texts if t)
     return ""
-
-
-def _parses_as_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return True
 
 
 def has_hermes_markup(message: dict[str, Any]) -> bool:
