@@ -14,6 +14,7 @@ import pandas as pd
 
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
@@ -34,8 +35,9 @@ PAYLOAD_COLUMNS = [
 
 
 def plan(table: TrajectoryTable, config: SftConfig,
-         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
-    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
+         budget: TokenBudget | None = None,
+         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget, benchmarks)
     return balance(kept, config, "trajectory_id", excluded), excluded
 
 
@@ -76,8 +78,9 @@ class SftItem:
 
 
 def iter_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
-    rows, excluded = plan(table, config, budget)
+                budget: TokenBudget | None = None,
+                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
+    rows, excluded = plan(table, config, budget, benchmarks)
     yield exclusions(excluded, exports, split)
     planned = set(rows["trajectory_id"])
     del rows  # its flat columns (a Python object per value) are not needed while the payloads are read
