@@ -291,3 +291,50 @@ def test_on_a_terminal_progress_is_a_live_bar(tmp_path):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode(errors="replace"))
     assert re.search(r"batches .*3/3", text) and "records/s" in text
     assert "exported sft, 6 rows" in text and "\nbatch 1/3" not in text  # the bar, not the plain lines
+
+
+BENCHMARK_QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
+                      "May. How many clips did Natalia sell altogether in April and May?")
+
+
+def test_decontamination_leaves_benchmark_items_out_of_every_export_and_names_them(tmp_path):
+    """A rollout quoting a benchmark question and one carrying a benchmark instance id leave
+    every family; the manifests, stats.json, stats.md and the page name the benchmark."""
+    benchmark = write_jsonl(tmp_path / "evals" / "gsm8k.jsonl", [
+        {"question": BENCHMARK_QUESTION, "instance_id": "gsm-7"}, {"question": "Unused.", "instance_id": "gsm-8"}])
+    rows = []
+    for task, (prompt, extra) in enumerate([(f"Solve: {BENCHMARK_QUESTION.upper()}", {}),
+                                            ("Fix the parser.", {"instance_id": "gsm-8"}),
+                                            ("Say hi.", {"instance_id": "other"})]):
+        rows += [make_rollout([message_item(f"answer {task} {rollout}")], request_input=prompt, reward=reward,
+                              _ng_task_index=task, _ng_rollout_index=rollout, **extra,
+                              agent_ref={"name": "agent"})
+                 for rollout, reward in enumerate((1.0, 0.0))]
+    write_jsonl(tmp_path / "in" / "rollouts.jsonl", rows)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"decontamination:\n  benchmarks:\n  - name: gsm8k\n    path: {benchmark}\n"
+                      "    text_fields: [question]\n    id_field: instance_id\n"
+                      "split:\n  validation_fraction: 0\n")
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(out), "--config", str(config)]) == 0
+    for export, kept in (("sft", 1), ("dpo", 1), ("grpo", 1)):
+        manifest = json.loads((out / "exports" / export / "manifest.json").read_text())
+        assert manifest["rows"]["train"] == kept, export
+        assert manifest["excluded"]["contaminated:gsm8k"] == (2 if export == "sft" else 4), export
+        assert manifest["decontamination"]["benchmarks"][0]["left_out"] == manifest["excluded"]["contaminated:gsm8k"]
+        assert "Say hi." in (out / "exports" / export / "train.jsonl").read_text(), export
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["decontamination"]["left_out_by_export"]["dpo"] == {"gsm8k": 4}
+    assert "## Benchmark decontamination" in (out / "reports" / "stats.md").read_text()
+    page = (out / "reports" / "index.html").read_text()
+    assert 'id="decontamination"' in page and "<code>gsm8k</code>" in page
+
+
+def test_an_unreadable_benchmark_exits_non_zero_with_one_line_before_any_run(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"decontamination:\n  benchmarks:\n  - {{name: gsm8k, path: {tmp_path / 'none.jsonl'}, "
+                      "text_fields: [question]}\n")
+    result = cli("run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "none.jsonl does not exist" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
