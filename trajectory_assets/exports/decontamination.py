@@ -54,11 +54,18 @@ REASON_PREFIX = "contaminated:"
 # characters other than tab and newline become spaces
 PUNCTUATION = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»" + "".join(
     map(chr, (x for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b))))
-_PUNCTUATION_CLASS = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(PUNCTUATION)) + "]"
 # datatrove's NUMBERS_PATTERN: a number, with at most one decimal or thousands separator
 _NUMBERS = r"\p{Nd}+(?:[.,،٫⎖⎗⎘]\p{Nd}+)?"
+# datatrove's punctuation beyond ASCII, and the Unicode spaces (Python's str.split splits on them)
+_UNICODE_SPACES = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(PUNCTUATION) if ord(c) >= 128) + "".join(
+    f"\\x{{{code:x}}}" for code in (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
+) + "]+"
+_ASCII_NUMBERS = r"[0-9]+(?:[.,][0-9]+)?"
+# the ASCII members of PUNCTUATION and the ASCII whitespace, to spaces
+_ASCII_SPACES = bytes(32 if (chr(b) in PUNCTUATION or chr(b).isspace()) and b < 128 else b for b in range(256))
 # odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
 # same n-gram hashes the same in every process)
+_BITMAP_SHIFT = np.uint64(40)  # a bitmap of 2**24 flags (16 MiB)
 _MULTIPLIERS = np.random.default_rng(13).integers(0, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
@@ -70,17 +77,40 @@ def normalized_words(texts: pa.Array) -> pa.ListArray:
     """Each text as its list of normalised words (datatrove's ``simplify_text`` defaults,
     then a whitespace split).
 
+    ASCII text (nearly all of it) takes a fast path: ASCII lowercase, numbers by a regex of
+    ASCII digits, punctuation and control characters to spaces by ``bytes.translate``. A
+    text with other characters is first normalised whole by Unicode rules (lowercase,
+    ``\\p{Nd}`` numbers, datatrove's punctuation, NFD without combining marks, Unicode
+    spaces), which leaves nothing for the fast path to change.
+
     >>> normalized_words(pa.array(["Q: What's the Capital of France, in 2024?  Café — Paris!"])).to_pylist()
     [['q', 'what', 's', 'the', 'capital', 'of', 'france', 'in', '0', 'cafe', 'paris']]
     """
-    text = pc.utf8_lower(texts)
-    text = pc.replace_substring_regex(text, _NUMBERS, "0")
-    text = pc.replace_substring_regex(text, _PUNCTUATION_CLASS, " ")
+    text = texts
     ascii_only = pc.string_is_ascii(text)
-    if not pc.all(ascii_only).as_py():  # accents stripped: NFD, then no combining marks
-        stripped = pc.replace_substring_regex(pc.utf8_normalize(text, form="NFD"), r"\p{Mn}+", "")
-        text = pc.if_else(ascii_only, text, stripped)
-    return pc.utf8_split_whitespace(pc.utf8_trim_whitespace(text))
+    if not pc.all(ascii_only).as_py():
+        unicode = pc.invert(ascii_only)
+        other = pc.utf8_lower(pc.filter(text, unicode))
+        other = pc.replace_substring_regex(other, _NUMBERS, "0")
+        # (the ASCII punctuation is left to the fast path)
+        other = pc.replace_substring_regex(other, _UNICODE_SPACES, " ")
+        other = pc.replace_substring_regex(pc.utf8_normalize(other, form="NFD"), r"\p{Mn}+", "")
+        text = pc.replace_with_mask(text, unicode, other)
+    text = pc.ascii_lower(text)
+    text = pc.replace_substring_regex(text, _ASCII_NUMBERS, "0")
+    return pc.ascii_split_whitespace(pc.ascii_trim_whitespace(_translate(text)))
+
+
+def _translate(text: pa.Array) -> pa.Array:
+    """ASCII punctuation and control characters to spaces, in one ``bytes.translate`` of the
+    array's data (bytes >= 0x80 are left as they are, so UTF-8 stays valid)."""
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks()
+    validity, offsets, data = text.buffers()
+    if data is None:
+        return text
+    return pa.StringArray.from_buffers(len(text), offsets, pa.py_buffer(data.to_pybytes().translate(_ASCII_SPACES)),
+                                       validity, text.null_count, text.offset)
 
 
 def words(text: str) -> list[str]:
@@ -97,6 +127,16 @@ def _flat(lists: pa.ListArray) -> tuple[pa.Array, np.ndarray]:
     lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
     offsets = lists.offsets.to_numpy().astype(np.int64)
     return lists.values.slice(offsets[0], offsets[-1] - offsets[0]), offsets - offsets[0]
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a sort: numpy's hash-based unique is slower on 64-bit hashes).
+
+    >>> _distinct(np.array([3, 1, 3], dtype=np.uint64)).tolist()
+    [1, 3]
+    """
+    values = np.sort(values)
+    return values[np.concatenate([[True], values[1:] != values[:-1]])] if len(values) else values
 
 
 def first_owner(found: np.ndarray, positions: np.ndarray, owners: np.ndarray) -> None:
@@ -164,6 +204,12 @@ class BenchmarkIndex:
     by_length: dict[int, tuple[np.ndarray, np.ndarray]]
     # (task_id_field, id) -> first benchmark holding it
     ids: dict[tuple[str, str], int] = field(default_factory=dict)
+    # one flag per value of a hash's top bits: set when some indexed n-gram has them
+    bitmap: np.ndarray = field(default_factory=lambda: np.zeros(1 << (64 - _BITMAP_SHIFT), dtype=bool))
+
+    def __post_init__(self) -> None:
+        for hashes, _ in self.by_length.values():
+            self.bitmap[hashes >> _BITMAP_SHIFT] = True
 
     @property
     def names(self) -> list[str]:
@@ -174,23 +220,42 @@ class BenchmarkIndex:
         return sorted({path for path, _ in self.ids})
 
     def text_matches(self, texts: pa.Array) -> np.ndarray:
-        """Per text, the first benchmark (index) one of whose n-grams it holds, else -1."""
+        """Per text, the first benchmark (index) one of whose n-grams it holds, else -1.
+
+        Every window length the index holds (the n-gram, and the lengths of short benchmark
+        texts) is hashed in one pass: the hash of a window of k + 1 words is that of its
+        first k plus one term. A window is looked up in a bitmap of the hashes' top bits
+        first, and in the sorted hashes only when its bit is set."""
         found = np.full(len(texts), -1, dtype=np.int64)
         if not self.by_length or len(texts) == 0:
             return found
         flat, offsets = _flat(normalized_words(texts))
         ids = pc.fill_null(pc.index_in(flat, value_set=self.vocabulary), -1).to_numpy(zero_copy_only=False)
+        lengths = sorted(self.by_length)
+        starts = _window_starts(ids, offsets, lengths[0])  # every window of the shortest length that can match
+        text_end = offsets[np.searchsorted(offsets, starts, side="right")]
+        hashes = np.zeros(len(starts), dtype=np.uint64)
         hit_texts, hit_owners = [], []
-        for n, (hashes, owners) in self.by_length.items():
-            starts = _window_starts(ids, offsets, n)
-            if not len(starts):
-                continue
-            windows = _hashes(ids, starts, n)
-            at = np.minimum(np.searchsorted(hashes, windows), len(hashes) - 1)
-            hit = hashes[at] == windows
-            if hit.any():
-                hit_texts.append(np.searchsorted(offsets, starts[hit], side="right") - 1)
-                hit_owners.append(owners[at[hit]])
+        with np.errstate(over="ignore"):
+            for k in range(lengths[-1]):
+                if k >= lengths[0]:  # longer windows: those whose next word is in the text and known
+                    alive = starts + k < text_end
+                    alive[alive] = ids[starts[alive] + k] >= 0
+                    starts, text_end, hashes = starts[alive], text_end[alive], hashes[alive]
+                    if not len(starts):
+                        break
+                hashes += (ids[starts + k].astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[k]
+                if k + 1 in self.by_length:
+                    sorted_hashes, owners = self.by_length[k + 1]
+                    candidate = np.flatnonzero(self.bitmap[hashes >> _BITMAP_SHIFT])
+                    if not len(candidate):
+                        continue
+                    windows = hashes[candidate]
+                    at = np.minimum(np.searchsorted(sorted_hashes, windows), len(sorted_hashes) - 1)
+                    hit = sorted_hashes[at] == windows
+                    if hit.any():
+                        hit_texts.append(np.searchsorted(offsets, starts[candidate[hit]], side="right") - 1)
+                        hit_owners.append(owners[at[hit]])
         if hit_texts:
             first_owner(found, np.concatenate(hit_texts), np.concatenate(hit_owners))
         return found
@@ -320,7 +385,7 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
         word_ids = pc.index_in(flat, value_set=vocabulary).to_numpy(zero_copy_only=False).astype(np.int64)
         starts = _window_starts(word_ids, offsets, n)
         if len(starts):
-            hashes = np.unique(_hashes(word_ids, starts, n))
+            hashes = _distinct(_hashes(word_ids, starts, n))
             hashes_by_length.setdefault(n, []).append((hashes, number))
             summaries[number].ngrams += len(hashes)
         # a text shorter than the n-gram but of MIN_WORDS or more is one n-gram of its length
@@ -328,7 +393,7 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
         for length in range(MIN_WORDS, n):
             short = np.flatnonzero(lengths == length)
             if len(short):
-                hashes = np.unique(_hashes(word_ids, offsets[short], length))
+                hashes = _distinct(_hashes(word_ids, offsets[short], length))
                 hashes_by_length.setdefault(length, []).append((hashes, number))
                 summaries[number].ngrams += len(hashes)
     by_length = {}
@@ -396,12 +461,44 @@ def scan_columns(index: BenchmarkIndex) -> list[str]:
     return [*TEXT_COLUMNS, *(ID_COLUMNS if index.ids else [])]
 
 
+class CheckedTexts:
+    """The texts already checked in one scan, by a 64-bit key of each (Python's string hash):
+    the rollouts of one task share their prompt, so a prompt is normalised and hashed once.
+    Clean keys are kept sorted in one array (8 bytes a text), matching ones with their
+    benchmark. (Two different texts with one key would be taken for the same: about one in
+    2**64 per pair.)"""
+
+    def __init__(self) -> None:
+        self.clean = np.empty(0, dtype=np.int64)
+        self.matching: dict[int, int] = {}
+
+    def owners(self, texts: list[str], index: BenchmarkIndex) -> np.ndarray:
+        """Per text, the first benchmark whose n-gram it holds, else -1 (each new distinct text checked once)."""
+        keys = np.fromiter((hash(text) for text in texts), dtype=np.int64, count=len(texts))
+        distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        owners = np.full(len(distinct), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.clean, distinct), max(len(self.clean) - 1, 0))
+        known = (self.clean[at] == distinct) if len(self.clean) else np.zeros(len(distinct), dtype=bool)
+        for position in np.flatnonzero(~known):
+            owner = self.matching.get(int(distinct[position]))
+            if owner is not None:
+                owners[position], known[position] = owner, True
+        new = np.flatnonzero(~known)
+        if len(new):
+            checked = index.text_matches(pa.array([texts[first[position]] for position in new], pa.string()))
+            owners[new] = checked
+            self.clean = np.union1d(self.clean, distinct[new[checked < 0]])
+            self.matching.update(zip(distinct[new[checked >= 0]].tolist(), checked[checked >= 0].tolist()))
+        return owners[inverse]
+
+
 def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]:
     """trajectory_id -> the name of the first benchmark (in config order) it matches, for
     every matching trajectory of ``chunks`` (DataFrames of ``scan_columns(index)``)."""
     found: dict[str, str] = {}
     names = index.names
     leaves = [f'"{path.split(".")[-1]}"' for path in index.id_fields]
+    checked = CheckedTexts()
     for chunk in chunks:
         if not len(chunk):
             continue
@@ -414,7 +511,7 @@ def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]
                     texts.append(text)
                     rows.append(row)
             if texts:
-                per_text = index.text_matches(pa.array(texts, pa.string()))
+                per_text = checked.owners(texts, index)
                 hit = per_text >= 0
                 first_owner(owners, np.asarray(rows)[hit], per_text[hit])
         if index.ids:
