@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +216,7 @@ class BenchmarkIndex:
     def names(self) -> list[str]:
         return [summary.name for summary in self.summaries]
 
-    @property
+    @cached_property
     def id_fields(self) -> list[str]:
         return sorted({path for path, _ in self.ids})
 
