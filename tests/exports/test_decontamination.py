@@ -333,3 +333,14 @@ def test_manifests_name_the_benchmark_and_zero_matches_change_no_byte(tmp_path):
         assert manifest["decontamination"]["benchmarks"][0]["left_out"] == 0
     card = (tmp_path / "configured" / "exports" / "sft" / "README.md").read_text()
     assert "contaminated:gsm8k" in card
+
+
+def test_ascii_and_unicode_texts_side_by_side_are_each_matched(tmp_path):
+    """The fast path (ASCII) and the Unicode path are merged back in order, texts never joined."""
+    benchmarks = index(tmp_path)
+    texts = ["plain ascii text with nothing in it", PLANTED, "Ünïcödé — “quoted” text, nothing here",
+             "NATÁLIA SOLD CLIPS TO 48 OF HER FRIENDS IN APRIL\u00a0AND THEN SHE SOLD", "",
+             "natalia sold clips to 48 of her friends in april and then", "she sold half as many clips"]
+    assert benchmarks.text_matches(pa.array(texts)).tolist() == [-1, 0, -1, 0, -1, -1, -1]
+    # datatrove's punctuation set has ’ but not ‘: the reference keeps it, and so does this
+    assert words("a\u3000b\u2014c\u00a0d ‘e’") == ["a", "b", "c", "d", "‘e"]
