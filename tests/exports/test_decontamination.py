@@ -332,7 +332,8 @@ def test_manifests_name_the_benchmark_and_zero_matches_change_no_byte(tmp_path):
         assert manifest["files"] == before[name]["files"], name
         assert manifest["decontamination"]["benchmarks"][0]["left_out"] == 0
     card = (tmp_path / "configured" / "exports" / "sft" / "README.md").read_text()
-    assert "contaminated:gsm8k" in card
+    assert "contaminated:gsm8k" in card and "Decontaminated: a trajectory sharing a 13-word n-gram" in card
+    assert "Decontaminated" not in (tmp_path / "plain" / "exports" / "sft" / "README.md").read_text()
 
 
 def test_ascii_and_unicode_texts_side_by_side_are_each_matched(tmp_path):
@@ -344,3 +345,18 @@ def test_ascii_and_unicode_texts_side_by_side_are_each_matched(tmp_path):
     assert benchmarks.text_matches(pa.array(texts)).tolist() == [-1, 0, -1, 0, -1, -1, -1]
     # datatrove's punctuation set has ’ but not ‘: the reference keeps it, and so does this
     assert words("a\u3000b\u2014c\u00a0d ‘e’") == ["a", "b", "c", "d", "‘e"]
+
+
+def test_an_export_step_fails_once_with_the_benchmarks_sentence(tmp_path):
+    """The Dagster step reads the benchmarks itself (the UI has no CLI check before it): an
+    unreadable one fails the step with the same sentence, never retried."""
+    import dagster as dg
+
+    from trajectory_assets.defs.exports import _benchmarks
+
+    config = PipelineConfig.model_validate({"decontamination": {"benchmarks": [
+        {"name": "gsm8k", "path": str(tmp_path / "gone.jsonl"), "text_fields": ["question"]}]}})
+    with pytest.raises(dg.Failure) as failure:
+        _benchmarks(config)
+    assert "gone.jsonl does not exist" in failure.value.description and not failure.value.allow_retries
+    assert _benchmarks(PipelineConfig()) is None
