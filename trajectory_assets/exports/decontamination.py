@@ -49,6 +49,8 @@ import pyarrow.parquet as pq
 from trajectory_assets.config import BenchmarkConfig, DecontaminationConfig
 
 MIN_WORDS = 8  # NeMo Curator's min_ngram_size: shorter benchmark texts are ignored
+# bumped when what counts as a match changes: flags stored beside batches by an older rule are recomputed
+FLAGS_VERSION = 1
 REASON_PREFIX = "contaminated:"
 
 # datatrove's PUNCTUATION (src/datatrove/utils/text.py): these characters and the control
@@ -207,6 +209,7 @@ class BenchmarkIndex:
     ids: dict[tuple[str, str], int] = field(default_factory=dict)
     # one flag per value of a hash's top bits: set when some indexed n-gram has them
     bitmap: np.ndarray = field(default_factory=lambda: np.zeros(1 << (64 - _BITMAP_SHIFT), dtype=bool))
+    config: dict[str, Any] = field(default_factory=dict)  # the decontamination section it was built from
 
     def __post_init__(self) -> None:
         for hashes, _ in self.by_length.values():
@@ -215,6 +218,14 @@ class BenchmarkIndex:
     @property
     def names(self) -> list[str]:
         return [summary.name for summary in self.summaries]
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """What the matches depend on: the rules' version, the n-gram and every benchmark's
+        name, fields and data (its SHA-256)."""
+        return hashlib.sha256(orjson.dumps({"version": FLAGS_VERSION, "ngram": self.ngram, "min_words": MIN_WORDS,
+                                            "benchmarks": [[summary.name, summary.sha256] for summary in self.summaries],
+                                            "config": self.config})).hexdigest()[:32]
 
     @cached_property
     def id_fields(self) -> list[str]:
@@ -405,7 +416,7 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
         hashes, owners = hashes[order], owners[order]
         first = np.concatenate([[True], hashes[1:] != hashes[:-1]])
         by_length[length] = (hashes[first], owners[first])
-    return BenchmarkIndex(n, summaries, vocabulary, by_length, ids)
+    return BenchmarkIndex(n, summaries, vocabulary, by_length, ids, config=config.model_dump())
 
 
 # the trajectory columns the scan reads: messages for the text test; for the id test the
@@ -444,10 +455,21 @@ def turn_texts(messages: list[dict[str, Any]]) -> Iterator[str]:
 
 def _id_owner(index: BenchmarkIndex, task_inputs: str | None, metadata: str | None,
               request: str | None) -> int:
-    """The first benchmark whose id a trajectory carries, else -1."""
-    places = [orjson.loads(value) for value in (task_inputs, metadata) if value is not None]
-    if request is not None:
-        places.append((orjson.loads(request) or {}).get("metadata"))
+    """The first benchmark whose id a trajectory carries, else -1 (its columns as stored: JSON)."""
+    request_object = orjson.loads(request) if request is not None else None
+    return id_owner(index, None if task_inputs is None else orjson.loads(task_inputs),
+                    None if metadata is None else orjson.loads(metadata), request_object)
+
+
+def id_owner(index: BenchmarkIndex, task_inputs: Any, metadata: Any, request: Any) -> int:
+    """The first benchmark whose id a trajectory carries (in its verifier inputs, its extra
+    keys or its request's metadata), else -1.
+
+    >>> index = BenchmarkIndex(13, [], pa.array([], pa.string()), {}, {("instance_id", "jq-1"): 0})
+    >>> id_owner(index, None, {}, {"metadata": {"instance_id": "jq-1"}}), id_owner(index, None, {"instance_id": 2}, None)
+    (0, -1)
+    """
+    places = [place for place in (task_inputs, metadata, (request or {}).get("metadata")) if isinstance(place, dict)]
     owner = -1
     for path in index.id_fields:
         for place in places:
@@ -528,6 +550,93 @@ def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]
         for row in np.flatnonzero(owners >= 0):
             found[ids[row]] = names[owners[row]]
     return found
+
+
+class IngestFlags:
+    """The matches of one batch, found while it is ingested, from the conversations ingest
+    has already parsed (no second read of the stored messages): ``add`` each valid
+    trajectory, then ``result``. Texts are checked a block of trajectories at a time."""
+
+    BLOCK = 1024
+
+    def __init__(self, index: BenchmarkIndex) -> None:
+        self.index = index
+        self.checked = CheckedTexts()
+        self.found: dict[str, str] = {}
+        self.pending: list[tuple[str, list[str]]] = []
+
+    def add(self, trajectory_id: str, messages: list[dict[str, Any]], task_inputs: Any, metadata: Any,
+            request: Any) -> None:
+        if self.index.ids:
+            owner = id_owner(self.index, task_inputs, metadata, request)
+            if owner >= 0:
+                self.found[trajectory_id] = self.index.names[owner]
+        if self.index.by_length and trajectory_id not in self.found:
+            self.pending.append((trajectory_id, list(turn_texts(messages))))
+            if len(self.pending) >= self.BLOCK:
+                self._check()
+
+    def _check(self) -> None:
+        texts = [text for _, pieces in self.pending for text in pieces]
+        rows = np.repeat(np.arange(len(self.pending)), [len(pieces) for _, pieces in self.pending])
+        if texts:
+            owners = np.full(len(self.pending), -1, dtype=np.int64)
+            per_text = self.checked.owners(texts, self.index)
+            hit = per_text >= 0
+            first_owner(owners, rows[hit], per_text[hit])
+            for row in np.flatnonzero(owners >= 0):
+                self.found[self.pending[row][0]] = self.index.names[owners[row]]
+        self.pending.clear()
+
+    def result(self) -> dict[str, Any]:
+        """What is stored beside the batch: the index's fingerprint and the matches."""
+        self._check()
+        return {"fingerprint": self.index.fingerprint, "contaminated": dict(sorted(self.found.items()))}
+
+
+_INDEXES: dict[Any, BenchmarkIndex] = {}  # the last index built in this process, by config and files
+
+
+def _files_state(path: str) -> Any:
+    """What tells whether a benchmark's files changed: (name, size, mtime) of each."""
+    root = Path(path).expanduser()
+    files = sorted(root.rglob("*")) if root.is_dir() else [root]
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+
+
+def ingest_flags(config: DecontaminationConfig) -> IngestFlags | None:
+    """A collector for one batch being ingested, or None: no benchmark configured, or one that
+    cannot be read (the export steps then fail on it, saying why; ingest goes on). The index
+    is built once per process while the config and the benchmarks' files stay the same."""
+    if not config.benchmarks:
+        return None
+    try:
+        key = (orjson.dumps(config.model_dump()), tuple(_files_state(b.path) for b in config.benchmarks))
+        if key not in _INDEXES:
+            _INDEXES.clear()
+            _INDEXES[key] = build_index(config)
+        return IngestFlags(_INDEXES[key])
+    except (BenchmarkError, OSError):
+        return None
+
+
+def contaminated_trajectories(table: Any, index: BenchmarkIndex, ids: set[str]) -> dict[str, str]:
+    """trajectory_id -> benchmark for the trajectories of ``ids`` that match one.
+
+    A table that keeps per-batch flags (``StoredTrajectories``) gives the matches its ingest
+    found under the same fingerprint; a batch without them (ingested before these benchmarks
+    were configured, or with others) is scanned whole once, and its flags stored for the next
+    step and run. Any other table (``FrameTable``) is scanned, only the rows of ``ids``."""
+    flags = getattr(table, "decontamination_flags", None)
+    if flags is None:
+        return contaminated(table.scan(scan_columns(index), ids=ids), index)
+    found, stale = flags(index.fingerprint)
+    for key in stale:
+        batch_found = contaminated(table.batch(key).scan(scan_columns(index)), index)
+        table.save_decontamination_flags(key, {"fingerprint": index.fingerprint,
+                                               "contaminated": dict(sorted(batch_found.items()))})
+        found.update(batch_found)
+    return {trajectory_id: name for trajectory_id, name in found.items() if trajectory_id in ids}
 
 
 def reason(name: str) -> str:

@@ -51,7 +51,7 @@ from trajectory_assets.exports.curation import (
     filter_trajectories,
     near_duplicates,
 )
-from trajectory_assets.exports.decontamination import BenchmarkIndex, contaminated, reason, scan_columns
+from trajectory_assets.exports.decontamination import BenchmarkIndex, contaminated_trajectories, reason
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 from trajectory_assets.jsonutil import sha256_hex
@@ -143,15 +143,16 @@ def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list
 
     With a tokenizer (``budget``) ``max_tokens`` is enforced on the rendered rows, not on the
     rollouts' recorded usage. With ``benchmarks`` (decontamination), the trajectories that
-    passed the filters and exact de-duplication are read once more, chunk by chunk, and those
-    matching a benchmark are left out under ``contaminated:<benchmark>``."""
+    passed the filters and exact de-duplication and match a benchmark are left out under
+    ``contaminated:<benchmark>``: as ingest found them, or for a batch ingested without these
+    benchmarks, read once more chunk by chunk."""
     if budget is not None:
         config = config.model_copy(update={"max_tokens": None})
     kept, excluded = filter_trajectories(_concat(table.scan(columns)), config)
     if config.dedup != "none":
         kept = drop_exact_duplicates(kept, excluded)
     if benchmarks is not None and len(kept):
-        matched = contaminated(table.scan(scan_columns(benchmarks), ids=set(kept["trajectory_id"])), benchmarks)
+        matched = contaminated_trajectories(table, benchmarks, set(kept["trajectory_id"]))
         if matched:
             excluded.update(Counter(reason(name) for name in matched.values()))
             kept = kept.loc[~kept["trajectory_id"].isin(matched)]
