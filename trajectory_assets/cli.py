@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.exports.decontamination import BenchmarkError, build_index
+    from trajectory_assets.exports.decontamination import BenchmarkError, cached_index
     from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import start_fork_server
     from trajectory_assets.io.source_files import SourceError, batch_key, discover, work_bytes
@@ -114,7 +114,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         config = load_config(args.config)
         if config.tokenizer is not None:
             check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
-        build_index(config.decontamination)  # the same: every benchmark readable, with its fields
+        cached_index(config.decontamination)  # every benchmark readable, with its fields (kept for in-process runs)
         found = discover(sources, INPUTS_SUFFIXES)
     except (ConfigError, SourceError, TokenizerError, BenchmarkError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)

@@ -22,7 +22,7 @@ from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
-from trajectory_assets.exports.decontamination import BenchmarkError, BenchmarkIndex, build_index
+from trajectory_assets.exports.decontamination import BenchmarkError, BenchmarkIndex, cached_index
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.registry import EXPORT_FAMILIES, family_exports
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
@@ -125,7 +125,7 @@ def _token_budget(config: PipelineConfig, family: str) -> TokenBudget | None:
 def _benchmarks(config: PipelineConfig) -> BenchmarkIndex | None:
     """The evaluation sets to leave out, read once for the family's step (None: none configured)."""
     try:
-        return build_index(config.decontamination)
+        return cached_index(config.decontamination)
     except BenchmarkError as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None
 

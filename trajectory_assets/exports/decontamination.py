@@ -604,20 +604,26 @@ def _files_state(path: str) -> Any:
     return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
 
 
-def ingest_flags(config: DecontaminationConfig) -> IngestFlags | None:
-    """A collector for one batch being ingested, or None: no benchmark configured, or one that
-    cannot be read (the export steps then fail on it, saying why; ingest goes on). The index
-    is built once per process while the config and the benchmarks' files stay the same."""
+def cached_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
+    """``build_index``, built once per process while the config and the benchmarks' files
+    stay the same (the ingest steps of a run, and the family steps run in one process)."""
     if not config.benchmarks:
         return None
+    key = (orjson.dumps(config.model_dump()), tuple(_files_state(b.path) for b in config.benchmarks))
+    if key not in _INDEXES:
+        _INDEXES.clear()
+        _INDEXES[key] = build_index(config)
+    return _INDEXES[key]
+
+
+def ingest_flags(config: DecontaminationConfig) -> IngestFlags | None:
+    """A collector for one batch being ingested, or None: no benchmark configured, or one that
+    cannot be read (the export steps then fail on it, saying why; ingest goes on)."""
     try:
-        key = (orjson.dumps(config.model_dump()), tuple(_files_state(b.path) for b in config.benchmarks))
-        if key not in _INDEXES:
-            _INDEXES.clear()
-            _INDEXES[key] = build_index(config)
-        return IngestFlags(_INDEXES[key])
+        index = cached_index(config)
     except (BenchmarkError, OSError):
         return None
+    return None if index is None else IngestFlags(index)
 
 
 def contaminated_trajectories(table: Any, index: BenchmarkIndex, ids: set[str]) -> dict[str, str]:
