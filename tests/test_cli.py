@@ -329,7 +329,8 @@ def test_decontamination_leaves_benchmark_items_out_of_every_export_and_names_th
         manifest = json.loads((out / "exports" / export / "manifest.json").read_text())
         assert manifest["rows"]["train"] == kept, export
         assert manifest["excluded"]["contaminated:gsm8k"] == (2 if export == "sft" else 4), export
-        assert manifest["decontamination"]["benchmarks"][0]["left_out"] == manifest["excluded"]["contaminated:gsm8k"]
+        (block,) = manifest["decontamination"]["benchmarks"]
+        assert block["left_out"] == manifest["excluded"]["contaminated:gsm8k"] and block["ngrams"] == 19  # 31 words
         assert "Say hi" in (out / "exports" / export / "train.jsonl").read_text(), export
     stats = json.loads((out / "reports" / "stats.json").read_text())
     assert stats["decontamination"]["left_out_by_export"]["dpo"] == {"gsm8k": 4}
@@ -363,8 +364,10 @@ def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_
     clean = list(grpo_plan()[0]["trajectory_ids"].iloc[0])  # the rollouts of the one clean task
     flags["contaminated"][clean[0]] = "gsm8k"
     flags_file.write_text(json.dumps(flags))
-    tasks, excluded = grpo_plan()
+    index = build_index(config.decontamination)
+    tasks, excluded = grpo.plan(table, config.grpo, None, index)
     assert excluded["contaminated:gsm8k"] == 5 and clean[0] not in tasks["trajectory_ids"].iloc[0]
+    assert "_tables" not in vars(index) and index.counted()[0].ngrams == flags["ngrams"][0] > 0  # none built
     # other benchmarks (a batch ingested before them): the batch is scanned and its flags replaced
     write_jsonl(benchmark, [{"question": "Unused.", "instance_id": "gsm-7"},
                             {"question": "say hi to the nice people who came to the meeting on the first day",

@@ -161,7 +161,7 @@ def test_short_benchmark_texts_match_whole_from_eight_words(tmp_path):
     path = benchmark_file(tmp_path, [{"q": "Which planet in our solar system has the most moons?"},  # 10 words
                                      {"q": "Who wrote Hamlet and Macbeth first?"}])  # 6 words
     benchmarks = index(tmp_path, {"name": "trivia", "path": str(path), "text_fields": ["q"]})
-    assert benchmarks.summaries[0].ngrams == 1
+    assert benchmarks.counted()[0].ngrams == 1
     frame = trajectory_frame([make_rollout(request_input="Quiz: which planet in our solar system has the most moons?"),
                               make_rollout(request_input="which planet in our solar system has the moons"),
                               make_rollout(request_input="Who wrote Hamlet and Macbeth first?")])
@@ -207,7 +207,7 @@ def test_jsonl_parquet_and_save_to_disk_benchmarks_load_alike(tmp_path):
     for path in saved_forms(tmp_path):
         benchmarks = index(tmp_path, {"name": "gsm8k", "path": str(path), "text_fields": ["question"],
                                       "id_field": "instance_id"})
-        (summary,) = benchmarks.summaries
+        (summary,) = benchmarks.counted()
         assert (summary.items, summary.ids) == (2, 2) and summary.ngrams > 0 and len(summary.sha256) == 64, path
         for family, (written, excluded) in exported(frame, benchmarks).items():
             assert written == ids_of(frame, 2) and excluded == {"contaminated:gsm8k": 4}, (path, family)

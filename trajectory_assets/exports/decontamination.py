@@ -188,7 +188,7 @@ class BenchmarkSummary:
     path: str
     sha256: str  # of the file (of a save_to_disk folder's data files, in name order)
     items: int  # rows read
-    ngrams: int  # distinct n-grams indexed (text test)
+    ngrams: int | None  # distinct n-grams indexed (text test); None until counted
     ids: int  # distinct ids (id test)
 
     def as_dict(self) -> dict[str, Any]:
@@ -198,26 +198,55 @@ class BenchmarkSummary:
 
 @dataclass
 class BenchmarkIndex:
-    """Every configured benchmark's n-gram hashes and ids, built once per export step."""
+    """Every configured benchmark's texts and ids, read once per process. The n-gram tables
+    (the vocabulary, the sorted hashes per window length, the bitmap) are built on first use:
+    an export step whose batches all carry current flags never needs them."""
 
     ngram: int
     summaries: list[BenchmarkSummary]
-    vocabulary: pa.Array  # every normalised word of every benchmark text
-    # window length -> (sorted hashes, the first benchmark, in config order, holding each)
-    by_length: dict[int, tuple[np.ndarray, np.ndarray]]
+    texts: list[pa.Array] = field(default_factory=list)  # per benchmark (config order), its texts
     # (task_id_field, id) -> first benchmark holding it
     ids: dict[tuple[str, str], int] = field(default_factory=dict)
-    # one flag per value of a hash's top bits: set when some indexed n-gram has them
-    bitmap: np.ndarray = field(default_factory=lambda: np.zeros(1 << (64 - _BITMAP_SHIFT), dtype=bool))
     config: dict[str, Any] = field(default_factory=dict)  # the decontamination section it was built from
 
-    def __post_init__(self) -> None:
-        for hashes, _ in self.by_length.values():
-            self.bitmap[hashes >> _BITMAP_SHIFT] = True
+    @property
+    def compares_text(self) -> bool:
+        return any(len(texts) for texts in self.texts)
+
+    @cached_property
+    def _tables(self) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        vocabulary, by_length, counts = _ngram_tables(self.texts, self.ngram)
+        for summary, count in zip(self.summaries, counts):
+            summary.ngrams = count
+        bitmap = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
+        for hashes, _ in by_length.values():
+            bitmap[hashes >> _BITMAP_SHIFT] = True
+        return vocabulary, by_length, bitmap
+
+    @property
+    def vocabulary(self) -> pa.Array:
+        """Every normalised word of every benchmark text."""
+        return self._tables[0]
+
+    @property
+    def by_length(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Window length -> (sorted hashes, the first benchmark, in config order, holding each)."""
+        return self._tables[1]
+
+    @property
+    def bitmap(self) -> np.ndarray:
+        """One flag per value of a hash's top bits: set when some indexed n-gram has them."""
+        return self._tables[2]
 
     @property
     def names(self) -> list[str]:
         return [summary.name for summary in self.summaries]
+
+    def counted(self) -> list[BenchmarkSummary]:
+        """The summaries with their n-gram counts (built now unless flags gave them)."""
+        if any(summary.ngrams is None for summary in self.summaries):
+            self._tables
+        return self.summaries
 
     @cached_property
     def fingerprint(self) -> str:
@@ -239,7 +268,7 @@ class BenchmarkIndex:
         first k plus one term. A window is looked up in a bitmap of the hashes' top bits
         first, and in the sorted hashes only when its bit is set."""
         found = np.full(len(texts), -1, dtype=np.int64)
-        if not self.by_length or len(texts) == 0:
+        if not self.compares_text or len(texts) == 0 or not self.by_length:
             return found
         flat, offsets = _flat(normalized_words(texts))
         ids = pc.fill_null(pc.index_in(flat, value_set=self.vocabulary), -1).to_numpy(zero_copy_only=False)
@@ -389,7 +418,13 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
                 if item_id is not None:
                     benchmark_ids.add(item_id)
                     ids.setdefault((benchmark.task_id_field or benchmark.id_field, item_id), number)
-        summaries.append(BenchmarkSummary(benchmark.name, benchmark.path, digest, len(rows), 0, len(benchmark_ids)))
+        summaries.append(BenchmarkSummary(benchmark.name, benchmark.path, digest, len(rows), None, len(benchmark_ids)))
+    return BenchmarkIndex(n, summaries, texts, ids, config=config.model_dump())
+
+
+def _ngram_tables(texts: list[pa.Array], n: int) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], list[int]]:
+    """(vocabulary, window length -> (sorted hashes, first benchmark holding each), n-grams per benchmark)."""
+    counts = [0] * len(texts)
     word_lists = [_flat(normalized_words(array)) for array in texts]
     vocabulary = pc.unique(pa.concat_arrays([flat for flat, _ in word_lists])) if word_lists else pa.array([], pa.string())
     hashes_by_length: dict[int, list[tuple[np.ndarray, int]]] = {}
@@ -399,7 +434,7 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
         if len(starts):
             hashes = _distinct(_hashes(word_ids, starts, n))
             hashes_by_length.setdefault(n, []).append((hashes, number))
-            summaries[number].ngrams += len(hashes)
+            counts[number] += len(hashes)
         # a text shorter than the n-gram but of MIN_WORDS or more is one n-gram of its length
         lengths = np.diff(offsets)
         for length in range(MIN_WORDS, n):
@@ -407,7 +442,7 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
             if len(short):
                 hashes = _distinct(_hashes(word_ids, offsets[short], length))
                 hashes_by_length.setdefault(length, []).append((hashes, number))
-                summaries[number].ngrams += len(hashes)
+                counts[number] += len(hashes)
     by_length = {}
     for length, parts in sorted(hashes_by_length.items(), reverse=True):
         hashes = np.concatenate([h for h, _ in parts])
@@ -416,7 +451,7 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
         hashes, owners = hashes[order], owners[order]
         first = np.concatenate([[True], hashes[1:] != hashes[:-1]])
         by_length[length] = (hashes[first], owners[first])
-    return BenchmarkIndex(n, summaries, vocabulary, by_length, ids, config=config.model_dump())
+    return vocabulary, by_length, counts
 
 
 # the trajectory columns the scan reads: messages for the text test; for the id test the
@@ -465,7 +500,7 @@ def id_owner(index: BenchmarkIndex, task_inputs: Any, metadata: Any, request: An
     """The first benchmark whose id a trajectory carries (in its verifier inputs, its extra
     keys or its request's metadata), else -1.
 
-    >>> index = BenchmarkIndex(13, [], pa.array([], pa.string()), {}, {("instance_id", "jq-1"): 0})
+    >>> index = BenchmarkIndex(13, [], ids={("instance_id", "jq-1"): 0})
     >>> id_owner(index, None, {}, {"metadata": {"instance_id": "jq-1"}}), id_owner(index, None, {"instance_id": 2}, None)
     (0, -1)
     """
@@ -527,7 +562,7 @@ def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]
             continue
         ids = chunk["trajectory_id"].tolist()
         owners = np.full(len(ids), -1, dtype=np.int64)
-        if index.by_length:
+        if index.compares_text:
             texts, rows = [], []
             for row, messages in enumerate(chunk["messages"]):
                 for text in turn_texts(orjson.loads(messages)):
@@ -571,7 +606,7 @@ class IngestFlags:
             owner = id_owner(self.index, task_inputs, metadata, request)
             if owner >= 0:
                 self.found[trajectory_id] = self.index.names[owner]
-        if self.index.by_length and trajectory_id not in self.found:
+        if self.index.compares_text and trajectory_id not in self.found:
             self.pending.append((trajectory_id, list(turn_texts(messages))))
             if len(self.pending) >= self.BLOCK:
                 self._check()
@@ -591,7 +626,9 @@ class IngestFlags:
     def result(self) -> dict[str, Any]:
         """What is stored beside the batch: the index's fingerprint and the matches."""
         self._check()
-        return {"fingerprint": self.index.fingerprint, "contaminated": dict(sorted(self.found.items()))}
+        return {"fingerprint": self.index.fingerprint,
+                "ngrams": [summary.ngrams for summary in self.index.counted()],
+                "contaminated": dict(sorted(self.found.items()))}
 
 
 _INDEXES: dict[Any, BenchmarkIndex] = {}  # the last index built in this process, by config and files
@@ -636,10 +673,14 @@ def contaminated_trajectories(table: Any, index: BenchmarkIndex, ids: set[str]) 
     flags = getattr(table, "decontamination_flags", None)
     if flags is None:
         return contaminated(table.scan(scan_columns(index), ids=ids), index)
-    found, stale = flags(index.fingerprint)
+    found, stale, ngrams = flags(index.fingerprint)
+    if ngrams is not None:  # counted when the flags were made: the n-gram tables need not be built here
+        for summary, count in zip(index.summaries, ngrams):
+            summary.ngrams = count if summary.ngrams is None else summary.ngrams
     for key in stale:
         batch_found = contaminated(table.batch(key).scan(scan_columns(index)), index)
         table.save_decontamination_flags(key, {"fingerprint": index.fingerprint,
+                                               "ngrams": [summary.ngrams for summary in index.counted()],
                                                "contaminated": dict(sorted(batch_found.items()))})
         found.update(batch_found)
     return {trajectory_id: name for trajectory_id, name in found.items() if trajectory_id in ids}
@@ -660,5 +701,5 @@ def manifest_block(index: BenchmarkIndex, excluded: dict[str, int]) -> dict[str,
     return {
         "ngram": index.ngram,
         "benchmarks": [{**summary.as_dict(), "left_out": excluded.get(reason(summary.name), 0)}
-                       for summary in index.summaries],
+                       for summary in index.counted()],
     }

@@ -40,20 +40,23 @@ class StoredTrajectories:
                 "materialize validated_trajectories for them first"
             )
 
-    def decontamination_flags(self, fingerprint: str) -> tuple[dict[str, str], list[str]]:
+    def decontamination_flags(self, fingerprint: str) -> tuple[dict[str, str], list[str], list | None]:
         """The benchmark matches stored beside each batch under ``fingerprint`` (by ingest, or by
-        an export step that scanned the batch), trajectory_id -> benchmark, and the batches
-        without them (ingested before these benchmarks were configured, or with others)."""
+        an export step that scanned the batch), trajectory_id -> benchmark; the batches without
+        them (ingested before these benchmarks were configured, or with others); and the
+        benchmarks' n-gram counts the flags recorded (None without current flags)."""
         found: dict[str, str] = {}
         stale = []
+        ngrams = None
         for key in self.batches:
             path = layout.batch_decontamination(key)
             flags = self.store.read_json(path) if self.store.exists(path) else None
             if flags is not None and flags.get("fingerprint") == fingerprint:
                 found.update(flags["contaminated"])
+                ngrams = flags.get("ngrams")
             else:
                 stale.append(key)
-        return found, stale
+        return found, stale, ngrams
 
     def batch(self, key: str) -> "StoredTrajectories":
         """One batch of the table as a table of its own."""
