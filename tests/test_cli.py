@@ -352,3 +352,98 @@ def test_a_folder_of_harbor_jobs_becomes_trajectories_and_exports(tmp_path):
     again = tmp_path / "again"
     assert main(["run", "--source", str(jobs), "--storage", str(again), "--exports", "sft,grpo"]) == 0
     assert written_files(again) == written_files(out)
+
+
+BENCHMARK_QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
+                      "May. How many clips did Natalia sell altogether in April and May?")
+
+
+def decontamination_run(tmp_path):
+    """Three tasks of two rollouts: one quoting a benchmark question, one carrying a benchmark
+    instance id, one clean; a config naming the benchmark. Returns (config, source, benchmark)."""
+    benchmark = write_jsonl(tmp_path / "evals" / "gsm8k.jsonl", [
+        {"question": BENCHMARK_QUESTION, "instance_id": "gsm-7"}, {"question": "Unused.", "instance_id": "gsm-8"}])
+    rows = []
+    for task, (prompt, extra) in enumerate([(f"Solve: {BENCHMARK_QUESTION.upper()}", {}),
+                                            ("Fix the parser.", {"instance_id": "gsm-8"}),
+                                            ("Say hi to the nice people who came to the meeting on the first day "
+                                             "of the month.", {"instance_id": "other"})]):
+        rows += [make_rollout([message_item(f"answer {task} {rollout}")], request_input=prompt, reward=reward,
+                              _ng_task_index=task, _ng_rollout_index=rollout, **extra,
+                              agent_ref={"name": "agent"})
+                 for rollout, reward in enumerate((1.0, 0.0))]
+    write_jsonl(tmp_path / "in" / "rollouts.jsonl", rows)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"decontamination:\n  benchmarks:\n  - name: gsm8k\n    path: {benchmark}\n"
+                      "    text_fields: [question]\n    id_field: instance_id\n"
+                      "split:\n  validation_fraction: 0\n")
+    return config, tmp_path / "in", benchmark
+
+
+def test_decontamination_leaves_benchmark_items_out_of_every_export_and_names_them(tmp_path):
+    """A rollout quoting a benchmark question and one carrying a benchmark instance id leave
+    every family; the manifests, stats.json, stats.md and the page name the benchmark."""
+    config, source, _ = decontamination_run(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out), "--config", str(config)]) == 0
+    for export, kept in (("sft", 1), ("dpo", 1), ("grpo", 1)):
+        manifest = json.loads((out / "exports" / export / "manifest.json").read_text())
+        assert manifest["rows"]["train"] == kept, export
+        assert manifest["excluded"]["contaminated:gsm8k"] == (2 if export == "sft" else 4), export
+        (block,) = manifest["decontamination"]["benchmarks"]
+        assert block["left_out"] == manifest["excluded"]["contaminated:gsm8k"] and block["ngrams"] == 19  # 31 words
+        assert "Say hi" in (out / "exports" / export / "train.jsonl").read_text(), export
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["decontamination"]["left_out_by_export"]["dpo"] == {"gsm8k": 4}
+    assert "## Benchmark decontamination" in (out / "reports" / "stats.md").read_text()
+    page = (out / "reports" / "index.html").read_text()
+    assert 'id="decontamination"' in page and "<code>gsm8k</code>" in page
+    # ingest found the four matches and stored them beside the batch
+    (flags_file,) = (out / "trajectories" / "batches").glob("*.decontamination.json")
+    assert len(json.loads(flags_file.read_text())["contaminated"]) == 4
+
+
+def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_change(tmp_path):
+    from trajectory_assets.config import load_config
+    from trajectory_assets.exports.decontamination import build_index
+    from trajectory_assets.exports.families import grpo
+    from trajectory_assets.io.storage import Storage
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
+
+    config_file, source, benchmark = decontamination_run(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out), "--config", str(config_file)]) == 0
+    (flags_file,) = (out / "trajectories" / "batches").glob("*.decontamination.json")
+    config = load_config(config_file)
+    table = StoredTrajectories(Storage(str(out)), [flags_file.name.removesuffix(".decontamination.json")])
+
+    def grpo_plan():
+        return grpo.plan(table, config.grpo, None, build_index(config.decontamination))
+
+    # the export steps read what ingest stored, not the messages: a match added there is left out
+    flags = json.loads(flags_file.read_text())
+    clean = list(grpo_plan()[0]["trajectory_ids"].iloc[0])  # the rollouts of the one clean task
+    flags["contaminated"][clean[0]] = "gsm8k"
+    flags_file.write_text(json.dumps(flags))
+    index = build_index(config.decontamination)
+    tasks, excluded = grpo.plan(table, config.grpo, None, index)
+    assert excluded["contaminated:gsm8k"] == 5 and clean[0] not in tasks["trajectory_ids"].iloc[0]
+    assert "_tables" not in vars(index) and index.counted()[0].ngrams == flags["ngrams"][0] > 0  # none built
+    # other benchmarks (a batch ingested before them): the batch is scanned and its flags replaced
+    write_jsonl(benchmark, [{"question": "Unused.", "instance_id": "gsm-7"},
+                            {"question": "say hi to the nice people who came to the meeting on the first day",
+                             "instance_id": "none"}])
+    tasks, excluded = grpo_plan()
+    rescanned = json.loads(flags_file.read_text())
+    assert rescanned["fingerprint"] != flags["fingerprint"] and len(rescanned["contaminated"]) == 2
+    assert excluded == {"contaminated:gsm8k": 2} and len(tasks) == 2  # now "Say hi ..." matches, the others not
+
+
+def test_an_unreadable_benchmark_exits_non_zero_with_one_line_before_any_run(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"decontamination:\n  benchmarks:\n  - {{name: gsm8k, path: {tmp_path / 'none.jsonl'}, "
+                      "text_fields: [question]}\n")
+    result = cli("run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "none.jsonl does not exist" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()

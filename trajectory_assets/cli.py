@@ -89,6 +89,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
+    from trajectory_assets.exports.decontamination import BenchmarkError, cached_index
     from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import start_fork_server
     from trajectory_assets.io.source_files import SourceError, batch_key, discover, work_bytes
@@ -113,8 +114,9 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         config = load_config(args.config)
         if config.tokenizer is not None:
             check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
+        cached_index(config.decontamination)  # every benchmark readable, with its fields (kept for in-process runs)
         found = discover(sources, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
-    except (ConfigError, SourceError, TokenizerError) as error:
+    except (ConfigError, SourceError, TokenizerError, BenchmarkError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     batches = sorted({batch_key(source.source_id) for source in found})

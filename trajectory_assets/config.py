@@ -227,6 +227,62 @@ class CardConfig(_Section):
                                                               "gets its family, format and trainer tags)")
 
 
+BENCHMARK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class BenchmarkConfig(_Section):
+    """One evaluation set no export may train on (``exports/decontamination.py``)."""
+
+    name: str = Field(description="named in the manifests and the report: contaminated:<name>")
+    path: str = Field(description="a local JSON-lines (.jsonl/.json) or Parquet (.parquet) file, or a folder "
+                                  "written by datasets' save_to_disk (needs the datasets package)")
+    text_fields: list[str] = Field(
+        default_factory=list,
+        description="fields whose text is compared by n-grams (a dotted path into nested objects; a list of "
+                    "strings counts each), e.g. [question] or [problem_statement]",
+    )
+    id_field: str | None = Field(None, description="field holding the item's id (e.g. instance_id): a rollout "
+                                                   "carrying the same id is contaminated whatever its text")
+    task_id_field: str | None = Field(
+        None,
+        description="where a rollout carries that id (a dotted path), looked up in its verifier inputs, its "
+                    "extra keys and its request's metadata; null = the id_field's name",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_plain(cls, name: str) -> str:
+        if not BENCHMARK_NAME.fullmatch(name):
+            raise ValueError(f"benchmark name {name!r} must be letters, digits, '_', '.' or '-' (at most 64), "
+                             "since it becomes the exclusion reason contaminated:<name>")
+        return name
+
+    @model_validator(mode="after")
+    def _compares_something(self) -> "BenchmarkConfig":
+        if not self.text_fields and self.id_field is None:
+            raise ValueError(f"benchmark {self.name!r} names neither text_fields nor id_field: nothing to compare")
+        if self.task_id_field is not None and self.id_field is None:
+            raise ValueError(f"benchmark {self.name!r}: task_id_field needs id_field")
+        return self
+
+
+class DecontaminationConfig(_Section):
+    """Evaluation sets every export leaves out (by n-gram overlap or task id); none by default."""
+
+    benchmarks: list[BenchmarkConfig] = Field(
+        default_factory=list, description="evaluation sets; a trajectory matching any is left out of every export")
+    ngram: int = Field(13, ge=1, le=256, description="words per n-gram (13: NeMo Curator; datatrove uses 12)")
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _names_are_unique(cls, benchmarks: list[BenchmarkConfig]) -> list[BenchmarkConfig]:
+        names = [benchmark.name for benchmark in benchmarks]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"benchmark names must be unique: {', '.join(repeated)} appear more than once")
+        return benchmarks
+
+
 class PipelineConfig(_Section):
     conversion: ConversionConfig = ConversionConfig()
     redaction: RedactionConfig = RedactionConfig()
@@ -240,6 +296,7 @@ class PipelineConfig(_Section):
     sft: SftConfig = SftConfig()
     dpo: DpoConfig = DpoConfig()
     grpo: GrpoConfig = GrpoConfig()
+    decontamination: DecontaminationConfig = DecontaminationConfig()
     report: ReportConfig = ReportConfig()
 
     @model_validator(mode="after")

@@ -160,12 +160,15 @@ def ingest(
     batch_rows: int | None = None,
     redactor: Redactor | None = None,
     options: ConversionConfig | None = None,
+    on_trajectory: Callable[[str, Trajectory], None] | None = None,
 ) -> IngestSummary:
     """Convert every record of every source, handing finished batches to the writers.
 
     With a redactor, each line is scrubbed of secrets right after its id (the hash of the
     original bytes) is taken, so nothing stored, quarantined or exported holds them (the
-    materialized inputs beside a source too).
+    materialized inputs beside a source too). ``on_trajectory`` sees each valid trajectory
+    (its id and conversation) as it is converted: benchmark decontamination
+    (``exports/decontamination.py``, ``IngestFlags``).
     """
     options = options or ConversionConfig()
     batch_rows = batch_rows or BATCH_ROWS  # read here so a test can shrink it for a whole run
@@ -248,6 +251,8 @@ def ingest(
                 reject_row(source.uri, line, "nesting_too_deep" if too_deep else "invalid_structure", detail, raw)
                 continue
             seen_ids[trajectory_id] = f"{source.uri}:{line}"
+            if on_trajectory is not None:
+                on_trajectory(trajectory_id, trajectory)
             summary.non_finite_values += trajectory.non_finite_values
             rows.append(row)
             pending_raw.append(raw)

@@ -30,6 +30,12 @@ def batch_summary(key: str) -> str:
     return f"trajectories/batches/{key}.summary.json"
 
 
+def batch_decontamination(key: str) -> str:
+    """The benchmark matches ingest found in a batch, with the fingerprint of the benchmarks
+    they were found against (written only when decontamination is configured)."""
+    return f"trajectories/batches/{key}.decontamination.json"
+
+
 def batch_quarantine(key: str) -> str:
     return f"quarantine/batches/{key}.jsonl"
 

@@ -14,7 +14,7 @@ INGEST_ASSETS = ("raw_rollouts", "validated_trajectories", "quarantined_records"
 COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     **{name: (("trajectory_assets.defs.ingest",), ("conversion", "redaction")) for name in INGEST_ASSETS},
     **{export.asset_name: ((export.render.__module__, "trajectory_assets.exports.writer"),
-                           (export.family, "split", "tokenizer", "card"))
+                           (export.family, "split", "tokenizer", "card", "decontamination"))
        for export in EXPORTS},
     "stats_report": (("trajectory_assets.defs.reports",), ("report", "grpo")),
 }

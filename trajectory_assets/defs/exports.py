@@ -22,6 +22,7 @@ from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
+from trajectory_assets.exports.decontamination import BenchmarkError, BenchmarkIndex, cached_index
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.registry import EXPORT_FAMILIES, family_exports
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
@@ -94,7 +95,7 @@ def _materialize_family(family: str, exports: list[Export], context: dg.AssetExe
     code_versions = {export.name: specs[dg.AssetKey(export.asset_name)].code_version or __version__
                      for export in exports}
     for outcome in write_family(store, family, exports, table, config, _token_budget(config, family), batches,
-                                sources, code_versions):
+                                sources, code_versions, _benchmarks(config)):
         asset = outcome.export.asset_name
         if isinstance(outcome, Broken):
             # nothing of it was written: a dataset that breaks its checks must never reach a trainer
@@ -119,6 +120,14 @@ def _token_budget(config: PipelineConfig, family: str) -> TokenBudget | None:
         raise dg.Failure(description=str(error), allow_retries=False) from None
     section = getattr(config, family)
     return TokenBudget(counter, section.max_tokens, section.over_token_budget == "truncate")
+
+
+def _benchmarks(config: PipelineConfig) -> BenchmarkIndex | None:
+    """The evaluation sets to leave out, read once for the family's step (None: none configured)."""
+    try:
+        return cached_index(config.decontamination)
+    except BenchmarkError as error:
+        raise dg.Failure(description=str(error), allow_retries=False) from None
 
 
 def _check_result(asset: str, check: CheckOutcome) -> dg.AssetCheckResult:

@@ -19,6 +19,7 @@ from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import column_descriptions as trajectory_column_descriptions
 from schemas.validation import cast_columns, declared_dtypes, validate
 from trajectory_assets import layout
+from trajectory_assets.exports.decontamination import ingest_flags
 from trajectory_assets.ingest import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
@@ -235,8 +236,15 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
         def write_rejections(rows):
             quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
 
+        # with benchmarks configured, their matches are found from the conversations as they
+        # are converted, and stored beside the batch (the exports read them instead of the messages)
+        flags = ingest_flags(config.decontamination)
+        observe = None if flags is None else (lambda trajectory_id, t: flags.add(
+            trajectory_id, t.messages, t.task_inputs, t.metadata, t.request))
         summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
-                         options=config.conversion)
+                         options=config.conversion, on_trajectory=observe)
+    if flags is not None:
+        store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 
 

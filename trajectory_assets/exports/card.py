@@ -53,6 +53,7 @@ def render_card(manifest: dict[str, Any], purpose: str, training: str | None = N
         "## Left out, and why",
         "",
         *table(["reason", "count"], list(manifest["excluded"].items())),
+        *_decontamination_lines(manifest),
         "",
         "## Distributions of the exported rows",
         "",
@@ -126,6 +127,22 @@ def front_matter(manifest: dict[str, Any]) -> str:
 
 def _split(file_name: str) -> str:
     return file_name.rsplit(".", 1)[0]
+
+
+def _decontamination_lines(manifest: dict[str, Any]) -> list[str]:
+    """The evaluation sets the rows were checked against (none: no lines, the card as before)."""
+    block = manifest.get("decontamination")
+    if not block:
+        return []
+    return [
+        "",
+        f"Decontaminated: a trajectory sharing a {block['ngram']}-word n-gram of its user or assistant turns, or a "
+        "task id, with one of these evaluation sets was left out (`contaminated:<benchmark>` above):",
+        "",
+        *table(["benchmark", "file", "sha256", "items", "n-grams", "ids", "left out"],
+               [[b["name"], b["path"], b["sha256"][:16], b["items"], b["ngrams"], b["ids"], b["left_out"]]
+                for b in block["benchmarks"]]),
+    ]
 
 
 def _token_lines(manifest: dict[str, Any]) -> list[str]:

@@ -46,8 +46,9 @@ def build_manifest(
     files: dict[str, dict[str, Any]],
     features: list[dict[str, Any]],
     token_budget: dict[str, Any],
+    decontamination: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
+    manifest = {
         "export": export,
         "format": file_format,
         "producer": "trajectory-assets",
@@ -68,3 +69,8 @@ def build_manifest(
         "files": files,  # name -> sha256, bytes, rows of what was written
         "features": features,  # the types HF datasets loads the rows as (the card's dataset_info.features)
     }
+    if decontamination is not None:
+        # the evaluation sets checked (file hashes) and how many trajectories each left out;
+        # absent when none is configured, so such a manifest is what it was before
+        manifest["decontamination"] = decontamination
+    return manifest

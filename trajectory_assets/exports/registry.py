@@ -36,6 +36,7 @@ from trajectory_assets.exports import (
     trl_sft,
     verl,
 )
+from trajectory_assets.exports.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.families.frames import ExportFrame, FrameTable, TrajectoryTable, collect
@@ -65,26 +66,29 @@ def family_exports(family: str) -> list[Export]:
 
 
 def iter_family(family: str, table: TrajectoryTable, config: Any, split: SplitConfig, exports: list[Export],
-                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+                budget: TokenBudget | None = None,
+                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
     """Per chunk, one frame per export of the family in ``exports`` (planned and read once for all)."""
-    yield from FAMILIES[family](table, config, split, {export.name: export for export in exports}, budget)
+    yield from FAMILIES[family](table, config, split, {export.name: export for export in exports}, budget,
+                                benchmarks)
 
 
 def iter_export(name: str, table: TrajectoryTable, config: Any, split: SplitConfig,
-                budget: TokenBudget | None = None) -> Iterator[ExportFrame]:
+                budget: TokenBudget | None = None, benchmarks: BenchmarkIndex | None = None) -> Iterator[ExportFrame]:
     """One export alone, chunk by chunk."""
     export = EXPORTS_BY_NAME[name]
-    for frames in iter_family(export.family, table, config, split, [export], budget):
+    for frames in iter_family(export.family, table, config, split, [export], budget, benchmarks):
         yield frames[name]
 
 
 def build(name: str, trajectories: pd.DataFrame, config: Any, split: SplitConfig,
-          budget: TokenBudget | None = None) -> ExportFrame:
+          budget: TokenBudget | None = None, benchmarks: BenchmarkIndex | None = None) -> ExportFrame:
     """One export over an in-memory trajectory frame, collected into one frame (tests, small data).
 
-    ``config`` is the export's family section (``SftConfig``, ``DpoConfig``, ``GrpoConfig``).
+    ``config`` is the export's family section (``SftConfig``, ``DpoConfig``, ``GrpoConfig``);
+    ``benchmarks`` the decontamination index (``decontamination.build_index``), if any.
     """
-    return collect(iter_export(name, FrameTable(trajectories), config, split, budget))
+    return collect(iter_export(name, FrameTable(trajectories), config, split, budget, benchmarks))
 
 
 def markdown_table() -> str:

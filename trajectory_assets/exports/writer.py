@@ -24,6 +24,7 @@ from schemas.validation import ChunkedContract, ContractResult
 from trajectory_assets import layout
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.card import render_card, training_of
+from trajectory_assets.exports.decontamination import BenchmarkIndex, manifest_block
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, TrajectoryTable
 from trajectory_assets.exports.manifest import build_manifest, describe
@@ -85,8 +86,10 @@ def check_names(export: Export) -> list[str]:
 class ExportWriter:
     """One export's split files, fed chunk by chunk through the contract."""
 
-    def __init__(self, store: Storage, export: Export, config: PipelineConfig) -> None:
+    def __init__(self, store: Storage, export: Export, config: PipelineConfig,
+                 benchmarks: BenchmarkIndex | None = None) -> None:
         self.store, self.export, self.config = store, export, config
+        self.benchmarks = benchmarks
         # each chunk's prompt keys per split, as the rows' own (Arrow-backed) column: compared once
         # every row is written (a set of every key would hold a Python object per row meanwhile)
         self.prompts_by_split: dict[str, list[pd.Series]] = {split: [] for split in SPLITS}
@@ -184,6 +187,8 @@ class ExportWriter:
             features=hf_features(export.arrow_schema) + [
                 {"name": key, "dtype": "json"} for key in sorted(self.input_keys - set(export.arrow_schema.names))],
             token_budget=self._token_budget_summary(),
+            decontamination=(manifest_block(self.benchmarks, self.excluded) if self.benchmarks is not None
+                             else None),
         )
         for name, content in (export.index_files(export.name) if export.index_files else {}).items():
             store.write_bytes(layout.export_extra(export.name, name), content)
@@ -206,15 +211,16 @@ class ExportWriter:
 
 def write_family(store: Storage, family: str, exports: list[Export], table: TrajectoryTable, config: PipelineConfig,
                  budget: TokenBudget | None, batches: list[str], sources: list[dict],
-                 code_versions: dict[str, str]) -> Iterator[Written | Broken]:
+                 code_versions: dict[str, str], benchmarks: BenchmarkIndex | None = None) -> Iterator[Written | Broken]:
     """Every export of ``exports`` (of one family) written from ``table``, one outcome each;
-    ``code_versions`` (by export name) go into the manifests. An error while writing discards
-    every staged file of the family."""
-    writers = {export.name: ExportWriter(store, export, config) for export in exports}
+    ``code_versions`` (by export name) go into the manifests; ``benchmarks`` (the
+    decontamination index, ``decontamination.build_index``) leaves out what matches an
+    evaluation set. An error while writing discards every staged file of the family."""
+    writers = {export.name: ExportWriter(store, export, config, benchmarks) for export in exports}
     try:
         with chunk_memory() as release:
             for frames in FAMILIES[family](table, getattr(config, family), config.split,
-                                           {export.name: export for export in exports}, budget):
+                                           {export.name: export for export in exports}, budget, benchmarks):
                 while frames:  # popped, so each export's rows are freed as soon as they are written
                     name, frame = frames.popitem()
                     writers[name].add(frame)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +39,32 @@ class StoredTrajectories:
                 f"{len(missing)} registered batch(es) not ingested yet: {missing[:5]}; "
                 "materialize validated_trajectories for them first"
             )
+
+    def decontamination_flags(self, fingerprint: str) -> tuple[dict[str, str], list[str], list | None]:
+        """The benchmark matches stored beside each batch under ``fingerprint`` (by ingest, or by
+        an export step that scanned the batch), trajectory_id -> benchmark; the batches without
+        them (ingested before these benchmarks were configured, or with others); and the
+        benchmarks' n-gram counts the flags recorded (None without current flags)."""
+        found: dict[str, str] = {}
+        stale = []
+        ngrams = None
+        for key in self.batches:
+            path = layout.batch_decontamination(key)
+            flags = self.store.read_json(path) if self.store.exists(path) else None
+            if flags is not None and flags.get("fingerprint") == fingerprint:
+                found.update(flags["contaminated"])
+                ngrams = flags.get("ngrams")
+            else:
+                stale.append(key)
+        return found, stale, ngrams
+
+    def batch(self, key: str) -> "StoredTrajectories":
+        """One batch of the table as a table of its own."""
+        return StoredTrajectories(self.store, [key], self.chunk_rows)
+
+    def save_decontamination_flags(self, key: str, flags: dict) -> None:
+        """A batch's matches, found by scanning it, kept for the next steps and runs."""
+        self.store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags))
 
     def scan(self, columns: list[str], ids: set[str] | None = None) -> Iterator[pd.DataFrame]:
         wanted = pa.array(sorted(ids), type=pa.string()) if ids is not None else None

@@ -173,6 +173,13 @@ details.reasoning { border-left:3px solid #b9c2d3; padding-left:.5rem; margin:.2
 <td>{% for reason, n in s.excluded_by_export.get(section.name, {}).items() %}{{ reason }}: {{ n }}{{ "; " if not loop.last }}{% endfor %}</td></tr>
 {% endfor %}
 </table>
+{% if s.get("decontamination") %}
+<h3 id="decontamination">Benchmark decontamination</h3>
+<p class="muted">Trajectories sharing a {{ s.decontamination.ngram }}-word n-gram of their user or assistant turns, or a task id, with an evaluation set were left out of every export (<code>decontamination</code> in the config).</p>
+<table><tr><th>benchmark</th><th>path</th><th>items</th><th>n-grams</th><th>ids</th>{% for export in s.decontamination.left_out_by_export %}<th>left out of {{ export }}</th>{% endfor %}</tr>
+{% for b in s.decontamination.benchmarks %}<tr><td><code>{{ b.name }}</code></td><td><code>{{ b.path }}</code></td><td class="num">{{ b.items }}</td><td class="num">{{ b.ngrams }}</td><td class="num">{{ b.ids }}</td>{% for export, counts in s.decontamination.left_out_by_export.items() %}<td class="num">{{ counts.get(b.name, 0) }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endif %}
 
 {% if s.quality_flags %}
 <h3>Quality flags</h3>

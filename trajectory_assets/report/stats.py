@@ -147,7 +147,7 @@ def compute_stats(
     """``manifests``: each export's manifest (rows, exclusions and distributions come from it);
     ``tools``: calls, failed results and error rate per tool, every source format."""
     dpo = manifests.get("dpo")
-    return {
+    stats = {
         "records_read": int(ingest_summary["records_read"]),
         "records_valid": int(ingest_summary["records_valid"]),
         "records_rejected": int(ingest_summary["records_rejected"]),
@@ -195,6 +195,33 @@ def compute_stats(
         "by_model": _breakdown(trajectories, "model"),
         "tools": tools or {},
         "hermes": hermes or {"trajectories": 0},
+    }
+    decontamination = decontamination_stats(manifests)
+    if decontamination is not None:  # only when benchmarks are configured: otherwise stats.json is as it was
+        stats["decontamination"] = decontamination
+    return stats
+
+
+def decontamination_stats(manifests: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The evaluation sets the exports were checked against and, per export, the trajectories
+    each left out (from the manifests' ``decontamination`` blocks); None when none is configured.
+
+    >>> block = {"ngram": 13, "benchmarks": [{"name": "gsm8k", "path": "g.jsonl", "sha256": "ab", "items": 2,
+    ...                                        "ngrams": 30, "ids": 0, "left_out": 4}]}
+    >>> decontamination_stats({"sft": {"decontamination": block}, "dpo": {}})["left_out_by_export"]
+    {'sft': {'gsm8k': 4}}
+    """
+    blocks = {name: manifest["decontamination"] for name, manifest in manifests.items()
+              if manifest.get("decontamination")}
+    if not blocks:
+        return None
+    first = next(iter(blocks.values()))
+    return {
+        "ngram": first["ngram"],
+        "benchmarks": [{key: value for key, value in benchmark.items() if key != "left_out"}
+                       for benchmark in first["benchmarks"]],
+        "left_out_by_export": {name: {benchmark["name"]: benchmark["left_out"] for benchmark in block["benchmarks"]}
+                               for name, block in blocks.items()},
     }
 
 
@@ -291,6 +318,22 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
                          t["left_out"], t["truncated"]] for name, t in measured.items()])
     else:
         lines += ["Not measured: no `tokenizer` is configured."]
+    decontamination = stats.get("decontamination")
+    if decontamination:
+        names = [benchmark["name"] for benchmark in decontamination["benchmarks"]]
+        lines += [
+            "", "## Benchmark decontamination", "",
+            f"Trajectories sharing a {decontamination['ngram']}-word n-gram of their user or assistant turns, or a "
+            "task id, with an evaluation set are left out of every export (counted as `contaminated:<benchmark>`).",
+            "",
+            *table(["benchmark", "path", "items", "n-grams", "ids", "sha256"],
+                   [[b["name"], b["path"], b["items"], b["ngrams"], b["ids"], b["sha256"][:12]]
+                    for b in decontamination["benchmarks"]]),
+            "",
+            *table(["export", *(f"left out: {name}" for name in names)],
+                   [[export, *(counts.get(name, 0) for name in names)]
+                    for export, counts in decontamination["left_out_by_export"].items()]),
+        ]
     lines += ["", "## Left out of each export", ""]
     lines += table(["export", "reason", "rows"],
                    [[name, reason, count] for name, excluded in stats["excluded_by_export"].items()

@@ -17,6 +17,7 @@ from trajectory_assets.chat.messages import divergence_point, is_context_summary
 from trajectory_assets.chat.reward_components import dominates, margins, objectives
 from trajectory_assets.config import DpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance, carries_flag
+from trajectory_assets.exports.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
@@ -40,9 +41,10 @@ PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id
 
 
 def plan(table: TrajectoryTable, config: DpoConfig,
-         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+         budget: TokenBudget | None = None,
+         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
     """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance."""
-    kept, excluded = curated_trajectories(table, config, PLAN, budget)
+    kept, excluded = curated_trajectories(table, config, PLAN, budget, benchmarks)
     rewarded = kept["reward"].notna()
     skipped = carries_flag(kept["quality_flags"], "verification_skipped")
     for reason, dropped in (("verification_skipped", ~rewarded & skipped), ("no_reward", ~rewarded & ~skipped)):
@@ -196,8 +198,9 @@ class PairItem:
 
 
 def iter_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
-    pairs, excluded = plan(table, config, budget)
+                budget: TokenBudget | None = None,
+                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
+    pairs, excluded = plan(table, config, budget, benchmarks)
     yield exclusions(excluded, exports, split)
     if pairs.empty:
         return

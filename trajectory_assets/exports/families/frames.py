@@ -51,6 +51,7 @@ from trajectory_assets.exports.curation import (
     filter_trajectories,
     near_duplicates,
 )
+from trajectory_assets.exports.decontamination import BenchmarkIndex, contaminated_trajectories, reason
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 from trajectory_assets.jsonutil import sha256_hex
@@ -136,16 +137,25 @@ def loads_or_none(value: str | None) -> Any:
 
 
 def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list[str],
-                         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+                         budget: TokenBudget | None = None,
+                         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
     """The trajectories an export may use (flat columns only), and why the others were left out.
 
     With a tokenizer (``budget``) ``max_tokens`` is enforced on the rendered rows, not on the
-    rollouts' recorded usage."""
+    rollouts' recorded usage. With ``benchmarks`` (decontamination), the trajectories that
+    passed the filters and exact de-duplication and match a benchmark are left out under
+    ``contaminated:<benchmark>``: as ingest found them, or for a batch ingested without these
+    benchmarks, read once more chunk by chunk."""
     if budget is not None:
         config = config.model_copy(update={"max_tokens": None})
     kept, excluded = filter_trajectories(_concat(table.scan(columns)), config)
     if config.dedup != "none":
         kept = drop_exact_duplicates(kept, excluded)
+    if benchmarks is not None and len(kept):
+        matched = contaminated_trajectories(table, benchmarks, set(kept["trajectory_id"]))
+        if matched:
+            excluded.update(Counter(reason(name) for name in matched.values()))
+            kept = kept.loc[~kept["trajectory_id"].isin(matched)]
     if config.dedup == "near" and len(kept) > 1:
         payloads = (
             pair

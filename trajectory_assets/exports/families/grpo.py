@@ -16,6 +16,7 @@ from trajectory_assets.chat.messages import is_context_summary
 from trajectory_assets.chat.reward_components import objectives, summarize
 from trajectory_assets.config import GrpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
+from trajectory_assets.exports.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
@@ -35,9 +36,10 @@ PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "too
 
 
 def plan(table: TrajectoryTable, config: GrpoConfig,
-         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
+         budget: TokenBudget | None = None,
+         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
     """One row per task: its first rollout (in table order) and aggregates over all of them."""
-    kept, excluded = curated_trajectories(table, config, PLAN, budget)
+    kept, excluded = curated_trajectories(table, config, PLAN, budget, benchmarks)
     passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
     by_task = kept.assign(passed=passed.astype(float),
                           objectives=kept["reward_components"].map(objectives)).groupby("task_key", sort=False)
@@ -132,8 +134,9 @@ class TaskItem:
 
 
 def iter_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
-    tasks, excluded = plan(table, config, budget)
+                budget: TokenBudget | None = None,
+                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
+    tasks, excluded = plan(table, config, budget, benchmarks)
     yield exclusions(excluded, exports, split)
     if tasks.empty:
         return

@@ -15,6 +15,7 @@ import pandas as pd
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES, TrainingRule, trained_messages
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.curation import balance, carries_flag
+from trajectory_assets.exports.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
@@ -35,8 +36,9 @@ PAYLOAD_COLUMNS = [
 
 
 def plan(table: TrajectoryTable, config: SftConfig,
-         budget: TokenBudget | None = None) -> tuple[pd.DataFrame, Counter]:
-    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget)
+         budget: TokenBudget | None = None,
+         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
+    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget, benchmarks)
     return balance(kept, config, "trajectory_id", excluded), excluded
 
 
@@ -87,8 +89,9 @@ class SftItem:
 
 
 def iter_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
-    rows, excluded = plan(table, config, budget)
+                budget: TokenBudget | None = None,
+                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
+    rows, excluded = plan(table, config, budget, benchmarks)
     yield exclusions(excluded, exports, split)
     planned = set(rows["trajectory_id"])
     # the metadata is read only when some row's source listed messages that are no targets

@@ -1,0 +1,225 @@
+"""What benchmark decontamination costs, against ingest, measured in one process and one run.
+
+    python -m bench.decontamination --size 1000 --items 10000
+
+Builds a corpus of ``--size`` MB (bench/corpus.py, as ``bench.run`` does) and an evaluation
+set of ``--items`` items: questions of 40-160 words drawn from the words the corpus's own
+turns use (so nearly every window of a trajectory is made of benchmark words and gets
+hashed: the slow case), plus the user prompts of a few of the corpus's template rollouts (so
+real matches are found) and, as ids, SWE-bench ``instance_id`` s its rollouts carry. Then, in
+this process, one batch after the other (``ingest.ingest`` with the default redaction, as
+each ingest step does):
+
+- **ingest** without decontamination, then **ingest with it** (``IngestFlags`` fed each
+  trajectory as it is converted, its flags written beside the batch): the time spent in
+  decontamination is timed inside (the index, built once per process, included), and the
+  difference of the two ingests is shown too;
+- **the family steps**: each family's plan with and without the index, the flags stored at
+  ingest being current: what decontamination adds to a datasets run;
+- **a batch without flags**: every stored trajectory checked by reading it again
+  (``decontamination.contaminated``), what an export step does for a batch ingested before
+  the benchmarks were configured or changed (once: it then stores the flags).
+
+Each is divided by the ingest time. Ingest here is one process on one core; ``trajectory-assets
+run`` ingests in one process per core, so its wall time is shorter, its CPU time the same.
+Writes bench/out/decontamination.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from bench.corpus import build_corpus, seed_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT.parent / "shared" / "corpus" / "nemo_gym"
+OUT = ROOT / "bench" / "out"
+clock = time.perf_counter
+
+
+def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float, float, int]:
+    """Every file of ``source`` ingested into ``storage`` as the ingest steps do, with the
+    benchmarks' flags if ``decontamination`` names any: (seconds, of which in decontamination, rows)."""
+    from trajectory_assets import layout
+    from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+    from trajectory_assets.config import PipelineConfig
+    from trajectory_assets.exports.decontamination import ingest_flags
+    from trajectory_assets.ingest import ingest
+    from trajectory_assets.io.source_files import SourceFile, batch_key
+    from trajectory_assets.io.storage import Storage
+    from trajectory_assets.redaction.redactor import Redactor
+
+    config = PipelineConfig()
+    store = Storage(str(storage))
+    rows = 0
+    inside = 0.0
+    start = clock()
+    redactor = Redactor.from_config(config.redaction)
+    for path in sorted(source.glob("*.jsonl")):
+        key = batch_key(path.name)
+        began = clock()
+        flags = ingest_flags(decontamination) if decontamination is not None else None
+        inside += clock() - began
+
+        def observe(trajectory_id, trajectory):
+            nonlocal inside
+            began = clock()
+            flags.add(trajectory_id, trajectory.messages, trajectory.task_inputs, trajectory.metadata,
+                      trajectory.request)
+            inside += clock() - began
+
+        with (store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
+              store.open_write(layout.batch_quarantine(key)) as quarantine):
+            summary = ingest([SourceFile(str(path), path.name)], parquet.write_table,
+                             lambda rejected: quarantine.write(b"".join(orjson.dumps(r) + b"\n" for r in rejected)),
+                             redactor=redactor, options=config.conversion,
+                             on_trajectory=None if flags is None else observe)
+        if flags is not None:
+            began = clock()
+            store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
+            inside += clock() - began
+        store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict()))
+        rows += summary.records_valid
+    return clock() - start, inside, rows
+
+
+def evaluation_set(path: Path, storage: Path, batches: list[str], items: int, seed: int = 11) -> dict:
+    """Writes ``items`` benchmark rows {question, instance_id} as JSON lines; returns what it holds."""
+    from trajectory_assets.exports.decontamination import turn_texts, words
+    from trajectory_assets.io.storage import Storage
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
+
+    rng = random.Random(seed)
+    vocabulary: set[str] = set()
+    prompts: list[str] = []
+    instance_ids: set[str] = set()
+    table = StoredTrajectories(Storage(str(storage)), batches)
+    for chunk in table.scan(["messages", "metadata"]):
+        for messages, metadata in zip(chunk["messages"][:200], chunk["metadata"][:200]):
+            texts = list(turn_texts(orjson.loads(messages)))
+            for text in texts:
+                vocabulary.update(words(text)[:2000])
+            instance_id = orjson.loads(metadata).get("instance_id")
+            if isinstance(instance_id, str):
+                instance_ids.add(instance_id)
+        if len(vocabulary) > 50_000:
+            break
+    # planted: the user prompts of a few template rollouts, without the bench's task marker
+    templates = seed_rows(CORPUS)
+    for row in templates[:: max(1, len(templates) // 5)][:5]:
+        for item in row["responses_create_params"]["input"] if isinstance(row["responses_create_params"]["input"],
+                                                                           list) else []:
+            if isinstance(item, dict) and item.get("role") == "user" and isinstance(item.get("content"), str):
+                prompts.append(item["content"])
+                break
+    words_list = sorted(vocabulary)
+    rows = [{"question": prompt, "instance_id": f"planted-{n}"} for n, prompt in enumerate(prompts)]
+    rows += [{"question": None, "instance_id": instance_id} for instance_id in sorted(instance_ids)[:3]]
+    while len(rows) < items:
+        rows.append({"question": " ".join(rng.choice(words_list) for _ in range(rng.randint(40, 160))),
+                     "instance_id": f"synthetic-{len(rows)}"})
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return {"items": len(rows), "planted_prompts": len(prompts), "planted_ids": min(3, len(instance_ids)),
+            "vocabulary": len(words_list), "bytes": path.stat().st_size}
+
+
+def benchmark_config(benchmark: Path):
+    from trajectory_assets.config import DecontaminationConfig
+
+    return DecontaminationConfig.model_validate({"benchmarks": [
+        {"name": "bench", "path": str(benchmark), "text_fields": ["question"], "id_field": "instance_id"}]})
+
+
+def measure(storage: Path, benchmark: Path, batches: list[str]) -> dict:
+    """The family steps with current flags, then one scan of every batch as if it had none."""
+    from trajectory_assets.config import PipelineConfig
+    from trajectory_assets.exports.decontamination import build_index, contaminated, scan_columns
+    from trajectory_assets.exports.families import dpo, grpo, sft
+    from trajectory_assets.io.storage import Storage
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
+
+    table = StoredTrajectories(Storage(str(storage)), batches)
+    start = clock()
+    index = build_index(benchmark_config(benchmark))
+    index_s = clock() - start
+    pipeline = PipelineConfig()
+    families = {}
+    for name, module in (("sft", sft), ("dpo", dpo), ("grpo", grpo)):
+        section = getattr(pipeline, name)
+        start = clock()
+        module.plan(table, section)
+        without = clock() - start
+        start = clock()
+        _, excluded = module.plan(table, section, None, build_index(benchmark_config(benchmark)))
+        with_index = clock() - start  # the step reads and indexes the benchmarks itself
+        families[name] = {"plan_s": round(without, 3), "plan_with_decontamination_s": round(with_index, 3),
+                          "added_s": round(with_index - without, 3),
+                          "left_out": excluded.get("contaminated:bench", 0)}
+    start = clock()
+    matched = contaminated(table.scan(scan_columns(index)), index)
+    scan_s = clock() - start
+    return {"index_s": round(index_s, 3), "ngrams": index.counted()[0].ngrams, "families": families,
+            "scan_without_flags_s": round(scan_s, 3), "matched_by_scan": len(matched)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=float, default=1000, help="corpus size in MB (default 1000)")
+    parser.add_argument("--items", type=int, default=10_000, help="evaluation set items (default 10000)")
+    parser.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-decont-"))
+    try:
+        corpus = build_corpus(int(args.size * 1e6), work / "source", CORPUS)
+        plain_s, _, rows = ingest_all(work / "source", work / "plain")
+        batches = sorted(path.name[: -len(".parquet")]
+                         for path in (work / "plain" / "trajectories" / "batches").glob("*.parquet"))
+        benchmark = evaluation_set(work / "benchmark.jsonl", work / "plain", batches, args.items)
+        shutil.rmtree(work / "plain")
+        with_s, inside_s, _ = ingest_all(work / "source", work / "storage", benchmark_config(work / "benchmark.jsonl"))
+        measured = measure(work / "storage", work / "benchmark.jsonl", batches)
+        flagged = sum(len(orjson.loads((work / "storage" / "trajectories" / "batches" /
+                                        f"{key}.decontamination.json").read_bytes())["contaminated"])
+                      for key in batches)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    families_s = sum(family["added_s"] for family in measured["families"].values())
+    result = {
+        "corpus": {**corpus, "trajectories": rows}, "benchmark": benchmark,
+        "ingest_s": round(plain_s, 3), "ingest_with_decontamination_s": round(with_s, 3),
+        "in_decontamination_s": round(inside_s, 3), "matched_at_ingest": flagged, **measured,
+        "ratio_at_ingest": round(inside_s / plain_s, 4),
+        "ratio_families": round(families_s / plain_s, 4),
+        "ratio_run": round((inside_s + families_s) / plain_s, 4),
+        "ratio_scan_without_flags": round(measured["scan_without_flags_s"] / plain_s, 4),
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "decontamination.json").write_text(json.dumps(result, indent=2) + "\n")
+    mb = corpus["bytes"] / 1e6
+    print(f"corpus {mb:.0f} MB, {rows} trajectories, {corpus['files']} files; evaluation set {benchmark['items']} "
+          f"items ({measured['ngrams']} n-grams); matched at ingest {flagged}, by a scan {measured['matched_by_scan']}\n")
+    print("| what | seconds | / ingest |\n|---|---|---|")
+    print(f"| ingest (one process, no benchmarks) | {plain_s:.2f} | 1 |")
+    print(f"| ingest with the benchmarks ({with_s - plain_s:+.2f} s) | {with_s:.2f} | {with_s / plain_s:.3f} |")
+    print(f"| of which in decontamination (timed inside: index, texts, flags) | {inside_s:.2f} | "
+          f"{result['ratio_at_ingest']:.3f} |")
+    for name, family in measured["families"].items():
+        print(f"| {name} plan: added, flags current ({family['plan_s']:.2f} -> "
+              f"{family['plan_with_decontamination_s']:.2f} s; {family['left_out']} left out) | "
+              f"{family['added_s']:.2f} | {family['added_s'] / plain_s:.3f} |")
+    print(f"| a run: at ingest + the three family steps | {inside_s + families_s:.2f} | {result['ratio_run']:.3f} |")
+    print(f"| without flags: every stored trajectory read and checked once | {measured['scan_without_flags_s']:.2f} | "
+          f"{result['ratio_scan_without_flags']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""Benchmark decontamination: a trajectory sharing a 13-gram of its user or assistant turns, or
+its task id, with a configured evaluation set is left out of every export, named in the
+manifest; near-misses behave as NeMo Curator / datatrove define them; every benchmark form
+loads; zero benchmarks change nothing."""
+
+import json
+import re
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from trajectory_assets.config import (
+    ConfigError,
+    DecontaminationConfig,
+    DpoConfig,
+    GrpoConfig,
+    PipelineConfig,
+    SftConfig,
+    SplitConfig,
+    load_config,
+)
+from trajectory_assets.exports.decontamination import BenchmarkError, build_index, words
+from trajectory_assets.exports.families.frames import FrameTable
+from trajectory_assets.exports.registry import build, family_exports
+from trajectory_assets.exports.writer import Written, write_family
+from trajectory_assets.io.storage import Storage
+
+ALL_TRAIN = SplitConfig(validation_fraction=0.0)
+QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+            "How many clips did Natalia sell altogether in April and May?")
+# 13 consecutive words of QUESTION, in other casing, punctuation and numbers
+PLANTED = "Before we start: NATALIA sold clips to 12 of her friends in april; and then she sold half..."
+FAMILIES = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig(default_agent_ref="agent")}
+
+
+def benchmark_file(tmp_path, rows=None, name="gsm.jsonl"):
+    rows = rows if rows is not None else [{"question": QUESTION, "instance_id": "gsm-7"},
+                                          {"question": "What is the capital of France?", "instance_id": "gsm-8"}]
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def index(tmp_path, *benchmarks, ngram=13):
+    benchmarks = benchmarks or ({"name": "gsm8k", "path": str(benchmark_file(tmp_path)),
+                                 "text_fields": ["question"], "id_field": "instance_id"},)
+    return build_index(DecontaminationConfig.model_validate({"benchmarks": list(benchmarks), "ngram": ngram}))
+
+
+def task(index_, prompt, answers=("A", "B"), **extra):
+    """Two rollouts of one task (rewards 1 and 0): one SFT row, one DPO pair, one GRPO task."""
+    return [make_rollout([message_item(answer)], request_input=prompt, reward=reward, _ng_task_index=index_, **extra)
+            for answer, reward in zip(answers, (1.0, 0.0))]
+
+
+def exported(frame, benchmarks):
+    """Per family: (trajectory ids written, exclusions)."""
+    result = {}
+    for family, config in FAMILIES.items():
+        out = build(family, frame, config, ALL_TRAIN, benchmarks=benchmarks)
+        ids = set()
+        for record in out.records:
+            ids.update(record.get("trajectory_ids") or [record.get(k) for k in ("trajectory_id", "chosen_id",
+                                                                                 "rejected_id") if record.get(k)])
+        result[family] = ids, dict(out.excluded)
+    return result
+
+
+def ids_of(frame, task_index):
+    return set(frame.loc[frame["task_index"] == task_index, "trajectory_id"])
+
+
+def test_a_planted_13_gram_in_a_user_turn_leaves_every_family(tmp_path):
+    frame = trajectory_frame([*task(0, PLANTED), *task(1, "Something unrelated entirely.")])
+    for family, (written, excluded) in exported(frame, index(tmp_path)).items():
+        assert written == ids_of(frame, 1), family
+        assert excluded == {"contaminated:gsm8k": 2}, family
+    # without decontamination both tasks are exported
+    assert all(written == set(frame["trajectory_id"]) for written, _ in exported(frame, None).values())
+
+
+def test_a_benchmark_id_carried_by_a_rollout_leaves_every_family(tmp_path):
+    """SWE-bench style: the rollout's top-level instance_id (kept in its metadata)."""
+    frame = trajectory_frame([*task(0, "Fix the bug in jq.", instance_id="gsm-7"),
+                              *task(1, "Fix the other bug.", instance_id="other-1")])
+    for family, (written, excluded) in exported(frame, index(tmp_path)).items():
+        assert written == ids_of(frame, 1) and excluded == {"contaminated:gsm8k": 2}, family
+
+
+def test_ids_are_found_in_the_request_metadata_and_at_a_dotted_path(tmp_path):
+    path = benchmark_file(tmp_path, [{"instance_id": "astropy__astropy-12907", "task": {"id": 50}}])
+    by_request = {"name": "swe", "path": str(path), "id_field": "instance_id"}
+    by_task = {"name": "tau", "path": str(path), "id_field": "task.id", "task_id_field": "task.id"}
+    frame = trajectory_frame([
+        make_rollout(request_input="Fix it.", _ng_task_index=0),
+        make_rollout(request_input="Book a flight.", _ng_task_index=1, task={"id": 50}),
+        make_rollout(request_input="Book a hotel.", _ng_task_index=2, task={"id": 51}),
+    ])
+    request = orjson.loads(frame.loc[0, "request"])
+    frame.loc[0, "request"] = orjson.dumps({**request, "metadata": {"instance_id": "astropy__astropy-12907"}}).decode()
+    out = build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=index(tmp_path, by_request, by_task))
+    assert out.excluded == {"contaminated:swe": 1, "contaminated:tau": 1}
+    assert [record["trajectory_id"] for record in out.records] == [frame.loc[2, "trajectory_id"]]
+
+
+def test_an_id_in_the_materialized_inputs_matches(tmp_path):
+    frame = trajectory_frame([make_rollout(request_input="Fix it.", _ng_task_index=0)])
+    frame.loc[0, "task_inputs"] = orjson.dumps({"instance_id": "gsm-8"}).decode()
+    assert build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=index(tmp_path)).excluded == {
+        "contaminated:gsm8k": 1}
+
+
+def test_assistant_answers_count_system_prompts_and_tool_results_do_not(tmp_path):
+    benchmarks = index(tmp_path)
+    in_answer = [message_item(f"Sure. {PLANTED}")]
+    in_call = [call_item("solve", json.dumps({"problem": PLANTED}), "c1"), output_item("c1", "72"),
+               message_item("72")]
+    in_tool_result = [call_item("read", "{}", "c1"), output_item("c1", PLANTED), message_item("72")]
+    in_system = [{"role": "system", "content": PLANTED}, {"role": "user", "content": "Hello."}]
+    frame = trajectory_frame([make_rollout(in_answer, _ng_task_index=0), make_rollout(in_call, _ng_task_index=1),
+                              make_rollout(in_tool_result, _ng_task_index=2),
+                              make_rollout(request_input=in_system, _ng_task_index=3)])
+    assert frame["messages"].map(lambda m: PLANTED in m).all()
+    out = build("sft", frame, SftConfig(exclude_unanswered_tool_calls=False), ALL_TRAIN, benchmarks=benchmarks)
+    assert out.excluded == {"contaminated:gsm8k": 2}
+    assert {record["trajectory_id"] for record in out.records} == set(frame.loc[[2, 3], "trajectory_id"])
+
+
+@pytest.mark.parametrize("text, matches", [
+    # the same 13 words, cased, punctuated and numbered otherwise (datatrove's normalisation)
+    ("NATALIA SOLD CLIPS TO 12 OF HER FRIENDS IN APRIL AND THEN SHE SOLD", True),
+    ("natalia... sold clips -- to 48 of her friends in \"April\"!! and then she sold", True),
+    ("Natalia\tsold\nclips to 48\u00a0of her friends in April, and then she sold", True),
+    ("Natália sold clips to 4,800 of her friends in Ápril, and then she sold", True),
+    # 12 shared words, then a different one: no 13-gram
+    ("Natalia sold clips to 48 of her friends in April, and then he", False),
+    ("Natalia sold clips to 48 of her friends in April, and then", False),
+    # a word cut by punctuation is two words (datatrove; NeMo Curator would delete it and join them)
+    ("Natalia sold cl-ips to 48 of her friends in April, and then she sold", False),
+    # a word dropped in the middle
+    ("Natalia sold clips to 48 of friends in April, and then she sold half as", False),
+])
+def test_near_misses_follow_the_normaliser(tmp_path, text, matches):
+    frame = trajectory_frame([make_rollout(request_input=text)])
+    out = build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=index(tmp_path))
+    assert (out.excluded == {"contaminated:gsm8k": 1}) is matches
+
+
+def test_the_normaliser_is_datatroves():
+    # the research notes' run of datatrove's simplify_text on this text (spaCy's English
+    # tokenizer then splits on the spaces)
+    text = "Q: What's the Capital of France, in 2024?  Café — Paris!\nAnswer: 3.14 apples on Monday."
+    assert " ".join(words(text)) == "q what s the capital of france in 0 cafe paris answer 0 apples on monday"
+
+
+def test_short_benchmark_texts_match_whole_from_eight_words(tmp_path):
+    """NeMo Curator: a task text of 8-12 words is one n-gram of its length; shorter ones are ignored."""
+    path = benchmark_file(tmp_path, [{"q": "Which planet in our solar system has the most moons?"},  # 10 words
+                                     {"q": "Who wrote Hamlet and Macbeth first?"}])  # 6 words
+    benchmarks = index(tmp_path, {"name": "trivia", "path": str(path), "text_fields": ["q"]})
+    assert benchmarks.counted()[0].ngrams == 1
+    frame = trajectory_frame([make_rollout(request_input="Quiz: which planet in our solar system has the most moons?"),
+                              make_rollout(request_input="which planet in our solar system has the moons"),
+                              make_rollout(request_input="Who wrote Hamlet and Macbeth first?")])
+    out = build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=benchmarks)
+    assert out.excluded == {"contaminated:trivia": 1}
+    assert frame.loc[0, "trajectory_id"] not in {record["trajectory_id"] for record in out.records}
+
+
+def test_the_first_benchmark_in_config_order_names_a_match(tmp_path):
+    first = {"name": "first", "path": str(benchmark_file(tmp_path, name="a.jsonl")), "text_fields": ["question"]}
+    second = {"name": "second", "path": str(benchmark_file(tmp_path, name="b.jsonl")), "text_fields": ["question"],
+              "id_field": "instance_id"}
+    frame = trajectory_frame([make_rollout(request_input=PLANTED, _ng_task_index=0),
+                              make_rollout(request_input="x", _ng_task_index=1, instance_id="gsm-8")])
+    out = build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=index(tmp_path, first, second))
+    assert out.excluded == {"contaminated:first": 1, "contaminated:second": 1}
+
+
+def test_a_different_ngram_size(tmp_path):
+    frame = trajectory_frame([make_rollout(request_input="natalia sold clips to 48 of her friends")])  # 8 words
+    config = {"name": "gsm8k", "path": str(benchmark_file(tmp_path)), "text_fields": ["question"]}
+    assert build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=index(tmp_path, config, ngram=8)).excluded == {
+        "contaminated:gsm8k": 1}
+    assert not build("sft", frame, SftConfig(), ALL_TRAIN, benchmarks=index(tmp_path, config, ngram=9)).excluded
+
+
+def saved_forms(tmp_path):
+    """The same two benchmark rows as JSON lines, Parquet, a saved Dataset and a saved DatasetDict."""
+    datasets = pytest.importorskip("datasets")
+    rows = [{"question": QUESTION, "instance_id": "gsm-7"}, {"question": "Other text.", "instance_id": "gsm-8"}]
+    jsonl = benchmark_file(tmp_path, rows)
+    parquet = tmp_path / "gsm.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    dataset = datasets.Dataset.from_list(rows)
+    dataset.save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"test": dataset.select([0]), "train": dataset.select([1])}).save_to_disk(
+        str(tmp_path / "saved_dict"))
+    return [jsonl, parquet, tmp_path / "saved", tmp_path / "saved_dict"]
+
+
+def test_jsonl_parquet_and_save_to_disk_benchmarks_load_alike(tmp_path):
+    frame = trajectory_frame([*task(0, PLANTED), *task(1, "Fix it.", instance_id="gsm-8"), *task(2, "Fine.")])
+    for path in saved_forms(tmp_path):
+        benchmarks = index(tmp_path, {"name": "gsm8k", "path": str(path), "text_fields": ["question"],
+                                      "id_field": "instance_id"})
+        (summary,) = benchmarks.counted()
+        assert (summary.items, summary.ids) == (2, 2) and summary.ngrams > 0 and len(summary.sha256) == 64, path
+        for family, (written, excluded) in exported(frame, benchmarks).items():
+            assert written == ids_of(frame, 2) and excluded == {"contaminated:gsm8k": 4}, (path, family)
+
+
+def test_without_the_datasets_package_a_saved_folder_says_what_to_do(tmp_path, monkeypatch):
+    import builtins
+
+    (tmp_path / "saved").mkdir()
+    real_import = builtins.__import__
+
+    def no_datasets(name, *args, **kwargs):
+        if name == "datasets":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    with pytest.raises(BenchmarkError, match="needs the `datasets` package"):
+        index(tmp_path, {"name": "saved", "path": str(tmp_path / "saved"), "text_fields": ["question"]})
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: {"path": str(p / "missing.jsonl")}, "missing.jsonl does not exist"),
+    (lambda p: {"path": str(benchmark_file(p)), "text_fields": ["prompt"]}, "has no field prompt (its fields: "
+                                                                             "instance_id, question)"),
+    (lambda p: {"path": str(benchmark_file(p, ["not json"]).with_suffix(".jsonl"))}, None),
+])
+def test_an_unreadable_benchmark_is_named(tmp_path, setup, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    spec = {"name": "gsm8k", "text_fields": ["question"], **setup(tmp_path)}
+    if message is None:
+        spec["path"], message = str(bad), "bad.jsonl line 1 is not JSON"
+    with pytest.raises(BenchmarkError, match=re.escape(f"decontamination benchmark 'gsm8k': ")) as error:
+        index(tmp_path, spec)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("decontamination:\n  benchmarks:\n  - {name: 'gsm 8k', path: g.jsonl, text_fields: [q]}\n",
+     "decontamination.benchmarks.0.name: Value error, benchmark name 'gsm 8k' must be letters"),
+    ("decontamination:\n  benchmarks:\n  - {name: gsm8k, path: g.jsonl}\n",
+     "benchmark 'gsm8k' names neither text_fields nor id_field"),
+    ("decontamination:\n  benchmarks:\n  - {name: g, path: g.jsonl, text_fields: [q]}\n"
+     "  - {name: g, path: h.jsonl, text_fields: [q]}\n", "benchmark names must be unique: g appear"),
+    ("decontamination:\n  benchmarks:\n  - {name: g, text_fields: [q]}\n", "decontamination.benchmarks.0.path: Field required"),
+    ("decontamination:\n  benchmarks:\n  - {name: g, path: g.jsonl, task_id_field: task.id, text_fields: [q]}\n",
+     "task_id_field needs id_field"),
+    ("decontamination:\n  ngram: 0\n", "decontamination.ngram"),
+    ("decontamination:\n  benchmarks:\n  - {name: g, path: g.jsonl, text_field: [q]}\n",
+     "decontamination.benchmarks.0.text_field: Extra inputs are not permitted"),
+])
+def test_config_errors_are_readable(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)
+
+
+def test_no_benchmark_means_no_index():
+    assert build_index(DecontaminationConfig()) is None and PipelineConfig().decontamination.benchmarks == []
+
+
+class CountingTable(FrameTable):
+    """A FrameTable that records which columns each scan read."""
+
+    def __init__(self, frame):
+        super().__init__(frame)
+        self.scans = []
+
+    def scan(self, columns, ids=None):
+        self.scans.append(list(columns))
+        return super().scan(columns, ids)
+
+
+def write_all(tmp_path, folder, frame, config):
+    """Every export of every family written to ``folder``: {export: manifest}."""
+    store = Storage(str(tmp_path / folder))
+    table = CountingTable(frame)
+    manifests = {}
+    for family in FAMILIES:
+        exports = family_exports(family)
+        for outcome in write_family(store, family, exports, table, config, None, [], [],
+                                    {export.name: "test" for export in exports},
+                                    build_index(config.decontamination)):
+            assert isinstance(outcome, Written), outcome
+            manifests[outcome.export.name] = outcome.manifest
+    return manifests, table.scans
+
+
+def test_manifests_name_the_benchmark_and_zero_matches_change_no_byte(tmp_path):
+    frame = trajectory_frame([*task(0, PLANTED, ("A one", "B one")), *task(1, "Fine.", ("A two", "B two")),
+                              *task(2, "Fine again.", ("A three", "B three"))])
+    plain = PipelineConfig.model_validate({"sft": {"min_reward": None}, "grpo": {"default_agent_ref": "agent"}})
+    benchmark = {"name": "gsm8k", "path": str(benchmark_file(tmp_path)), "text_fields": ["question"],
+                 "id_field": "instance_id"}
+    configured = plain.model_copy(update={"decontamination": DecontaminationConfig.model_validate(
+        {"benchmarks": [benchmark]})})
+    unrelated = plain.model_copy(update={"decontamination": DecontaminationConfig.model_validate(
+        {"benchmarks": [{**benchmark, "path": str(benchmark_file(tmp_path, [{"question": "x " * 20, "instance_id": "none"}],
+                                                       "u.jsonl")),
+                         "name": "unrelated"}]})})
+
+    before, plain_scans = write_all(tmp_path, "plain", frame, plain)
+    after, configured_scans = write_all(tmp_path, "configured", frame, configured)
+    untouched, _ = write_all(tmp_path, "unrelated", frame, unrelated)
+
+    # no benchmark: the messages are never read for it, and the manifest has no block
+    decontamination_scan = ["trajectory_id", "messages", "task_inputs", "metadata", "request"]
+    assert decontamination_scan not in plain_scans
+    assert configured_scans.count(decontamination_scan) == 3  # once per family
+    assert all("decontamination" not in manifest for manifest in before.values())
+    for name, manifest in after.items():
+        assert manifest["excluded"]["contaminated:gsm8k"] == 2, name
+        (block,) = manifest["decontamination"]["benchmarks"]
+        assert manifest["decontamination"]["ngram"] == 13
+        assert block["name"] == "gsm8k" and block["left_out"] == 2 and block["items"] == 2, name
+        rows_before = sum(before[name]["rows"].values())  # (on_policy_tokens: none without token data)
+        assert sum(manifest["rows"].values()) < rows_before or rows_before == 0, name
+    # a benchmark that matches nothing: the same files, byte for byte
+    for name, manifest in untouched.items():
+        assert manifest["files"] == before[name]["files"], name
+        assert manifest["decontamination"]["benchmarks"][0]["left_out"] == 0
+    card = (tmp_path / "configured" / "exports" / "sft" / "README.md").read_text()
+    assert "contaminated:gsm8k" in card and "Decontaminated: a trajectory sharing a 13-word n-gram" in card
+    assert "Decontaminated" not in (tmp_path / "plain" / "exports" / "sft" / "README.md").read_text()
+
+
+def test_ascii_and_unicode_texts_side_by_side_are_each_matched(tmp_path):
+    """The fast path (ASCII) and the Unicode path are merged back in order, texts never joined."""
+    benchmarks = index(tmp_path)
+    texts = ["plain ascii text with nothing in it", PLANTED, "Ünïcödé — “quoted” text, nothing here",
+             "NATÁLIA SOLD CLIPS TO 48 OF HER FRIENDS IN APRIL\u00a0AND THEN SHE SOLD", "",
+             "natalia sold clips to 48 of her friends in april and then", "she sold half as many clips"]
+    assert benchmarks.text_matches(pa.array(texts)).tolist() == [-1, 0, -1, 0, -1, -1, -1]
+    # datatrove's punctuation set has ’ but not ‘: the reference keeps it, and so does this
+    assert words("a\u3000b\u2014c\u00a0d ‘e’") == ["a", "b", "c", "d", "‘e"]
+
+
+def test_an_export_step_fails_once_with_the_benchmarks_sentence(tmp_path):
+    """The Dagster step reads the benchmarks itself (the UI has no CLI check before it): an
+    unreadable one fails the step with the same sentence, never retried."""
+    import dagster as dg
+
+    from trajectory_assets.defs.exports import _benchmarks
+
+    config = PipelineConfig.model_validate({"decontamination": {"benchmarks": [
+        {"name": "gsm8k", "path": str(tmp_path / "gone.jsonl"), "text_fields": ["question"]}]}})
+    with pytest.raises(dg.Failure) as failure:
+        _benchmarks(config)
+    assert "gone.jsonl does not exist" in failure.value.description and not failure.value.allow_retries
+    assert _benchmarks(PipelineConfig()) is None
