@@ -72,8 +72,7 @@ def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float
         def observe(trajectory_id, trajectory):
             nonlocal inside
             began = clock()
-            flags.add(trajectory_id, trajectory.messages, trajectory.task_inputs, trajectory.metadata,
-                      trajectory.request)
+            flags.add(trajectory_id, trajectory)
             inside += clock() - began
 
         with (store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,

@@ -44,6 +44,12 @@ def benchmark_file(tmp_path, rows=None, name="gsm.jsonl"):
     return path
 
 
+def broken_file(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{not json\n")
+    return path
+
+
 def index(tmp_path, *benchmarks, ngram=13):
     benchmarks = benchmarks or ({"name": "gsm8k", "path": str(benchmark_file(tmp_path)),
                                  "text_fields": ["question"], "id_field": "instance_id"},)
@@ -233,14 +239,12 @@ def test_without_the_datasets_package_a_saved_folder_says_what_to_do(tmp_path, m
     (lambda p: {"path": str(p / "missing.jsonl")}, "missing.jsonl does not exist"),
     (lambda p: {"path": str(benchmark_file(p)), "text_fields": ["prompt"]}, "has no field prompt (its fields: "
                                                                              "instance_id, question)"),
-    (lambda p: {"path": str(benchmark_file(p, ["not json"]).with_suffix(".jsonl"))}, None),
+    (lambda p: {"path": str(benchmark_file(p, [[{"question": QUESTION}]], name="array.json"))},
+     "array.json line 1 is a JSON list, not an object"),  # a json.dump of a list: it would compare nothing
+    (lambda p: {"path": str(broken_file(p))}, "bad.jsonl line 1 is not JSON"),
 ])
 def test_an_unreadable_benchmark_is_named(tmp_path, setup, message):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text("{not json\n")
     spec = {"name": "gsm8k", "text_fields": ["question"], **setup(tmp_path)}
-    if message is None:
-        spec["path"], message = str(bad), "bad.jsonl line 1 is not JSON"
     with pytest.raises(BenchmarkError, match=re.escape(f"decontamination benchmark 'gsm8k': ")) as error:
         index(tmp_path, spec)
     assert message in str(error.value)
@@ -360,3 +364,9 @@ def test_an_export_step_fails_once_with_the_benchmarks_sentence(tmp_path):
         _benchmarks(config)
     assert "gone.jsonl does not exist" in failure.value.description and not failure.value.allow_retries
     assert _benchmarks(PipelineConfig()) is None
+
+
+def test_numbers_normalise_alike_in_ascii_text_and_in_text_with_other_characters():
+    # datatrove: one separator per number, so 1,000,000 is "0 0"; an em dash must not change it
+    plain = "Natalia sold 1,000,000 clips in v1.2.3"
+    assert words(plain + " \u2014") == words(plain) == ["natalia", "sold", "0", "0", "clips", "in", "v0", "0"]

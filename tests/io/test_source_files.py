@@ -6,8 +6,17 @@ import hashlib
 
 import pytest
 
-from trajectory_assets.io.source_files import SourceError, SourceReadStats, discover, iter_lines
-from trajectory_assets.sources import INPUTS_SUFFIXES
+from tests.fixtures.harbor_jobs import LINEAR, TERMINUS, harbor_jobs, write_trial
+from trajectory_assets.io.source_files import (
+    SourceError,
+    SourceReadStats,
+    describe_batch,
+    discover,
+    iter_lines,
+    source_fingerprint,
+    source_from_record,
+)
+from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES
 
 
 def lines_of(path):
@@ -181,8 +190,6 @@ def test_lines_longer_than_a_read_block_stay_whole(tmp_path):
 
 # ---------------------------------------------------------------- side files
 
-from trajectory_assets.io.source_files import describe_batch  # noqa: E402
-from trajectory_assets.sources import SIDE_FILES  # noqa: E402
 
 # what NeMo Gym's collector and reward profiler, and Hermes Agent, write beside a source file
 SIDE_FILE_CASES = [
@@ -251,9 +258,6 @@ def test_the_batch_lists_its_side_files_with_size_and_sha256_outside_its_data_ve
 
 # ---------------------------------------------------------------- Harbor job folders
 
-from trajectory_assets.io.source_files import source_fingerprint, source_from_record  # noqa: E402
-from trajectory_assets.sources import FOLDER_RECORDS  # noqa: E402
-from tests.fixtures.harbor_jobs import LINEAR, TERMINUS, harbor_jobs, write_trial  # noqa: E402
 
 
 def discover_all(*paths):
@@ -349,3 +353,15 @@ def test_a_trial_file_that_cannot_be_read_is_named_in_its_record_not_a_failed_ba
     bundles = [json.loads(raw) for _, raw in iter_lines(source, stats)]
     assert list(bundles[1]["unreadable"]) == ["result.json"] and stats.error is None
     assert stats.sha256 == record["sha256"]
+
+
+def test_a_json_file_of_json_lines_named_alone_is_read_as_lines_not_as_a_trajectory(tmp_path):
+    path = tmp_path / "rollouts.json"
+    path.write_text('{"a": 1}\n{"a": 2}\n')
+    (found,) = discover([str(path)], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
+    assert not found.records
+    assert [line for _, line in iter_lines(found, SourceReadStats())] == [b'{"a": 1}', b'{"a": 2}']
+    named = tmp_path / "run.trajectory.json"  # a renamed ATIF file keeps the word
+    named.write_text(json.dumps({"schema_version": "ATIF-v1.7", "steps": []}))
+    (trajectory,) = discover([str(named)], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
+    assert len(trajectory.records) == 1

@@ -379,7 +379,9 @@ def test_a_password_in_a_url_is_found_where_basic_auth_detector_finds_it():
     """BasicAuthDetector runs as it is, beside the wider rule: whatever it reports goes too."""
     from detect_secrets.plugins.basic_auth import BasicAuthDetector
 
-    for url in ("postgresql://app:Zr8xLq9Vb3Nc@db/prod", "https://deploy:k3F9q2Lx7Vb1@git.acme.io/a.git"):
+    # the last: a backtick in a password, which only the plugin takes (our rule stops at one)
+    for url in ("postgresql://app:Zr8xLq9Vb3Nc@db/prod", "https://deploy:k3F9q2Lx7Vb1@git.acme.io/a.git",
+                "postgres://u:ab`cd12xyz@h/db"):
         reported = set(BasicAuthDetector().analyze_string(url))
         redacted, _ = REDACTOR.redact(json.dumps({"c": url}).encode())
         assert reported and not any(password.encode() in redacted for password in reported)
@@ -407,3 +409,13 @@ def test_an_eyj_token_the_plugin_does_not_validate_stays(text):
     assert not set(JwtTokenDetector().analyze_string(text))
     line = json.dumps({"c": text}).encode()
     assert REDACTOR.redact(line) == (line, {})
+
+
+def test_a_url_password_is_kept_as_a_template_only_when_the_placeholder_is_all_it_holds():
+    from trajectory_assets.redaction.secret_rules import url_password_reason
+
+    assert url_password_reason("<your-redis-password>") == "template"
+    for generated in ("Kq8<abcd>m3Z", "x9Lq<host>Zr8!"):
+        assert url_password_reason(generated) is None
+        redacted, _ = REDACTOR.redact(json.dumps({"c": f"redis://:{generated}@cache:6379"}).encode())
+        assert generated.encode() not in redacted

@@ -403,3 +403,21 @@ def test_the_record_holds_the_trial_files_harbor_writes_and_nothing_else():
 def test_the_trial_record_is_the_same_wherever_the_job_folder_lies():
     record = trial({"agent/trajectory.json": atif(user(), agent("x"))})
     assert convert_record(dumps(record), source_id="a").messages == convert(record).messages
+
+
+def test_a_nan_in_a_trial_file_is_counted_and_flagged_as_in_any_source_line():
+    main = json.dumps(atif(user(), agent("a")))
+    result = '{"task_name": "t", "verifier_result": {"rewards": {"reward": 1.0}}, "extra": {"score": NaN}}'
+    converted = convert(trial({"agent/trajectory.json": main, "result.json": result}))
+    assert converted.non_finite_values == 1 and "non_finite_number" in converted.quality_flags
+    assert converted.reward == 1.0
+
+
+def test_unnamed_embedded_subagents_of_two_segments_are_both_kept():
+    first = atif(user("task"), agent("a"), continued_trajectory_ref="trajectory.cont-1.json",
+                 subagent_trajectories=[atif(user("first child"), agent("A"), validate=False)], validate=False)
+    second = atif(user("more"), agent("b"),
+                  subagent_trajectories=[atif(user("second child"), agent("B"), validate=False)], validate=False)
+    converted = convert(trial({"agent/trajectory.json": first, "agent/trajectory.cont-1.json": second}))
+    children = [entry["messages"][-1]["content"] for entry in converted.metadata["subagents"]]
+    assert sorted(children) == ["A", "B"]

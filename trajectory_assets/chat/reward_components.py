@@ -35,6 +35,15 @@ def objectives(value: str | Mapping[str, Any] | None) -> dict[str, float]:
             if isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)}
 
 
+def comparable(first: Mapping[str, float], second: Mapping[str, float]) -> bool:
+    """Whether two rollouts were scored on the same objectives (and on some).
+
+    >>> comparable({"a": 1.0}, {"a": 0.0}), comparable({"a": 1.0}, {"b": 0.0}), comparable({}, {})
+    (True, False, False)
+    """
+    return bool(first) and first.keys() == second.keys()
+
+
 def dominates(chosen: Mapping[str, float], rejected: Mapping[str, float]) -> bool:
     """Pareto dominance: the same objectives, ``chosen`` at least as good on every one and
     better on at least one. Rollouts scored on different objectives are not comparable.
@@ -44,7 +53,7 @@ def dominates(chosen: Mapping[str, float], rejected: Mapping[str, float]) -> boo
     >>> dominates({"a": 1.0}, {"a": 1.0}), dominates({"a": 1.0}, {"b": 0.0}), dominates({}, {})
     (False, False, False)
     """
-    if not chosen or chosen.keys() != rejected.keys():
+    if not comparable(chosen, rejected):
         return False
     return all(chosen[name] >= rejected[name] for name in chosen) and any(
         chosen[name] > rejected[name] for name in chosen)

@@ -239,10 +239,8 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
         # with benchmarks configured, their matches are found from the conversations as they
         # are converted, and stored beside the batch (the exports read them instead of the messages)
         flags = ingest_flags(config.decontamination)
-        observe = None if flags is None else (lambda trajectory_id, t: flags.add(
-            trajectory_id, t.messages, t.task_inputs, t.metadata, t.request))
         summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
-                         options=config.conversion, on_trajectory=observe)
+                         options=config.conversion, on_trajectory=None if flags is None else flags.add)
     if flags is not None:
         store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))

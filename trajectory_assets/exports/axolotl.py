@@ -59,7 +59,7 @@ def training_setting(rule: str) -> str:
 
 
 EXPORT = Export(
-    "axolotl", "sft", render, read_back, AxolotlSchema, SCHEMA, {**SFT_LINEAGE, "messages": ["messages"]},
+    "axolotl", "sft", render, read_back, AxolotlSchema, SCHEMA, SFT_LINEAGE,
     {**FIELDS, "messages": "the conversation (arguments as JSON objects), each message with `train`: whether it is "
                            "a training target under sft.train_on"},
     "Axolotl `chat_template` rows: `messages` with a `train` flag per message (`message_field_training: train`) "

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from trajectory_assets.chat.trajectory import Trajectory
 from trajectory_assets.config import BenchmarkConfig, DecontaminationConfig
 
 MIN_WORDS = 8  # NeMo Curator's min_ngram_size: shorter benchmark texts are ignored
@@ -89,18 +90,18 @@ def normalized_words(texts: pa.Array) -> pa.ListArray:
     >>> normalized_words(pa.array(["Q: What's the Capital of France, in 2024?  Café — Paris!"])).to_pylist()
     [['q', 'what', 's', 'the', 'capital', 'of', 'france', 'in', '0', 'cafe', 'paris']]
     """
-    text = texts
-    ascii_only = pc.string_is_ascii(text)
+    ascii_only = pc.string_is_ascii(texts)
+    text = pc.replace_substring_regex(pc.ascii_lower(texts), _ASCII_NUMBERS, "0")
     if not pc.all(ascii_only).as_py():
+        # the other texts by the Unicode rules alone: numbers are replaced once, as in the
+        # fast path (a second pass would turn datatrove's `0,0` of `1,000,000` into `0`)
         unicode = pc.invert(ascii_only)
-        other = pc.utf8_lower(pc.filter(text, unicode))
+        other = pc.utf8_lower(pc.filter(texts, unicode))
         other = pc.replace_substring_regex(other, _NUMBERS, "0")
         # (the ASCII punctuation is left to the fast path)
         other = pc.replace_substring_regex(other, _UNICODE_SPACES, " ")
         other = pc.replace_substring_regex(pc.utf8_normalize(other, form="NFD"), r"\p{Mn}+", "")
         text = pc.replace_with_mask(text, unicode, other)
-    text = pc.ascii_lower(text)
-    text = pc.replace_substring_regex(text, _ASCII_NUMBERS, "0")
     return pc.ascii_split_whitespace(pc.ascii_trim_whitespace(_translate(text)))
 
 
@@ -310,16 +311,17 @@ def _read_rows(benchmark: BenchmarkConfig) -> tuple[list[dict[str, Any]], str]:
     columns = sorted({name.split(".")[0] for name in (*benchmark.text_fields, *([benchmark.id_field] if benchmark.id_field else []))})
     if path.is_dir():
         return _read_saved_dataset(benchmark, path, columns)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    data = path.read_bytes()  # read once: its digest and its rows
+    digest = hashlib.sha256(data).hexdigest()
     if path.suffix == ".parquet":
         try:
-            table = pq.read_table(path)
+            table = pq.read_table(pa.BufferReader(data))
         except (pa.ArrowInvalid, OSError) as error:
             raise BenchmarkError(f"decontamination benchmark {benchmark.name!r}: {path} is not Parquet: {error}") from None
         _require_columns(benchmark, path, table.column_names, columns)
         return table.select(columns).to_pylist(), digest
     rows = []
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -328,8 +330,10 @@ def _read_rows(benchmark: BenchmarkConfig) -> tuple[list[dict[str, Any]], str]:
             raise BenchmarkError(f"decontamination benchmark {benchmark.name!r}: {path} line {number} is not JSON "
                                  "(a benchmark is a JSON-lines or .parquet file, or a datasets.save_to_disk folder)"
                                  ) from None
-        if isinstance(row, dict):
-            rows.append(row)
+        if not isinstance(row, dict):  # a JSON array file, say: it would compare nothing, silently
+            raise BenchmarkError(f"decontamination benchmark {benchmark.name!r}: {path} line {number} is a JSON "
+                                 f"{type(row).__name__}, not an object (one benchmark item per line)")
+        rows.append(row)
     if rows and not any(all(column in row for column in columns) for row in rows[:1000]):
         _require_columns(benchmark, path, sorted(set().union(*(row.keys() for row in rows[:1000]))), columns)
     return rows, digest
@@ -600,14 +604,14 @@ class IngestFlags:
         self.found: dict[str, str] = {}
         self.pending: list[tuple[str, list[str]]] = []
 
-    def add(self, trajectory_id: str, messages: list[dict[str, Any]], task_inputs: Any, metadata: Any,
-            request: Any) -> None:
+    def add(self, trajectory_id: str, trajectory: Trajectory) -> None:
+        """Checks one trajectory as ingest converts it (``ingest.ingest``'s ``on_trajectory``)."""
         if self.index.ids:
-            owner = id_owner(self.index, task_inputs, metadata, request)
+            owner = id_owner(self.index, trajectory.task_inputs, trajectory.metadata, trajectory.request)
             if owner >= 0:
                 self.found[trajectory_id] = self.index.names[owner]
         if self.index.compares_text and trajectory_id not in self.found:
-            self.pending.append((trajectory_id, list(turn_texts(messages))))
+            self.pending.append((trajectory_id, list(turn_texts(trajectory.messages))))
             if len(self.pending) >= self.BLOCK:
                 self._check()
 

@@ -56,12 +56,15 @@ class FolderRecords:
 
     A folder holding ``main`` (a path relative to it) is a record folder; the folder holding
     record folders (a Harbor job) is one batch, and each record folder one record. A file
-    ending in ``single_suffix`` named alone is a record of its own, with the files beside it
-    that ``belongs`` names.
+    whose name matches ``single_pattern`` named alone is a record of its own, with the files
+    beside it that ``belongs`` names; any other file named alone is read as JSON lines, as
+    before (a ``rollouts.json`` of JSON lines stays one).
     """
 
     main: str
     # (the main file's path, another file's path), both relative to the record folder ->
     # whether that file is part of the record
     belongs: Callable[[str, str], bool]
-    single_suffix: str = ".json"
+    # Harbor writes trajectory.json, and NeMo Data Designer reads ATIF files by the glob
+    # trajectory*.json; renamed copies (hello-world.trajectory.json) keep the word
+    single_pattern: str = "*trajectory*.json"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import io
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,8 +99,9 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
             batches = _folder_batches(root, parent, listed, folder_records, protocol)
             for batch in batches:
                 found.setdefault(batch.uri, batch)
-            inside = tuple(record.folder.removeprefix(protocol) + "/" for batch in batches for record in batch.records)
-            names = [name for name in sorted(listed) if name.endswith(SOURCE_SUFFIXES) and not name.startswith(inside)]
+            inside = {record.folder.removeprefix(protocol) for batch in batches for record in batch.records}
+            names = [name for name in sorted(listed)
+                     if name.endswith(SOURCE_SUFFIXES) and record_folder_of(name, inside, root.rstrip("/")) is None]
             stems = {_stem(name) for name in names}
             inputs = {stem: name for name in names
                       if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
@@ -148,8 +150,8 @@ def _size(info: dict) -> int | None:
 
 
 def _stem(name: str) -> str:
-    return next(name[: -len(suffix)] for suffix in sorted(SOURCE_SUFFIXES, key=len, reverse=True)
-                if name.endswith(suffix))
+    return next((name[: -len(suffix)] for suffix in sorted(SOURCE_SUFFIXES, key=len, reverse=True)
+                 if name.endswith(suffix)), name)  # a file of another name, given on its own
 
 
 def _inputs_stem(name: str, inputs_suffixes: tuple[str, ...]) -> str | None:
@@ -171,14 +173,18 @@ def _folder_batches(root: str, parent: str, listed: dict[str, dict], folder_reco
     root = root.rstrip("/")
     by_batch: dict[str, list[FolderRecord]] = {}
     for layout in folder_records:
-        mains = sorted(name for name in listed if name == f"{root}/{layout.main}" or name.endswith("/" + layout.main))
-        for main in mains:
-            folder = main[: -len(layout.main) - 1]
-            if not (folder == root or folder.startswith(root + "/")):
-                continue
+        mains = {name[: -len(layout.main) - 1]: name for name in sorted(listed) if name.endswith("/" + layout.main)}
+        folders = {folder: main for folder, main in mains.items() if folder == root or folder.startswith(root + "/")}
+        # every listed file under its nearest record folder: one walk up per file (a job holds
+        # thousands of trials, so no scan of the listing per trial)
+        members: dict[str, list[str]] = {folder: [] for folder in folders}
+        for name in sorted(listed):
+            folder = record_folder_of(name, folders, root)
+            if folder is not None and name != folders[folder]:
+                members[folder].append(name)
+        for folder, main in folders.items():
             batch_folder = root if folder == root else posixpath.dirname(folder)
-            files = [main] + sorted(name for name in listed if name != main and name.startswith(folder + "/")
-                                    and layout.belongs(layout.main, name[len(folder) + 1:]))
+            files = [main] + [name for name in members[folder] if layout.belongs(layout.main, name[len(folder) + 1:])]
             name = posixpath.relpath(folder, batch_folder) if folder != batch_folder else posixpath.basename(folder)
             by_batch.setdefault(batch_folder, []).append(
                 FolderRecord(name, protocol + folder, tuple(protocol + file for file in files)))
@@ -193,16 +199,35 @@ def _folder_batches(root: str, parent: str, listed: dict[str, dict], folder_reco
     return batches
 
 
+def record_folder_of(name: str, folders: Collection[str], root: str) -> str | None:
+    """The nearest folder above ``name`` (within ``root``) that is one of ``folders``, if any.
+
+    >>> record_folder_of("/j/t1/agent/trajectory.json", {"/j/t1", "/j/t2"}, "/j")
+    '/j/t1'
+    >>> record_folder_of("/j/notes.jsonl", {"/j/t1"}, "/j") is None
+    True
+    """
+    folder = posixpath.dirname(name)
+    while len(folder) >= len(root):
+        if folder in folders:
+            return folder
+        parent = posixpath.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return None
+
+
 def _single_file_batch(fs: AbstractFileSystem, path: str, folder_records: tuple[FolderRecords, ...],
                        protocol: str) -> SourceFile | None:
     """A file named alone that is a folder record's main file (``<trial>/agent/trajectory.json``:
-    that trial, a batch of one) or ends in a layout's ``single_suffix`` (``x.json``: a record
+    that trial, a batch of one) or whose name matches a layout's ``single_pattern`` (a record
     of its own, with the files beside it that belong to it). None: not a record file."""
     for layout in folder_records:
         if path.endswith("/" + layout.main):
             folder = path[: -len(layout.main) - 1]
             main = layout.main
-        elif path.endswith(layout.single_suffix) and not path.endswith(SOURCE_SUFFIXES):
+        elif fnmatch.fnmatch(posixpath.basename(path), layout.single_pattern) and not path.endswith(SOURCE_SUFFIXES):
             folder, main = posixpath.dirname(path), posixpath.basename(path)
         else:
             continue

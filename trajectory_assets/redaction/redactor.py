@@ -330,6 +330,7 @@ class Rule:
     gate: str | None = None  # "start": `starts_token`
     hint: Pattern | None = None  # a cheap check on the raw bytes at the literal
     before = BEFORE  # how far before the literal a match can start
+    whole = False  # its match is the whole secret, never run on past its end (JWTs)
 
     def find(self, line: Line, start: int, end: int) -> Iterable[tuple[Window, int, int, str]]:
         """(window, text start, text end, type) of each secret near the literal at [start, end)."""
@@ -426,6 +427,8 @@ class JwtRule(PluginRule):
     signature included. A header written pretty-printed (`ewogIC…`, which the plugin's `eyJ`
     never matches) gets the plugin's formal validation alone."""
 
+    whole = True  # the token is taken whole from the raw bytes
+
     def __init__(self, plugin, index: int, kind: str) -> None:
         super().__init__(plugin, index, kind)
         self.literals = JWT_LITERALS
@@ -450,16 +453,18 @@ class JwtRule(PluginRule):
 PLUGIN_HINTS = {
     # `://user:password@`: a user and a password hold neither `/`, whitespace nor `@`; one that
     # holds a quote or a backslash (which a URL must percent-encode) is not looked for
-    ("BasicAuthDetector", 0): rb'://[^\s/@"\\]+:[^\s/@"\\]+@',
+    ("BasicAuthDetector", 0): rb'://[^\s/:@"\\]+:[^\s/@"\\]+@',
     # `aws` then, within 20 characters, a keyword (the regex's own `aws.{0,20}?(?:key|...)`)
     ("AWSKeyDetector", 1): rb"aws.{0,80}?(?:key|pwd|pw|password|pass|token)",
 }
 
 # `hf_` is common in paths (`/hf_models/`): a Hugging Face token is 34 letters or digits after it;
 # `://` is in every URL: a password is a `:` and something before an `@` (as above, an `@`
-# allowed in either part, and a `\uXXXX` escape, which is how Go's encoder writes `&<>`)
+# allowed in either part, and a `\uXXXX` escape, which is how Go's encoder writes `&<>`).
+# The user part holds no `:` (as the rule's own), or a long run of `:a:a...` without an `@`
+# would make the hint backtrack at every colon: quadratic in the line's length
 RULE_HINTS = {rules.HF_TOKEN: rb"hf_[a-z0-9]{34}",
-              rules.URL_PASSWORD: rb'://(?:[^\s/"\\]|\\+u[0-9a-f]{4})*:(?:[^\s/"\\]|\\+u[0-9a-f]{4})+@'}
+              rules.URL_PASSWORD: rb'://(?:[^\s/:"\\]|\\+u[0-9a-f]{4})*:(?:[^\s/"\\]|\\+u[0-9a-f]{4})+@'}
 
 ASSIGNMENT = re.compile(
     r"""["'`\]]{0,3}[ \t]*(?::=|=>|=|:)(?!=)[ \t]*(?P<open>@?["'`]?)(?P<value>[^\s"'`,;]+)(?P<close>["'`]?)""")
@@ -763,8 +768,8 @@ class Redactor:
             if any(pattern.fullmatch(window.text[begin:finish]) for pattern in self._allowlist):
                 continue
             raw_start, raw_end = window.raw(begin), window.raw(finish)
-            if isinstance(rule, JwtRule):
-                pass  # the whole token already
+            if rule.whole:  # the match is the whole secret
+                pass
             elif isinstance(rule, RegexRule) and rule.token:  # a token runs on past its pattern's end
                 raw_end = _extend(data, raw_end, TOKEN_BYTES)
             elif finish == len(window.text) and window.end < len(data):

@@ -99,7 +99,7 @@ PLUGINS_NOT_RUN = {
                          "assignment rule covers these with value checks",
 }
 
-HF_TOKEN = r"hf_[a-zA-Z0-9]{34}"
+HF_TOKEN = r"hf_[a-zA-Z0-9]{34}(?![A-Za-z0-9_])"  # exactly 34, as TruffleHog's and gitleaks' \b
 # Formats detect-secrets lacks or takes narrower, each checked against both gitleaks'
 # config/gitleaks.toml (cited by rule id) and TruffleHog's pkg/detectors/<name>/<name>.go
 # (cited as `trufflehog <name>`): where they differ, the wider of the two (alphabet, length,
@@ -118,7 +118,7 @@ FORMAT_RULES: dict[str, list[str]] = {
     # trufflehog huggingface, the scanner the Hub itself runs on pushes, takes digits too
     # (`[a-zA-Z0-9]{34}`, its own test token has them) and Hugging Face documents no
     # alphabet: the wider one, so a token with a digit is not missed
-    "huggingface_token": [HF_TOKEN, r"api_org_[a-zA-Z0-9]{34}"],
+    "huggingface_token": [HF_TOKEN, r"api_org_[a-zA-Z0-9]{34}(?![A-Za-z0-9_])"],
     "github_token": [r"github_pat_\w{82}",  # github-fine-grained-pat
                      # trufflehog github v2: 36-255 after the prefix (judged as a value: a
                      # `github_pat_…` identifier of that length is no token)
@@ -375,7 +375,8 @@ def url_password_reason(value: str) -> str | None:
     reference = SHELL_REFERENCE.fullmatch(value)
     if reference and is_word_like(reference.group(1)):
         return "reference"
-    if any(is_word_like(tag) for tag in ANGLE_PLACEHOLDER.findall(value)):
+    template = ANGLE_PLACEHOLDER.fullmatch(value)  # `<password>`, never `Kq8<zP2x>m3Z`
+    if template and is_word_like(template.group(1)):
         return "template"
     characters = value.replace("<", "").replace(">", "")
     reason = placeholder_reason(characters[1:] if characters.startswith("$") and characters[1:2] != "{" else characters)

@@ -15,17 +15,14 @@ converts it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable, Mapping
 from typing import Any
-
-import orjson
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import atif, hermes, nemo_gym
 from trajectory_assets.io.file_layouts import FolderRecords, SideFile
-from trajectory_assets.sources.format import InputsFile, SourceFormat
+from trajectory_assets.sources.format import InputsFile, SourceFormat, parse_json_line
 
 # the source formats, in the order a record is offered to them
 SOURCES: tuple[SourceFormat, ...] = (
@@ -40,36 +37,6 @@ INPUTS_SUFFIXES: tuple[str, ...] = tuple(source.inputs_file.suffix for source in
 SIDE_FILES: tuple[SideFile, ...] = tuple(side for source in SOURCES for side in source.side_files)
 # how the formats whose records are folders of files lay them out (``FolderRecords``)
 FOLDER_RECORDS: tuple[FolderRecords, ...] = tuple(source.folder_records for source in SOURCES if source.folder_records)
-
-
-def parse_json_line(raw: bytes) -> tuple[Any, int]:
-    """(the parsed value, how many NaN / Infinity literals it held).
-
-    orjson rejects those literals; the stdlib accepts them, so a non-finite reward is
-    reported as such rather than as broken JSON, and any other one is counted (it is
-    stored as null, since JSON has no such number).
-    """
-    try:
-        return orjson.loads(raw), 0
-    except orjson.JSONDecodeError as error:
-        if "depth limit" in str(error):  # a nesting bomb: no parser should recurse into it
-            raise Rejection("nesting_too_deep", "JSON nested deeper than 1024 levels") from None
-        fast_error = error
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise Rejection("invalid_utf8", f"not valid UTF-8 at byte {error.start}") from None
-    non_finite = 0
-
-    def count(literal: str) -> float:
-        nonlocal non_finite
-        non_finite += 1
-        return float(literal)
-
-    try:
-        return json.loads(text, parse_constant=count), non_finite
-    except (json.JSONDecodeError, RecursionError):
-        raise Rejection("invalid_json", f"not JSON: {fast_error}") from None
 
 
 def inputs_file_named(name: str) -> InputsFile | None:

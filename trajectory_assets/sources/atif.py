@@ -57,7 +57,6 @@ NeMo Gym's harbor_agent and Data Designer, and why):
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
 import re
@@ -71,7 +70,7 @@ from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.io.file_layouts import FolderRecords
 from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
-from trajectory_assets.sources.format import SourceFormat
+from trajectory_assets.sources.format import SourceFormat, parse_json_line
 from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 
 SOURCE_FORMAT = "atif"
@@ -143,6 +142,7 @@ class _Trial:
     name: str | None = None
     unreadable: dict[str, str] = field(default_factory=dict)
     missing_continuations: list[str] = field(default_factory=list)
+    non_finite: int = 0  # NaN / Infinity literals in its files (stored as null, counted, flagged)
 
 
 def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionConfig = DEFAULT_OPTIONS,
@@ -169,6 +169,8 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
     reward, components, reward_flags, reward_kept = _reward(trial)
     result = trial.result or {}
     flags = chat.flags | reward_flags
+    if trial.non_finite:
+        flags.add("non_finite_number")  # as sources.convert_record flags a line's
     if any(has_hermes_markup(message) for message in messages):
         flags.add(HERMES_MARKUP_FLAG)
     if any(a["role"] == b["role"] == "assistant" for a, b in zip(messages, messages[1:])):
@@ -214,6 +216,7 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         total_tokens=input_tokens + output_tokens if input_tokens is not None and output_tokens is not None else None,
         request=_request(prompt, tools),
         token_data=chat.token_data or None,
+        non_finite_values=trial.non_finite,
         quality_flags=sorted(flags),
         metadata=metadata,
     )
@@ -229,16 +232,18 @@ def _read_trial(record: dict[str, Any]) -> _Trial:
     if main_path in unreadable or main_path not in files:
         raise Rejection("unreadable_file", f"{main_path}: {unreadable.get(main_path, 'missing')}")
     parsed: dict[str, Any] = {}
+    non_finite = 0
     for path, text in files.items():
         if not isinstance(text, str):
             raise Rejection("invalid_structure", f"{path} is not text")
         if path == REWARD_TXT:
             parsed[path] = text
             continue
-        try:
-            parsed[path] = json.loads(text)
-        except ValueError as error:
-            raise Rejection("invalid_json", f"{path} is not JSON: {error}") from None
+        try:  # the rules of every source line: NaN / Infinity counted, nesting bombs refused
+            parsed[path], found = parse_json_line(text.encode())
+        except Rejection as rejection:
+            raise Rejection(rejection.reason, f"{path}: {rejection.detail}") from None
+        non_finite += found
     main = parsed.pop(main_path)
     if not isinstance(main, dict):
         raise Rejection("not_an_object", f"{main_path} is a JSON {type(main).__name__}, not an object")
@@ -248,7 +253,7 @@ def _read_trial(record: dict[str, Any]) -> _Trial:
     reward_file = next(((path, parsed.pop(path)) for path in (REWARD_JSON, REWARD_TXT) if path in parsed), None)
     parsed.pop(REWARD_TXT, None)
     return _Trial(main=main, main_path=main_path, files=parsed, result=result, reward_file=reward_file,
-                  name=str(record["record"]), unreadable=dict(unreadable))
+                  name=str(record["record"]), unreadable=dict(unreadable), non_finite=non_finite)
 
 
 def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
@@ -577,10 +582,12 @@ def _subagents(trial: _Trial, segments: list[tuple[str, dict[str, Any]]],
     trajectories no ref names are kept too (``"ref": None``)."""
     used_paths = {path for path, _ in segments}
     embedded = {}
-    for _, trajectory in segments:
+    for where, trajectory in segments:
         for number, child in enumerate(trajectory.get("subagent_trajectories") or []):
             key = child.get("trajectory_id") if isinstance(child, dict) else None
-            embedded[key if isinstance(key, str) else f"#{number}"] = child
+            if not isinstance(key, str) or key in embedded:  # unnamed, or a second child of that id
+                key = f"{where}#{number}"
+            embedded[key] = child
     subagents: list[dict[str, Any]] = []
     folder = posixpath.dirname(trial.main_path or "")
     for named in chat.refs:

@@ -10,9 +10,12 @@ the records) and the report (the formats' names).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.io.file_layouts import FolderRecords, SideFile
@@ -53,3 +56,33 @@ class SourceFormat:
     # a format whose record is a folder of files (a Harbor trial), not a line: how to find
     # them; discovery then hands each record over as one JSON object (``io.source_files``)
     folder_records: FolderRecords | None = None
+
+
+def parse_json_line(raw: bytes) -> tuple[Any, int]:
+    """(the parsed value, how many NaN / Infinity literals it held).
+
+    orjson rejects those literals; the stdlib accepts them, so a non-finite reward is
+    reported as such rather than as broken JSON, and any other one is counted (it is
+    stored as null, since JSON has no such number).
+    """
+    try:
+        return orjson.loads(raw), 0
+    except orjson.JSONDecodeError as error:
+        if "depth limit" in str(error):  # a nesting bomb: no parser should recurse into it
+            raise Rejection("nesting_too_deep", "JSON nested deeper than 1024 levels") from None
+        fast_error = error
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise Rejection("invalid_utf8", f"not valid UTF-8 at byte {error.start}") from None
+    non_finite = 0
+
+    def count(literal: str) -> float:
+        nonlocal non_finite
+        non_finite += 1
+        return float(literal)
+
+    try:
+        return json.loads(text, parse_constant=count), non_finite
+    except (json.JSONDecodeError, RecursionError):
+        raise Rejection("invalid_json", f"not JSON: {fast_error}") from None

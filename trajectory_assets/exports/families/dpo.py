@@ -14,7 +14,7 @@ import orjson
 import pandas as pd
 
 from trajectory_assets.chat.messages import divergence_point, is_context_summary
-from trajectory_assets.chat.reward_components import dominates, margins, objectives
+from trajectory_assets.chat.reward_components import comparable, dominates, margins, objectives
 from trajectory_assets.config import DpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance, carries_flag
 from trajectory_assets.exports.decontamination import BenchmarkIndex
@@ -127,10 +127,11 @@ def _dominant_pairs(pairs: pd.DataFrame, excluded: Counter) -> pd.DataFrame:
     different objectives, or neither is at least as good on every one."""
     if pairs.empty:
         return pairs
-    comparable = [bool(c) and c.keys() == r.keys() for c, r in zip(pairs["objectives_c"], pairs["objectives_r"])]
-    dominant = [dominates(c, r) for c, r in zip(pairs["objectives_c"], pairs["objectives_r"])]
-    for reason, dropped in (("no_comparable_objectives", sum(not c for c in comparable)),
-                            ("not_dominant", sum(c and not d for c, d in zip(comparable, dominant)))):
+    sides = list(zip(pairs["objectives_c"], pairs["objectives_r"]))
+    scored_alike = [comparable(chosen, rejected) for chosen, rejected in sides]
+    dominant = [dominates(chosen, rejected) for chosen, rejected in sides]
+    for reason, dropped in (("no_comparable_objectives", scored_alike.count(False)),
+                            ("not_dominant", sum(alike and not d for alike, d in zip(scored_alike, dominant)))):
         if dropped:
             excluded[reason] += dropped
     return pairs.loc[dominant]
