@@ -63,9 +63,36 @@ def _mark_output(row: dict, rollout: int) -> None:
                 return
 
 
-def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7, file_bytes: int = FILE_BYTES) -> dict:
+def _mark_every_output_text(row: dict, task: int, rollout: int) -> None:
+    """Every text the model produced (message parts, reasoning summaries, tool-call
+    arguments) made distinct to this rollout, as a real rollout's are: in
+    ``../shared/corpus`` 98% of the bytes of user and assistant turns are distinct. (The
+    replicated templates otherwise repeat them across tasks, and a cost that follows distinct
+    texts, as decontamination's does, would look far smaller than it is.)"""
+    marker = f" [bench task {task} rollout {rollout}]"
+    for item in row["response"]["output"]:
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("arguments"), str):
+            try:
+                arguments = json.loads(item["arguments"])
+            except ValueError:
+                arguments = None
+            if isinstance(arguments, dict):
+                item["arguments"] = json.dumps({**arguments, "bench_marker": marker.strip()})
+            else:
+                item["arguments"] += marker
+        for key in ("content", "summary"):
+            for part in item.get(key) if isinstance(item.get(key), list) else []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    part["text"] += marker
+
+
+def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7, file_bytes: int = FILE_BYTES,
+                 distinct_turns: bool = False) -> dict:
     """Writes ``out/batch_NNN.jsonl`` files of about ``file_bytes`` each; returns {files,
-    bytes, rows, tasks}."""
+    bytes, rows, tasks}. ``distinct_turns``: every text of every rollout's output is its own
+    (``_mark_every_output_text``); otherwise only the last one is marked."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("batch_*.jsonl"):
         old.unlink()
@@ -89,7 +116,10 @@ def build_corpus(target_bytes: int, out: Path, corpus: Path, seed: int = 7, file
             row["_ng_rollout_index"] = rollout
             row["reward"] = rng.choice([0.0, 0.25, 0.5, 1.0])
             _mark_prompt(row, tasks)
-            _mark_output(row, rollout)
+            if distinct_turns:
+                _mark_every_output_text(row, tasks, rollout)
+            else:
+                _mark_output(row, rollout)
             line = (json.dumps(row, ensure_ascii=False) + "\n").encode()
             handle.write(line)
             in_file += len(line)

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-decont-"))
     try:
-        corpus = build_corpus(int(args.size * 1e6), work / "source", CORPUS)
+        corpus = build_corpus(int(args.size * 1e6), work / "source", CORPUS, distinct_turns=True)
         plain_s, _, rows = ingest_all(work / "source", work / "plain")
         batches = sorted(path.name[: -len(".parquet")]
                          for path in (work / "plain" / "trajectories" / "batches").glob("*.parquet"))

@@ -10,6 +10,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.config import (
@@ -22,7 +24,14 @@ from trajectory_assets.config import (
     SplitConfig,
     load_config,
 )
-from trajectory_assets.exports.decontamination import BenchmarkError, build_index, words
+from trajectory_assets.exports.decontamination import (
+    MIN_WORDS,
+    BenchmarkError,
+    BenchmarkIndex,
+    BenchmarkSummary,
+    build_index,
+    words,
+)
 from trajectory_assets.exports.families.frames import FrameTable
 from trajectory_assets.exports.registry import build, family_exports
 from trajectory_assets.exports.writer import Written, write_family
@@ -370,3 +379,41 @@ def test_numbers_normalise_alike_in_ascii_text_and_in_text_with_other_characters
     # datatrove: one separator per number, so 1,000,000 is "0 0"; an em dash must not change it
     plain = "Natalia sold 1,000,000 clips in v1.2.3"
     assert words(plain + " \u2014") == words(plain) == ["natalia", "sold", "0", "0", "clips", "in", "v0", "0"]
+
+
+# a vocabulary of eight words, so that random texts share long runs with random benchmark texts
+_WORD = st.sampled_from(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
+_TEXT = st.lists(_WORD, min_size=0, max_size=40).map(" ".join)
+
+
+def _reference_owner(text: str, benchmarks: list[list[str]], n: int) -> int:
+    """The first benchmark one of whose n-grams (or whole short text of MIN_WORDS..n-1 words)
+    the text holds, by plain Python windows."""
+    found = words(text)
+    for number, texts in enumerate(benchmarks):
+        for benchmark_text in texts:
+            item = words(benchmark_text)
+            grams = ({tuple(item[i:i + n]) for i in range(len(item) - n + 1)} if len(item) >= n
+                     else {tuple(item)} if len(item) >= MIN_WORDS else set())
+            if any(tuple(found[i:i + len(gram)]) in grams for gram in grams for i in range(len(found) - len(gram) + 1)):
+                return number
+    return -1
+
+
+_THIRTEEN = "alpha beta gamma delta eps zeta eta theta alpha gamma beta delta eps"
+
+
+@settings(max_examples=150, deadline=None)
+# a window as long as its text, while a short benchmark text adds a second window length
+@example(benchmarks=[[_THIRTEEN, "eta eta eta eta eta eta eta eta"]], texts=[_THIRTEEN], n=13)
+@given(benchmarks=st.lists(st.lists(_TEXT, max_size=4), min_size=1, max_size=3), texts=st.lists(_TEXT, max_size=8),
+       n=st.sampled_from([1, 2, 5, 9, 13]))
+def test_text_matches_are_every_window_a_plain_search_finds(benchmarks, texts, n):
+    """The word-pair filter and the window hashes skip no window a plain search matches, and
+    invent none: across window lengths, texts at array boundaries, empty texts and words no
+    benchmark uses."""
+    summaries = [BenchmarkSummary(f"b{number}", "-", "-", len(b), None, 0) for number, b in enumerate(benchmarks)]
+    index_ = BenchmarkIndex(n, summaries, [pa.array(b, pa.string()) for b in benchmarks])
+    texts = [*texts, "omega " + (texts[0] if texts else "")]  # a word no benchmark uses
+    assert index_.text_matches(pa.array(texts, pa.string())).tolist() == [
+        _reference_owner(text, benchmarks, n) for text in texts]

@@ -69,7 +69,7 @@ _ASCII_NUMBERS = r"[0-9]+(?:[.,][0-9]+)?"
 _ASCII_SPACES = bytes(32 if (chr(b) in PUNCTUATION or chr(b).isspace()) and b < 128 else b for b in range(256))
 # odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
 # same n-gram hashes the same in every process)
-_BITMAP_SHIFT = np.uint64(40)  # a bitmap of 2**24 flags (16 MiB)
+_BITMAP_SHIFT = np.uint64(40)  # a bitmap of 2**24 flags (16 MiB), of windows and of word pairs
 _MULTIPLIERS = np.random.default_rng(13).integers(0, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
@@ -158,18 +158,52 @@ def first_owner(found: np.ndarray, positions: np.ndarray, owners: np.ndarray) ->
     found[unique] = np.where((current == -1) | (smallest < current), smallest, current)
 
 
-def _window_starts(ids: np.ndarray, offsets: np.ndarray, n: int) -> np.ndarray:
-    """Positions where an n-word window starts that stays inside one text and holds only
-    known words (id >= 0).
+def _runs(ok: np.ndarray) -> np.ndarray:
+    """Per position, how many positions from it on are ``ok`` in a row, itself included.
 
-    >>> _window_starts(np.array([0, 1, 2, -1, 3, 4]), np.array([0, 3, 6]), 2).tolist()
-    [0, 1, 4]
+    >>> _runs(np.array([True, True, False, True])).tolist()
+    [2, 1, 0, 1]
     """
-    lengths = np.diff(offsets)
-    text_end = np.repeat(offsets[1:], lengths)
-    starts = np.flatnonzero(np.arange(len(ids)) + n <= text_end)
-    unknown = np.concatenate([[0], np.cumsum(ids < 0)])
-    return starts[unknown[starts + n] == unknown[starts]]
+    positions = np.arange(len(ok))
+    next_not_ok = np.minimum.accumulate(np.where(ok[::-1], len(ok), positions[::-1]))[::-1]
+    return next_not_ok - positions
+
+
+def _pair_slots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The bitmap slot of each pair of word ids (left then right)."""
+    with np.errstate(over="ignore"):
+        return (((left.astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[0]
+                 + (right.astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[1]) >> _BITMAP_SHIFT)
+
+
+def _linked(ids: np.ndarray, offsets: np.ndarray, pairs: np.ndarray | None = None) -> np.ndarray:
+    """Per word, whether it and the next word are in one text and both known (id >= 0) and,
+    given ``pairs`` (the bitmap of the benchmarks' word pairs), whether some benchmark text
+    may hold the two in that order. A window of k words can match only if its first k - 1
+    words are all linked: most windows of a text are ruled out by a pair, never hashed.
+
+    >>> _linked(np.array([0, 1, 2, -1, 3, 4]), np.array([0, 3, 6])).tolist()
+    [True, True, False, False, True, False]
+    """
+    linked = np.zeros(len(ids), dtype=bool)
+    if len(ids) < 2:
+        return linked
+    linked[:-1] = (ids[:-1] >= 0) & (ids[1:] >= 0)
+    linked[offsets[1:-1] - 1] = False  # the last word of a text (an empty first text: the last word, False anyway)
+    if pairs is not None:
+        candidate = np.flatnonzero(linked)
+        linked[candidate] = pairs[_pair_slots(ids[candidate], ids[candidate + 1])]
+    return linked
+
+
+def _spans(ids: np.ndarray, offsets: np.ndarray, pairs: np.ndarray | None = None) -> np.ndarray:
+    """Per word, the longest window from it that can match: known words, in its text, each
+    pair of neighbours one that ``pairs`` holds (0 at an unknown word).
+
+    >>> _spans(np.array([0, 1, 2, -1, 3, 4]), np.array([0, 3, 6])).tolist()
+    [3, 2, 1, 0, 2, 1]
+    """
+    return np.where(ids >= 0, _runs(_linked(ids, offsets, pairs)) + 1, 0)
 
 
 def _hashes(ids: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
@@ -215,14 +249,14 @@ class BenchmarkIndex:
         return any(len(texts) for texts in self.texts)
 
     @cached_property
-    def _tables(self) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray]:
-        vocabulary, by_length, counts = _ngram_tables(self.texts, self.ngram)
+    def _tables(self) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
+        vocabulary, by_length, counts, pairs = _ngram_tables(self.texts, self.ngram)
         for summary, count in zip(self.summaries, counts):
             summary.ngrams = count
         bitmap = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
         for hashes, _ in by_length.values():
             bitmap[hashes >> _BITMAP_SHIFT] = True
-        return vocabulary, by_length, bitmap
+        return vocabulary, by_length, bitmap, pairs
 
     @property
     def vocabulary(self) -> pa.Array:
@@ -238,6 +272,12 @@ class BenchmarkIndex:
     def bitmap(self) -> np.ndarray:
         """One flag per value of a hash's top bits: set when some indexed n-gram has them."""
         return self._tables[2]
+
+    @property
+    def pairs(self) -> np.ndarray:
+        """One flag per bitmap slot of a pair of word ids: set when some benchmark text holds
+        the two words one after the other (see ``_linked``)."""
+        return self._tables[3]
 
     @property
     def names(self) -> list[str]:
@@ -274,18 +314,18 @@ class BenchmarkIndex:
         flat, offsets = _flat(normalized_words(texts))
         ids = pc.fill_null(pc.index_in(flat, value_set=self.vocabulary), -1).to_numpy(zero_copy_only=False)
         lengths = sorted(self.by_length)
-        starts = _window_starts(ids, offsets, lengths[0])  # every window of the shortest length that can match
-        text_end = offsets[np.searchsorted(offsets, starts, side="right")]
+        spans = _spans(ids, offsets, self.pairs if lengths[0] > 1 else None)
+        starts = np.flatnonzero(spans >= lengths[0])  # every window of the shortest length that can match
+        spans = spans[starts]
         hashes = np.zeros(len(starts), dtype=np.uint64)
         hit_texts, hit_owners = [], []
         with np.errstate(over="ignore"):
             for k in range(lengths[-1]):
-                if k >= lengths[0]:  # longer windows: those whose next word is in the text and known
-                    alive = starts + k < text_end
-                    alive[alive] = ids[starts[alive] + k] >= 0
-                    starts, text_end, hashes = starts[alive], text_end[alive], hashes[alive]
-                    if not len(starts):
-                        break
+                if k >= lengths[0]:  # longer windows: those that can still match
+                    alive = spans > k
+                    starts, spans, hashes = starts[alive], spans[alive], hashes[alive]
+                if not len(starts):
+                    break
                 hashes += (ids[starts + k].astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[k]
                 if k + 1 in self.by_length:
                     sorted_hashes, owners = self.by_length[k + 1]
@@ -426,15 +466,20 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
     return BenchmarkIndex(n, summaries, texts, ids, config=config.model_dump())
 
 
-def _ngram_tables(texts: list[pa.Array], n: int) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], list[int]]:
-    """(vocabulary, window length -> (sorted hashes, first benchmark holding each), n-grams per benchmark)."""
+def _ngram_tables(texts: list[pa.Array], n: int
+                  ) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], list[int], np.ndarray]:
+    """(vocabulary, window length -> (sorted hashes, first benchmark holding each), n-grams per
+    benchmark, the bitmap of word pairs)."""
     counts = [0] * len(texts)
+    pairs = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
     word_lists = [_flat(normalized_words(array)) for array in texts]
     vocabulary = pc.unique(pa.concat_arrays([flat for flat, _ in word_lists])) if word_lists else pa.array([], pa.string())
     hashes_by_length: dict[int, list[tuple[np.ndarray, int]]] = {}
     for number, (flat, offsets) in enumerate(word_lists):
         word_ids = pc.index_in(flat, value_set=vocabulary).to_numpy(zero_copy_only=False).astype(np.int64)
-        starts = _window_starts(word_ids, offsets, n)
+        linked = np.flatnonzero(_linked(word_ids, offsets))
+        pairs[_pair_slots(word_ids[linked], word_ids[linked + 1])] = True
+        starts = np.flatnonzero(_spans(word_ids, offsets) >= n)
         if len(starts):
             hashes = _distinct(_hashes(word_ids, starts, n))
             hashes_by_length.setdefault(n, []).append((hashes, number))
@@ -455,7 +500,7 @@ def _ngram_tables(texts: list[pa.Array], n: int) -> tuple[pa.Array, dict[int, tu
         hashes, owners = hashes[order], owners[order]
         first = np.concatenate([[True], hashes[1:] != hashes[:-1]])
         by_length[length] = (hashes[first], owners[first])
-    return vocabulary, by_length, counts
+    return vocabulary, by_length, counts, pairs
 
 
 # the trajectory columns the scan reads: messages for the text test; for the id test the
