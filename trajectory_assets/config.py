@@ -122,6 +122,12 @@ class GrpoConfig(Curation):
     hermes_agent_ref: str | None = Field(
         "hermes_agent", description="agent name for tasks from Hermes trajectories (which name none); null = skip"
     )
+    # Harbor's agents (terminus-2, claude-code, ...) are harnesses, not NeMo Gym agent servers:
+    # a task is routed to one only when the user names it
+    atif_agent_ref: str | None = Field(
+        None, description="agent name for tasks from ATIF trajectories (whose agent names no NeMo Gym agent); "
+                          "null = skip them"
+    )
     # A task is a prompt to roll out again, so rollouts that did not complete still tell
     # how hard it is, and a masked reward says nothing about the prompt itself.
     require_completed: bool = Field(False, description="only rollouts that completed count for a task")

@@ -166,6 +166,24 @@ def test_grpo_string_agent_ref_becomes_the_dict_form():
     assert row["agent_ref"] == {"type": "responses_api_agents", "name": "named"}
 
 
+
+def test_grpo_routes_hermes_and_atif_tasks_only_to_the_agents_the_config_names():
+    """A Harbor agent's name (terminus-2) names no NeMo Gym agent server: an ATIF task gets
+    ``atif_agent_ref`` (none by default: left out), never its harness's name."""
+    atif_task = {"schema_version": "ATIF-v1.6", "session_id": "s-1", "agent": {"name": "terminus-2", "version": "1"},
+                 "steps": [{"step_id": 1, "source": "user", "message": "Fix the bug."},
+                           {"step_id": 2, "source": "agent", "message": "Fixed."}]}
+    hermes_task = {"conversations": [{"from": "human", "value": "Fix the test."}, {"from": "gpt", "value": "Fixed."}]}
+    frame = trajectory_frame([atif_task, hermes_task])
+    assert list(frame["source_format"]) == ["atif", "hermes"] and frame.loc[0, "agent_name"] == "terminus-2"
+    keep = GrpoConfig(zero_variance_groups="keep")
+    default = build("grpo", frame, keep, ALL_TRAIN)
+    assert [row["agent_ref"]["name"] for row in rows_of(default)] == ["hermes_agent"]
+    assert default.excluded == {"no_agent_ref": 1}
+    named = rows_of(build("grpo", frame, keep.model_copy(update={"atif_agent_ref": "swe_agent"}), ALL_TRAIN))
+    assert sorted(row["agent_ref"]["name"] for row in named) == ["hermes_agent", "swe_agent"]
+
+
 # ---------- split
 
 

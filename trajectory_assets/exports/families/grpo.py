@@ -31,6 +31,8 @@ from trajectory_assets.exports.families.frames import (
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 
+# the GrpoConfig field naming the NeMo Gym agent that runs the tasks of a source of other agents
+OTHER_SOURCES_AGENT_REF = {"hermes": "hermes_agent_ref", "atif": "atif_agent_ref"}
 PLAN = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format", "reward_components"]
 PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "task_inputs", "metadata"]
 
@@ -58,8 +60,10 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
     tasks["zero_variance"] = (tasks["rewarded"] >= 2) & (tasks["reward_std"] == 0)
     agent_refs = []
     for first in tasks.itertuples(index=False):
-        fallback = config.hermes_agent_ref if first.source_format == "hermes" else config.default_agent_ref
-        agent_refs.append(_agent_ref(first.agent_ref, first.agent_name, fallback))
+        if first.source_format == "nemo_gym":  # its own agent_ref, else its agent's name, else the default
+            agent_refs.append(_agent_ref(first.agent_ref, first.agent_name, config.default_agent_ref))
+        else:  # a Hermes or Harbor agent is no NeMo Gym agent server: the one the config names
+            agent_refs.append(_agent_ref(None, None, getattr(config, OTHER_SOURCES_AGENT_REF[first.source_format])))
     tasks["agent_ref"] = agent_refs
     no_agent = tasks["agent_ref"].isna()
     if no_agent.any():
