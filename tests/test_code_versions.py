@@ -44,6 +44,14 @@ def test_a_change_to_a_conversion_rule_versions_the_ingest_assets_anew(source_tr
     assert hermes == {*INGEST_ASSETS, "sft_hermes_dataset", "stats_report"}
 
 
+
+def test_a_change_to_the_decontamination_rules_re_ingests_nothing(source_tree):
+    """Ingest stores the flags with the rules' fingerprint and the export steps recompute stale
+    ones: the exports and the report are versioned anew, the trajectories stay fresh."""
+    assert changed_by(source_tree, "trajectory_assets/exports/decontamination.py") == {*EXPORT_ASSETS, "stats_report"}
+    # what ingest imports besides it still counts: a conversion rule (above), the storage
+    assert set(INGEST_ASSETS) <= changed_by(source_tree, "trajectory_assets/io/storage.py")
+
 def test_a_change_to_one_renderer_versions_that_export_and_what_reads_it(source_tree):
     assert changed_by(source_tree, "trajectory_assets/exports/verl.py") == {"verl_dataset", "stats_report"}
     # nemo_rl_sft writes the TRL rows, and nemo_rl_dpo applies NeMo RL's rule kept there

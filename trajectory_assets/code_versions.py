@@ -61,15 +61,17 @@ def imported_modules(root: Path, module: str) -> set[str]:
     return found
 
 
-def closure(root: Path, modules: Iterable[str]) -> list[str]:
-    """``modules``, what they import and the packages they are in, sorted."""
-    followed: set[str] = set()
+def closure(root: Path, modules: Iterable[str], skipped: Iterable[str] = ()) -> list[str]:
+    """``modules``, what they import and the packages they are in, sorted; not ``skipped``
+    nor what only they import."""
+    followed: set[str] = set(skipped)
     pending = list(modules)
     while pending:
         module = pending.pop()
         if module not in followed:
             followed.add(module)
             pending += imported_modules(root, module)
+    followed -= set(skipped)
     packages = {".".join(m.split(".")[:i]) for m in followed for i in range(1, m.count(".") + 1)}
     return sorted(followed | {p for p in packages if module_file(root, p)})
 
@@ -87,6 +89,8 @@ def config_hash(config: dict, sections: Iterable[str]) -> str:
                                        option=orjson.OPT_SORT_KEYS)).hexdigest()[:8]
 
 
-def code_version(modules: Iterable[str], sections: Iterable[str], config: dict, root: Path = PROJECT_ROOT) -> str:
-    """``<release>+<source hash>.<config hash>``."""
-    return f"{__version__}+{source_hash(root, closure(root, modules))}.{config_hash(config, sections)}"
+def code_version(modules: Iterable[str], sections: Iterable[str], config: dict, root: Path = PROJECT_ROOT,
+                 skipped: Iterable[str] = ()) -> str:
+    """``<release>+<source hash>.<config hash>``; ``skipped``: modules (and what only they
+    import) whose part of the output carries a version of its own."""
+    return f"{__version__}+{source_hash(root, closure(root, modules, skipped))}.{config_hash(config, sections)}"

@@ -3,8 +3,10 @@ its task id, with a configured evaluation set is left out of every export, named
 manifest; near-misses behave as NeMo Curator / datatrove define them; every benchmark form
 loads; zero benchmarks change nothing."""
 
+import hashlib
 import json
 import re
+from pathlib import Path
 
 import orjson
 import pyarrow as pa
@@ -417,3 +419,14 @@ def test_text_matches_are_every_window_a_plain_search_finds(benchmarks, texts, n
     texts = [*texts, "omega " + (texts[0] if texts else "")]  # a word no benchmark uses
     assert index_.text_matches(pa.array(texts, pa.string())).tolist() == [
         _reference_owner(text, benchmarks, n) for text in texts]
+
+
+def test_the_flags_fingerprint_follows_the_rules_source(tmp_path, monkeypatch):
+    """Stored flags are recomputed after any edit of the rules' module (ingest's code version
+    does not follow it: tests/test_code_versions.py)."""
+    from trajectory_assets.exports import decontamination
+
+    assert decontamination.RULES_SHA256 == hashlib.sha256(Path(decontamination.__file__).read_bytes()).hexdigest()
+    before = index(tmp_path).fingerprint
+    monkeypatch.setattr(decontamination, "RULES_SHA256", "edited")
+    assert index(tmp_path).fingerprint != before

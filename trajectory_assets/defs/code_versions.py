@@ -18,6 +18,11 @@ COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
        for export in EXPORTS},
     "stats_report": (("trajectory_assets.defs.reports",), ("report", "grpo")),
 }
+# asset -> modules it imports whose part of its output is versioned apart: ingest stores the
+# decontamination flags with the fingerprint of the rules and benchmarks that made them, and
+# the export steps recompute stale ones, so a change to those rules re-ingests nothing
+VERSIONED_APART: dict[str, tuple[str, ...]] = {
+    name: ("trajectory_assets.exports.decontamination",) for name in INGEST_ASSETS}
 
 
 def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> dict[str, str]:
@@ -29,7 +34,7 @@ def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> 
     except ConfigError as error:
         config = {"config_error": str(error)}
     computed_by = COMPUTED_BY if computed_by is None else computed_by
-    return {asset: code_version(modules, sections, config, **kwargs)
+    return {asset: code_version(modules, sections, config, skipped=VERSIONED_APART.get(asset, ()), **kwargs)
             for asset, (modules, sections) in computed_by.items()}
 
 

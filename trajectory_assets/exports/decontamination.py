@@ -50,8 +50,10 @@ from trajectory_assets.chat.trajectory import Trajectory
 from trajectory_assets.config import BenchmarkConfig, DecontaminationConfig
 
 MIN_WORDS = 8  # NeMo Curator's min_ngram_size: shorter benchmark texts are ignored
-# bumped when what counts as a match changes: flags stored beside batches by an older rule are recomputed
-FLAGS_VERSION = 1
+# the rules' version is this file: after any edit, the flags stored beside batches are
+# recomputed by the export steps (no batch is ingested again: ingest's code version does
+# not follow this module, see defs/code_versions.py)
+RULES_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 REASON_PREFIX = "contaminated:"
 
 # datatrove's PUNCTUATION (src/datatrove/utils/text.py): these characters and the control
@@ -291,9 +293,9 @@ class BenchmarkIndex:
 
     @cached_property
     def fingerprint(self) -> str:
-        """What the matches depend on: the rules' version, the n-gram and every benchmark's
+        """What the matches depend on: the rules (this file), the n-gram and every benchmark's
         name, fields and data (its SHA-256)."""
-        return hashlib.sha256(orjson.dumps({"version": FLAGS_VERSION, "ngram": self.ngram, "min_words": MIN_WORDS,
+        return hashlib.sha256(orjson.dumps({"rules": RULES_SHA256, "ngram": self.ngram, "min_words": MIN_WORDS,
                                             "benchmarks": [[summary.name, summary.sha256] for summary in self.summaries],
                                             "config": self.config})).hexdigest()[:32]
 
