@@ -430,3 +430,22 @@ def test_the_flags_fingerprint_follows_the_rules_source(tmp_path, monkeypatch):
     before = index(tmp_path).fingerprint
     monkeypatch.setattr(decontamination, "RULES_SHA256", "edited")
     assert index(tmp_path).fingerprint != before
+
+
+def test_a_trajectory_matching_two_benchmarks_is_named_by_the_first_at_ingest_and_by_a_scan(tmp_path):
+    """Its id names the second benchmark, its text the first: the first names it, whichever test
+    ran first (ingest once stopped at the id)."""
+    from trajectory_assets.exports.decontamination import IngestFlags
+    from trajectory_assets.jsonutil import dumps
+    from trajectory_assets.sources import convert_record
+
+    first = {"name": "first", "path": str(benchmark_file(tmp_path, name="a.jsonl")), "text_fields": ["question"]}
+    second = {"name": "second", "path": str(benchmark_file(tmp_path, name="b.jsonl")), "text_fields": ["question"],
+              "id_field": "instance_id"}
+    benchmarks = index(tmp_path, first, second)
+    rollout = make_rollout(request_input=PLANTED, _ng_task_index=0, instance_id="gsm-8")
+    flags = IngestFlags(benchmarks)
+    flags.add("t-1", convert_record(dumps(rollout), source_id="src.jsonl"))
+    assert flags.result()["contaminated"] == {"t-1": "first"}
+    out = build("sft", trajectory_frame([rollout]), SftConfig(), ALL_TRAIN, benchmarks=benchmarks)
+    assert out.excluded == {"contaminated:first": 1}

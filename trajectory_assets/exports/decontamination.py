@@ -601,47 +601,11 @@ class CheckedTexts:
         return owners[inverse]
 
 
-def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]:
-    """trajectory_id -> the name of the first benchmark (in config order) it matches, for
-    every matching trajectory of ``chunks`` (DataFrames of ``scan_columns(index)``)."""
-    found: dict[str, str] = {}
-    names = index.names
-    leaves = [f'"{path.split(".")[-1]}"' for path in index.id_fields]
-    checked = CheckedTexts()
-    for chunk in chunks:
-        if not len(chunk):
-            continue
-        ids = chunk["trajectory_id"].tolist()
-        owners = np.full(len(ids), -1, dtype=np.int64)
-        if index.compares_text:
-            texts, rows = [], []
-            for row, messages in enumerate(chunk["messages"]):
-                for text in turn_texts(orjson.loads(messages)):
-                    texts.append(text)
-                    rows.append(row)
-            if texts:
-                per_text = checked.owners(texts, index)
-                hit = per_text >= 0
-                first_owner(owners, np.asarray(rows)[hit], per_text[hit])
-        if index.ids:
-            columns = {name: chunk[name].tolist() for name in ID_COLUMNS}
-            for row in range(len(ids)):
-                values = [columns[name][row] for name in ID_COLUMNS]
-                # parsed only when the raw JSON names one of the id keys
-                if not any(value is not None and leaf in value for value in values for leaf in leaves):
-                    continue
-                owner = _id_owner(index, *values)
-                if owner >= 0 and (owners[row] == -1 or owner < owners[row]):
-                    owners[row] = owner
-        for row in np.flatnonzero(owners >= 0):
-            found[ids[row]] = names[owners[row]]
-    return found
-
-
-class IngestFlags:
-    """The matches of one batch, found while it is ingested, from the conversations ingest
-    has already parsed (no second read of the stored messages): ``add`` each valid
-    trajectory, then ``result``. Texts are checked a block of trajectories at a time."""
+class Matches:
+    """The matches of a stream of trajectories: ``add`` each one's id, the benchmark its task
+    id names (-1: none) and its texts, then ``result``. Texts are checked a block of
+    trajectories at a time, and only while a text could still name an earlier benchmark than
+    the id did: the first benchmark in config order names a match, whichever test found it."""
 
     BLOCK = 1024
 
@@ -649,37 +613,82 @@ class IngestFlags:
         self.index = index
         self.checked = CheckedTexts()
         self.found: dict[str, str] = {}
-        self.pending: list[tuple[str, list[str]]] = []
+        self.pending: list[tuple[str, int, list[str]]] = []
 
-    def add(self, trajectory_id: str, trajectory: Trajectory) -> None:
-        """Checks one trajectory as ingest converts it (``ingest.ingest``'s ``on_trajectory``)."""
-        if self.index.ids:
-            owner = id_owner(self.index, trajectory.task_inputs, trajectory.metadata, trajectory.request)
-            if owner >= 0:
-                self.found[trajectory_id] = self.index.names[owner]
-        if self.index.compares_text and trajectory_id not in self.found:
-            self.pending.append((trajectory_id, list(turn_texts(trajectory.messages))))
+    def add(self, trajectory_id: str, id_owner: int, texts: Iterable[str]) -> None:
+        """``texts`` is read only when it is checked (pass a generator to parse lazily)."""
+        if self.index.compares_text and id_owner != 0:
+            self.pending.append((trajectory_id, id_owner, list(texts)))
             if len(self.pending) >= self.BLOCK:
                 self._check()
+        elif id_owner >= 0:
+            self.found[trajectory_id] = self.index.names[id_owner]
 
     def _check(self) -> None:
-        texts = [text for _, pieces in self.pending for text in pieces]
-        rows = np.repeat(np.arange(len(self.pending)), [len(pieces) for _, pieces in self.pending])
+        owners = np.array([owner for _, owner, _ in self.pending], dtype=np.int64)
+        texts = [text for _, _, pieces in self.pending for text in pieces]
         if texts:
-            owners = np.full(len(self.pending), -1, dtype=np.int64)
+            rows = np.repeat(np.arange(len(self.pending)), [len(pieces) for _, _, pieces in self.pending])
             per_text = self.checked.owners(texts, self.index)
             hit = per_text >= 0
             first_owner(owners, rows[hit], per_text[hit])
-            for row in np.flatnonzero(owners >= 0):
-                self.found[self.pending[row][0]] = self.index.names[owners[row]]
+        for row in np.flatnonzero(owners >= 0):
+            self.found[self.pending[row][0]] = self.index.names[owners[row]]
         self.pending.clear()
 
-    def result(self) -> dict[str, Any]:
-        """What is stored beside the batch: the index's fingerprint and the matches."""
+    def result(self) -> dict[str, str]:
+        """trajectory_id -> the name of the benchmark it matches, for every matching one, sorted."""
         self._check()
-        return {"fingerprint": self.index.fingerprint,
-                "ngrams": [summary.ngrams for summary in self.index.counted()],
-                "contaminated": dict(sorted(self.found.items()))}
+        return dict(sorted(self.found.items()))
+
+
+def _stored_texts(messages: str) -> Iterator[str]:
+    """The compared texts of a stored conversation (its JSON parsed only when read)."""
+    yield from turn_texts(orjson.loads(messages))
+
+
+def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]:
+    """trajectory_id -> the name of the first benchmark (in config order) it matches, for
+    every matching trajectory of ``chunks`` (DataFrames of ``scan_columns(index)``)."""
+    matches = Matches(index)
+    leaves = [f'"{path.split(".")[-1]}"' for path in index.id_fields]
+    for chunk in chunks:
+        if not len(chunk):
+            continue
+        columns = [chunk[name].tolist() for name in ID_COLUMNS] if index.ids else []
+        for row, (trajectory_id, messages) in enumerate(zip(chunk["trajectory_id"].tolist(),
+                                                            chunk["messages"].tolist())):
+            values = [column[row] for column in columns]
+            # the id columns are parsed only when their raw JSON names one of the id keys
+            named = any(value is not None and leaf in value for value in values for leaf in leaves)
+            matches.add(trajectory_id, _id_owner(index, *values) if named else -1, _stored_texts(messages))
+    return matches.result()
+
+
+class IngestFlags:
+    """The matches of one batch, found while it is ingested, from the conversations ingest
+    has already parsed (no second read of the stored messages): ``add`` each valid
+    trajectory, then ``result``."""
+
+    def __init__(self, index: BenchmarkIndex) -> None:
+        self.index = index
+        self.matches = Matches(index)
+
+    def add(self, trajectory_id: str, trajectory: Trajectory) -> None:
+        """Checks one trajectory as ingest converts it (``ingest.ingest``'s ``on_trajectory``)."""
+        owner = (id_owner(self.index, trajectory.task_inputs, trajectory.metadata, trajectory.request)
+                 if self.index.ids else -1)
+        self.matches.add(trajectory_id, owner, turn_texts(trajectory.messages))
+
+    def result(self) -> dict[str, Any]:
+        """What is stored beside the batch (``flags_record``)."""
+        return flags_record(self.index, self.matches.result())
+
+
+def flags_record(index: BenchmarkIndex, found: dict[str, str]) -> dict[str, Any]:
+    """A batch's flags as stored beside it: the index's fingerprint, its n-gram counts and the matches."""
+    return {"fingerprint": index.fingerprint, "ngrams": [summary.ngrams for summary in index.counted()],
+            "contaminated": found}
 
 
 _INDEXES: dict[Any, BenchmarkIndex] = {}  # the last index built in this process, by config and files
@@ -730,9 +739,7 @@ def contaminated_trajectories(table: Any, index: BenchmarkIndex, ids: set[str]) 
             summary.ngrams = count if summary.ngrams is None else summary.ngrams
     for key in stale:
         batch_found = contaminated(table.batch(key).scan(scan_columns(index)), index)
-        table.save_decontamination_flags(key, {"fingerprint": index.fingerprint,
-                                               "ngrams": [summary.ngrams for summary in index.counted()],
-                                               "contaminated": dict(sorted(batch_found.items()))})
+        table.save_decontamination_flags(key, flags_record(index, batch_found))
         found.update(batch_found)
     return {trajectory_id: name for trajectory_id, name in found.items() if trajectory_id in ids}
 
