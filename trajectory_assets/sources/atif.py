@@ -70,7 +70,7 @@ from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.io.file_layouts import FolderRecords
 from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
-from trajectory_assets.sources.format import SourceFormat, parse_json_line
+from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line, responses_request
 from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 
 SOURCE_FORMAT = "atif"
@@ -214,7 +214,7 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         total_tokens=input_tokens + output_tokens if input_tokens is not None and output_tokens is not None else None,
-        request=_request(prompt, tools),
+        request=responses_request(prompt, tools),
         token_data=chat.token_data or None,
         non_finite_values=trial.non_finite,
         quality_flags=sorted(flags),
@@ -701,9 +701,9 @@ def _token_totals(trajectories: list[dict[str, Any]]) -> tuple[int | None, int |
                  and not s.get("is_copied_context")]
 
         def total(final_key: str, step_key: str) -> int | None:
-            if _count(final.get(final_key)) is not None:
+            if count_of(final.get(final_key)) is not None:
                 return final[final_key]
-            values = [_count(metrics.get(step_key)) for metrics in steps]
+            values = [count_of(metrics.get(step_key)) for metrics in steps]
             return sum(v for v in values if v is not None) if any(v is not None for v in values) else None
 
         prompt, completion = total("total_prompt_tokens", "prompt_tokens"), total("total_completion_tokens",
@@ -715,10 +715,6 @@ def _token_totals(trajectories: list[dict[str, Any]]) -> tuple[int | None, int |
         if completion is not None:
             outputs, known_outputs = outputs + completion, True
     return (inputs if known_inputs else None), (outputs if known_outputs else None)
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _tools(definitions: Any) -> list[dict[str, Any]] | None:
@@ -752,17 +748,6 @@ def _rollout_id(trial: _Trial) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
-
-
-def _request(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """A NeMo Gym ``responses_create_params`` for the prompt, so RL rows can come from ATIF."""
-    # a prompt opening on copied context holds assistant turns: their text is kept, their
-    # calls and results are not (the GRPO request replays the context, not the tools)
-    request: dict[str, Any] = {"input": [{"role": m["role"], "content": m["content"]} for m in prompt
-                                         if m["role"] != "tool"]}
-    if tools:
-        request["tools"] = [{"type": "function", **tool["function"]} for tool in tools]
-    return request
 
 
 FORMAT = SourceFormat(

@@ -55,7 +55,7 @@ from typing import Any
 from trajectory_assets.chat.messages import is_context_summary, prompt_key, unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.io.file_layouts import SideFile
-from trajectory_assets.sources.format import SourceFormat
+from trajectory_assets.sources.format import SourceFormat, responses_request
 
 SOURCE_FORMAT = "hermes"
 FROM_ROLE = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
@@ -162,7 +162,7 @@ def convert_hermes(record: dict[str, Any], *, source_id: str, **_: Any) -> Traje
         task_type=_task_type(record),
         completed=completed,
         status="partial" if partial else (None if completed else "incomplete"),
-        request=_request(prompt, tools),
+        request=responses_request(prompt, tools),
         quality_flags=sorted(flags),
         metadata=metadata,
     )
@@ -418,14 +418,6 @@ def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
         if tool.get(key) is not None:
             function[key] = tool[key]
     return {"type": "function", "function": function}
-
-
-def _request(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """A NeMo Gym ``responses_create_params`` for the prompt, so RL rows can come from Hermes."""
-    request: dict[str, Any] = {"input": [{"role": m["role"], "content": m["content"]} for m in prompt]}
-    if tools:
-        request["tools"] = [{"type": "function", **t["function"]} for t in tools]
-    return request
 
 
 def _supplied_reward(record: dict[str, Any]) -> float | None:

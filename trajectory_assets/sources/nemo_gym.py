@@ -66,7 +66,7 @@ from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
 from trajectory_assets.io.file_layouts import SideFile
-from trajectory_assets.sources.format import InputsFile, SourceFormat
+from trajectory_assets.sources.format import InputsFile, SourceFormat, count_of
 
 SOURCE_FORMAT = "nemo_gym"
 DEFAULT_OPTIONS = ConversionConfig()
@@ -720,11 +720,8 @@ def _reward(record: dict[str, Any]) -> float:
 def _usage(usage: Any, *keys: str) -> int | None:
     if not isinstance(usage, dict):
         return None
-    for key in keys:
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return None
+    counts = (count_of(usage.get(key)) for key in keys)
+    return next((count for count in counts if count is not None), None)
 
 
 def _task_type(record: dict[str, Any]) -> str | None:
