@@ -34,7 +34,9 @@ def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> 
     except ConfigError as error:
         config = {"config_error": str(error)}
     computed_by = COMPUTED_BY if computed_by is None else computed_by
-    return {asset: code_version(modules, sections, config, skipped=VERSIONED_APART.get(asset, ()), **kwargs)
+    imports: dict[str, set[str]] = {}  # the assets share most of their modules: each is read once
+    return {asset: code_version(modules, sections, config, skipped=VERSIONED_APART.get(asset, ()), imports=imports,
+                                **kwargs)
             for asset, (modules, sections) in computed_by.items()}
 
 
