@@ -14,6 +14,7 @@ JSON lines included, to the declared types.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -52,13 +53,16 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
     (1, "row 1: turns[0] has a key the schema lacks: 'to'", True)
     """
     checked = pa.schema([f for f in schema if f.type != JSON])  # a JSON field holds any value
-    nested = [f for f in checked if _has_struct(f.type)]
+    nested = [(f.name, checker) for f in checked if (checker := _key_checker(f.type)) is not None]
     problems: dict[int, list[str]] = {}
     for position, record in enumerate(records):
-        for f in nested:
-            extra = _extra_key(record.get(f.name), f.type, f.name)
-            if extra:
-                problems.setdefault(position, []).append(extra)
+        for name, checker in nested:
+            value = record.get(name)
+            extra = None if value is None else checker(value)
+            if extra is not None:
+                *path, key = extra
+                problems.setdefault(position, []).append(f"{name}{''.join(reversed(path))} has a key the schema "
+                                                         f"lacks: {key!r}")
     try:
         table_from_records([{name: record.get(name) for name in checked.names} for record in records], checked)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -71,31 +75,47 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
     return len(problems), found[:limit]
 
 
-def _has_struct(arrow_type: pa.DataType) -> bool:
+def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | None:
+    """A function finding the first key of a value that a struct of ``arrow_type`` does not
+    declare: None, or the path to it (innermost part first) and the key. None when the type
+    holds no struct. Built once per schema: the rows are many, the types few.
+
+    >>> check = _key_checker(pa.list_(pa.struct([("role", pa.string()), ("calls", pa.list_(pa.struct([("id", pa.string())])))])))
+    >>> check([{"role": "user"}]), check([{"role": "user"}, {"calls": [{"id": "1", "x": 2}]}])
+    (None, ('[0]', '.calls', '[1]', 'x'))
+    """
     if pa.types.is_struct(arrow_type):
-        return True
-    return pa.types.is_list(arrow_type) and _has_struct(arrow_type.value_type)
+        names = frozenset(f.name for f in arrow_type)
+        children = [(f.name, checker) for f in arrow_type if (checker := _key_checker(f.type)) is not None]
 
+        def check_struct(value: Any) -> tuple | None:
+            if not isinstance(value, dict):
+                return None  # a value of another type: the type check names it
+            if not names.issuperset(value):
+                return (next(key for key in value if key not in names),)
+            for name, checker in children:
+                child = value.get(name)
+                found = None if child is None else checker(child)
+                if found is not None:
+                    return (*found[:-1], f".{name}", found[-1])
+            return None
 
-def _extra_key(value: Any, arrow_type: pa.DataType, where: str) -> str | None:
-    """The first key of ``value`` that a struct of ``arrow_type`` does not declare."""
-    if value is None:
-        return None
-    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
-        names = {f.name for f in arrow_type}
-        extra = next((key for key in value if key not in names), None)
-        if extra is not None:
-            return f"{where} has a key the schema lacks: {extra!r}"
-        for f in arrow_type:
-            if _has_struct(f.type):
-                found = _extra_key(value.get(f.name), f.type, f"{where}.{f.name}")
-                if found:
-                    return found
-    elif pa.types.is_list(arrow_type) and isinstance(value, list) and _has_struct(arrow_type.value_type):
-        for index, item in enumerate(value):
-            found = _extra_key(item, arrow_type.value_type, f"{where}[{index}]")
-            if found:
-                return found
+        return check_struct
+    if pa.types.is_list(arrow_type):
+        item_checker = _key_checker(arrow_type.value_type)
+        if item_checker is None:
+            return None
+
+        def check_list(value: Any) -> tuple | None:
+            if not isinstance(value, list):
+                return None
+            for index, item in enumerate(value):
+                found = None if item is None else item_checker(item)
+                if found is not None:
+                    return (*found[:-1], f"[{index}]", found[-1])
+            return None
+
+        return check_list
     return None
 
 

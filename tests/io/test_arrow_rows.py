@@ -1,0 +1,35 @@
+"""A JSON line must hold the Arrow types its dataset card declares: keys a struct lacks are
+found at any depth, JSON fields hold anything, and a value of another type is named once."""
+
+import pyarrow as pa
+
+from trajectory_assets.io.arrow_rows import JSON, schema_violations
+
+CALL = pa.struct([("id", pa.string()), ("function", pa.struct([("name", pa.string()), ("arguments", JSON)]))])
+SCHEMA = pa.schema([("messages", pa.list_(pa.struct([("role", pa.string()), ("tool_calls", pa.list_(CALL))]))),
+                    ("extra", JSON), ("reward", pa.float64())])
+
+
+def message(**extra):
+    return {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"any": [1]}}}],
+            **extra}
+
+
+def test_rows_of_the_declared_types_pass_whatever_their_json_fields_hold():
+    rows = [{"messages": [message()], "extra": {"deep": {"x": [1, "a"]}}, "reward": 1.0},
+            {"messages": None, "extra": None, "reward": None, "own_field": "kept beside the schema"}]
+    assert schema_violations(rows, SCHEMA) == (0, [])
+
+
+def test_a_key_a_struct_lacks_is_named_with_its_path_at_any_depth():
+    deep = message()
+    deep["tool_calls"][0]["function"]["strict"] = True
+    rows = [{"messages": [message(), message(weight=1)]}, {"messages": [message(), deep]}]
+    assert schema_violations(rows, SCHEMA) == (2, [
+        "row 0: messages[1] has a key the schema lacks: 'weight'",
+        "row 1: messages[1].tool_calls[0].function has a key the schema lacks: 'strict'"])
+
+
+def test_a_value_of_another_type_is_named_by_the_type_check_not_the_key_check():
+    bad, problems = schema_violations([{"messages": ["not a message"]}, {"reward": "high"}], SCHEMA)
+    assert bad == 2 and problems[0].startswith("row 0: messages:") and problems[1].startswith("row 1: reward:")
