@@ -9,6 +9,11 @@ import pytest
 from trajectory_assets.report import renderer
 
 
+@pytest.fixture(autouse=True)
+def not_started(monkeypatch):
+    monkeypatch.setattr(renderer, "_started", None)
+
+
 def test_warm_up_draws_in_a_thread_of_its_own_and_ends(monkeypatch):
     import vl_convert
 
@@ -20,6 +25,7 @@ def test_warm_up_draws_in_a_thread_of_its_own_and_ends(monkeypatch):
     thread.join(timeout=60)
     assert not thread.is_alive() and thread.daemon
     assert drawn == ["vl-convert warm-up"] and "vl_convert" in sys.modules
+    assert renderer.warm_up() is thread and drawn == ["vl-convert warm-up"]  # once per process
 
 
 def test_a_failed_warm_up_raises_nothing_anywhere(monkeypatch):
