@@ -421,3 +421,28 @@ def test_unnamed_embedded_subagents_of_two_segments_are_both_kept():
     converted = convert(trial({"agent/trajectory.json": first, "agent/trajectory.cont-1.json": second}))
     children = [entry["messages"][-1]["content"] for entry in converted.metadata["subagents"]]
     assert sorted(children) == ["A", "B"]
+
+
+def test_a_ref_by_session_id_alone_resolves_as_before_v1_7_and_an_object_ref_as_in_v1_0():
+    """Before v1.7 ``{"session_id"}`` was a valid ref, resolved by that id, and v1.0 / v1.1
+    wrote one ref as an object, not a list. A session id two subagents share resolves nothing
+    (v1.7 allows that): both are still kept, the ref flagged missing."""
+    summary = atif(user("Summarize."), agent("Summary."), version="ATIF-v1.6", session_id="sub-1")
+    main = atif(user(), agent("a"), system("handoff", observation={"results": [
+        {"subagent_trajectory_ref": {"session_id": "sub-1"}}]}), user("b"), agent("c"), version="ATIF-v1.6",
+        validate=False)
+    converted = convert(trial({"agent/trajectory.json": main, "agent/trajectory.summarization-1-summary.json": summary}))
+    (entry,) = converted.metadata["subagents"]  # the file is the ref's, not listed again unnamed
+    assert entry["ref"] == {"session_id": "sub-1"} and entry["step_id"] == 3
+    assert entry["messages"][-1] == {"role": "assistant", "content": "Summary."} and not entry.get("missing")
+    assert "missing_subagent_trajectory" not in converted.quality_flags
+    embedded = atif(user(), agent("a"), system("handoff", observation={"results": [
+        {"subagent_trajectory_ref": [{"session_id": "sub-2"}]}]}), version="ATIF-v1.6", validate=False,
+        subagent_trajectories=[atif(user("child"), agent("done"), session_id="sub-2", validate=False)])
+    (child,) = convert(embedded).metadata["subagents"]
+    assert child["ref"] == {"session_id": "sub-2"} and child["messages"][-1]["content"] == "done"
+    twins = convert(trial({"agent/trajectory.json": main, "agent/trajectory.summarization-1-a.json": summary,
+                           "agent/trajectory.summarization-2-b.json": summary}))
+    assert "missing_subagent_trajectory" in twins.quality_flags
+    assert sorted(e["where"] for e in twins.metadata["subagents"] if e["ref"] is None) == [
+        "agent/trajectory.summarization-1-a.json", "agent/trajectory.summarization-2-b.json"]

@@ -600,6 +600,12 @@ def _subagents(trial: _Trial, segments: list[tuple[str, dict[str, Any]]],
             resolved = posixpath.normpath(posixpath.join(folder, path))
             used_paths.add(resolved)
             entry.update(_subagent(trial.files[resolved], resolved, options, chat))
+        elif (found := _by_session_id(ref, trial, used_paths, embedded)) is not None:
+            kind, key = found
+            if kind == "file":
+                used_paths.add(key)
+            entry.update(_subagent(trial.files[key] if kind == "file" else embedded.pop(key),
+                                   key if kind == "file" else "embedded", options, chat))
         else:
             entry["missing"] = True
             chat.flags.add("missing_subagent_trajectory")
@@ -612,6 +618,22 @@ def _subagents(trial: _Trial, segments: list[tuple[str, dict[str, Any]]],
         subagents.append({"where": "is_sidechain", "ref": {"agent_id": agent_id},
                           **_sidechain(steps, agent_id, trial.main["schema_version"], options, chat)})
     return subagents
+
+
+def _by_session_id(ref: dict[str, Any], trial: _Trial, used_paths: set[str],
+                   embedded: dict[str, Any]) -> tuple[str, str] | None:
+    """Before v1.7 a ref's ``session_id`` was its resolution key (``{"session_id"}`` alone
+    was a valid ref): the one trial file (not yet resolved) or embedded trajectory whose
+    ``session_id`` it is, as ("file", path) or ("embedded", key); None when none or several
+    have it (v1.7 lets sibling subagents share one, so it decides nothing then)."""
+    session_id = ref.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    found = [("file", path) for path, child in trial.files.items()
+             if path not in used_paths and isinstance(child, dict) and child.get("session_id") == session_id]
+    found += [("embedded", key) for key, child in embedded.items()
+              if isinstance(child, dict) and child.get("session_id") == session_id]
+    return found[0] if len(found) == 1 else None
 
 
 def _subagent(trajectory: Any, where: str, options: ConversionConfig, parent: _Chat) -> dict[str, Any]:
