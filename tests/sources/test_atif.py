@@ -446,3 +446,17 @@ def test_a_ref_by_session_id_alone_resolves_as_before_v1_7_and_an_object_ref_as_
     assert "missing_subagent_trajectory" in twins.quality_flags
     assert sorted(e["where"] for e in twins.metadata["subagents"] if e["ref"] is None) == [
         "agent/trajectory.summarization-1-a.json", "agent/trajectory.summarization-2-b.json"]
+
+
+def test_an_observation_on_a_user_step_follows_it_as_the_user_turns_it_was():
+    """Harbor's models allow an observation on any step: on a user step its unlinked results
+    are what the model was shown next, each a user message after the step's own; a result
+    naming a call is refused, since a user step makes none."""
+    pasted = user("Here is the log:", observation={"results": [result("ERROR at line 3")]})
+    converted = convert(atif(pasted, agent("Line 3 divides by zero.")))
+    assert [(m["role"], m["content"]) for m in converted.messages] == [
+        ("user", "Here is the log:"), ("user", "ERROR at line 3"), ("assistant", "Line 3 divides by zero.")]
+    assert "unlinked_observation" in converted.quality_flags
+    assert converted.metadata["atif"]["unlinked_results"] == [{"step_id": 1, "message_index": 1}]
+    answered = user("q", observation={"results": [result("out", call_id="call-9")]})
+    assert rejection(atif(answered, agent("a"), validate=False)).reason == "orphan_tool_output"  # as Harbor refuses it
