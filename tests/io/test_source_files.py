@@ -365,3 +365,16 @@ def test_a_json_file_of_json_lines_named_alone_is_read_as_lines_not_as_a_traject
     named.write_text(json.dumps({"schema_version": "ATIF-v1.7", "steps": []}))
     (trajectory,) = discover([str(named)], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
     assert len(trajectory.records) == 1
+
+
+def test_a_multi_step_trial_is_one_batch_with_one_record_per_step(tmp_path):
+    """``<trial>/steps/<step>/agent/trajectory.json`` (Harbor's multi-step trials): each step
+    folder is a record; the trial's own result.json belongs to none of them (docs/sources.md)."""
+    trial = tmp_path / "jobs" / "2026-09-01__08-00-00" / "multi__abc0001"
+    for step in ("step-1", "step-2"):
+        write_trial(trial / "steps", step, {"trajectory.json": TERMINUS / f"{LINEAR}.json"})
+    (trial / "result.json").write_text(json.dumps({"trial_name": "multi__abc0001"}))
+    (source,) = discover_all(tmp_path / "jobs")
+    assert source.source_id == "jobs/2026-09-01__08-00-00/multi__abc0001/steps"
+    assert [(record.name, [uri[len(record.folder) + 1:] for uri in record.files]) for record in source.records] == [
+        ("step-1", ["agent/trajectory.json"]), ("step-2", ["agent/trajectory.json"])]
