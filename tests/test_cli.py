@@ -325,7 +325,10 @@ def test_a_folder_of_harbor_jobs_becomes_trajectories_and_exports(tmp_path):
 
     jobs = harbor_jobs(tmp_path)
     out = tmp_path / "out"
-    assert main(["run", "--source", str(jobs), "--storage", str(out), "--exports", "sft,grpo"]) == 0
+    config = tmp_path / "config.yaml"
+    config.write_text("grpo:\n  atif_agent_ref: terminal_agent\n")  # Harbor's agents name no NeMo Gym agent
+    call = ["run", "--source", str(jobs), "--exports", "sft,grpo", "--config", str(config)]
+    assert main([*call, "--storage", str(out)]) == 0
     stats = json.loads((out / "reports" / "stats.json").read_text())
     assert (stats["records_read"], stats["records_valid"], stats["records_rejected"]) == (5, 5, 0)
     assert {row["name"]: row["trajectories"] for row in stats["by_source_format"]} == {"atif": 5}
@@ -347,10 +350,10 @@ def test_a_folder_of_harbor_jobs_becomes_trajectories_and_exports(tmp_path):
            for line in (out / "exports" / "sft" / f"{split}.jsonl").read_text().splitlines()]
     grpo = [json.loads(line) for split in ("train", "validation")
             for line in (out / "exports" / "grpo" / f"{split}.jsonl").read_text().splitlines()]
-    assert sft and grpo
+    assert sft and grpo and {row["agent_ref"]["name"] for row in grpo} == {"terminal_agent"}
     # a second run over the same jobs is byte-identical
     again = tmp_path / "again"
-    assert main(["run", "--source", str(jobs), "--storage", str(again), "--exports", "sft,grpo"]) == 0
+    assert main([*call, "--storage", str(again)]) == 0
     assert written_files(again) == written_files(out)
 
 

@@ -282,6 +282,25 @@ def raw_frame(*records):
     return pd.DataFrame(list(records), columns=list(RawRolloutSchema.to_schema().columns)).astype({"bytes": "Int64"})
 
 
+def test_raw_rollouts_contract_accepts_a_harbor_job_with_side_files_and_an_unreadable_file(tmp_path):
+    from schemas.raw_rollouts import RawRolloutSchema
+    from tests.fixtures.harbor_jobs import harbor_jobs
+    from trajectory_assets.io.source_files import describe_batch, discover
+    from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES
+
+    jobs = harbor_jobs(tmp_path)
+    (tmp_path / "run.jsonl").write_text('{"x": 1}\n')
+    (tmp_path / "run_aggregate_metrics.json").write_text("{}")
+    broken = next(jobs.rglob("result.json"))
+    broken.unlink()
+    broken.symlink_to(tmp_path / "nowhere")
+    records = [describe_batch(source) for source in
+               discover([str(jobs), str(tmp_path / "run.jsonl")], INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)]
+    assert any(record["records"] for record in records) and any(record["side_files"] for record in records)
+    assert any(file["error"] for record in records for trial in record["records"] or [] for file in trial["files"])
+    assert validate(RawRolloutSchema, raw_frame(*records)).passed
+
+
 @pytest.mark.parametrize("inputs", [False, True])
 def test_raw_rollouts_contract_accepts_what_describe_batch_records(tmp_path, inputs):
     from schemas.raw_rollouts import RawRolloutSchema
@@ -298,6 +317,12 @@ def test_raw_rollouts_contract_accepts_what_describe_batch_records(tmp_path, inp
     ({"inputs_uri": "/x_materialized_inputs.jsonl"}, "inputs_hashed_or_failed"),
     ({"bytes": -1}, "greater_than_or_equal_to"),
     ({"data_version": ""}, "str_matches"),
+    ({"side_files": None}, "side_files"),
+    ({"side_files": [{"uri": "/x_aggregate_metrics.json", "bytes": 3, "sha256": None, "error": None}]},
+     "side_files_listed"),
+    ({"records": []}, "records_listed"),
+    ({"records": [{"name": "t1", "folder": "/j/t1", "files": [{"path": "agent/trajectory.json", "bytes": 9,
+                                                               "sha256": "abc", "error": None}]}]}, "records_listed"),
 ])
 def test_raw_rollouts_contract_rejects(tmp_path, change, check):
     from schemas.raw_rollouts import RawRolloutSchema

@@ -465,7 +465,8 @@ def describe_batch(source: SourceFile) -> dict[str, Any]:
     record: dict[str, Any] = {"uri": source.uri, "source_id": source.source_id, "sha256": None, "bytes": 0,
                               "inputs_uri": source.inputs_uri, "inputs_sha256": None, "inputs_error": None,
                               "data_version": "unreadable", "error": None,
-                              "side_files": [describe_side_file(uri) for uri in source.side_uris]}
+                              "side_files": [describe_side_file(uri) for uri in source.side_uris],
+                              "records": None}  # a batch of folder records lists every file of each
     if source.records:
         return _describe_folder_batch(source, record)
     try:
