@@ -132,10 +132,6 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
                 "forked": slots}[args.execution]
         # several runs: the fork server imports the code location while this process does the same
         forks = start_fork_server() if runs > 1 else None
-        if runs == 1:  # the report step will draw in this process: its renderer starts meanwhile
-            from trajectory_assets.report.renderer import warm_up
-
-            warm_up()
         steps = {"auto": "auto", "in-process": "in_process", "forked": "multiprocess"}[args.execution]
         import dagster as dg
 
