@@ -184,6 +184,16 @@ def test_grpo_routes_hermes_and_atif_tasks_only_to_the_agents_the_config_names()
     assert sorted(row["agent_ref"]["name"] for row in named) == ["hermes_agent", "swe_agent"]
 
 
+
+def test_every_source_format_names_how_its_grpo_tasks_are_routed():
+    """A new source format must say which GrpoConfig field routes its tasks (or be NeMo Gym's own)."""
+    from trajectory_assets.exports.families.grpo import OTHER_SOURCES_AGENT_REF
+    from trajectory_assets.sources import SOURCES
+
+    assert set(OTHER_SOURCES_AGENT_REF) == {source.name for source in SOURCES} - {"nemo_gym"}
+    assert all(field in GrpoConfig.model_fields for field in OTHER_SOURCES_AGENT_REF.values())
+
+
 # ---------- split
 
 
