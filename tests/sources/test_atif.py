@@ -441,6 +441,12 @@ def test_a_ref_by_session_id_alone_resolves_as_before_v1_7_and_an_object_ref_as_
         subagent_trajectories=[atif(user("child"), agent("done"), session_id="sub-2", validate=False)])
     (child,) = convert(embedded).metadata["subagents"]
     assert child["ref"] == {"session_id": "sub-2"} and child["messages"][-1]["content"] == "done"
+    gone = atif(user(), agent("a"), system("handoff", observation={"results": [{"subagent_trajectory_ref": {
+        "session_id": "sub-1", "trajectory_path": "trajectory.summarization-9-gone.json"}}]}), version="ATIF-v1.6",
+        validate=False)  # a path that names nothing: missing, whatever file shares the session id
+    assert "missing_subagent_trajectory" in convert(trial({"agent/trajectory.json": gone,
+                                                           "agent/trajectory.summarization-1-summary.json": summary})
+                                                    ).quality_flags
     twins = convert(trial({"agent/trajectory.json": main, "agent/trajectory.summarization-1-a.json": summary,
                            "agent/trajectory.summarization-2-b.json": summary}))
     assert "missing_subagent_trajectory" in twins.quality_flags

@@ -623,11 +623,13 @@ def _subagents(trial: _Trial, segments: list[tuple[str, dict[str, Any]]],
 def _by_session_id(ref: dict[str, Any], trial: _Trial, used_paths: set[str],
                    embedded: dict[str, Any]) -> tuple[str, str] | None:
     """Before v1.7 a ref's ``session_id`` was its resolution key (``{"session_id"}`` alone
-    was a valid ref): the one trial file (not yet resolved) or embedded trajectory whose
-    ``session_id`` it is, as ("file", path) or ("embedded", key); None when none or several
-    have it (v1.7 lets sibling subagents share one, so it decides nothing then)."""
+    was a valid ref): for a ref naming no trajectory id or path, the one trial file (not yet
+    resolved) or embedded trajectory whose ``session_id`` it is, as ("file", path) or
+    ("embedded", key); None when none or several have it (v1.7 lets sibling subagents share
+    one, so it decides nothing then). A ref whose path or id names nothing stays missing."""
     session_id = ref.get("session_id")
-    if not isinstance(session_id, str) or not session_id:
+    if (not isinstance(session_id, str) or not session_id
+            or ref.get("trajectory_path") is not None or ref.get("trajectory_id") is not None):
         return None
     found = [("file", path) for path, child in trial.files.items()
              if path not in used_paths and isinstance(child, dict) and child.get("session_id") == session_id]
