@@ -12,6 +12,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# which assistant messages of an SFT row are training targets (the rules: chat/training.py)
+TrainingRule = Literal["all_assistant", "final_assistant", "after_last_user", "not_after_failed_tool_call"]
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -84,7 +87,7 @@ class Curation(_Section):
 
 
 class SftConfig(Curation):
-    train_on: Literal["all_assistant", "final_assistant", "after_last_user", "not_after_failed_tool_call"] = Field(
+    train_on: TrainingRule = Field(
         "all_assistant",
         description="which assistant messages are training targets (chat/training.py): every one, the final one, "
                     "those after the last user turn, or all but those right after a failed tool call; a turn the "

@@ -523,6 +523,21 @@ def test_truncation_cuts_a_conversation_after_its_last_assistant_turn_that_fits(
     assert [m["role"] for m in rows_of(seed)[1]["messages"]] == ["user", "assistant"]
 
 
+
+def test_a_cut_row_keeps_the_targets_its_rule_picked_in_the_whole_conversation(words):
+    """Cut to its first call, a tool run has lost its final answer: under ``final_assistant``
+    the call is no target, so the per-message export has nothing to train and the exports
+    with one switch cannot reproduce the rule; every assistant turn stays a target by default."""
+    final = SftConfig(train_on="final_assistant")
+    axolotl = build("axolotl", long_and_short(), final, ALL_TRAIN, budget(words, 12, truncate=True))
+    (short,) = rows_of(axolotl)
+    assert [m["train"] for m in short["messages"]] == [False, True]
+    assert axolotl.excluded == {"nothing_to_train": 1}
+    assert build("nemo_rl_sft", long_and_short(), final, ALL_TRAIN, budget(words, 12, truncate=True)).excluded == {
+        "needs_per_message_mask": 1}
+    every = build("axolotl", long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
+    assert [[m["train"] for m in row["messages"]] for row in rows_of(every)] == [[False, True], [False, True]]
+
 def test_with_a_tokenizer_the_recorded_usage_does_not_filter(words):
     huge_usage = make_rollout([message_item("yes")], request_input="q", reward=1.0)
     huge_usage["response"]["usage"] = {"total_tokens": 10**6}

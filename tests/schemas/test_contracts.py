@@ -1,5 +1,6 @@
 """Each Pandera contract accepts good rows and rejects the malformed cases it exists for."""
 
+import json
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -329,3 +330,36 @@ def test_raw_rollouts_contract_rejects(tmp_path, change, check):
 
     result = validate(RawRolloutSchema, raw_frame({**raw_record(tmp_path), **change}))
     assert not result.passed and any(check in failure for failure in result.summary())
+
+
+AXOLOTL_ROW = {"messages": [{"role": "user", "content": "q", "train": False},
+                            {"role": "assistant", "content": "a", "train": True}],
+               "tools": None, "trajectory_id": "a" * 32, "task_key": "b" * 24}
+
+
+@pytest.mark.parametrize("change, check", [
+    (lambda row: row["messages"][1].update(train=False), "trained_roles"),  # a row that trains nothing
+    (lambda row: row["messages"][0].update(train=True), "trained_roles"),  # a user's words trained
+    (lambda row: row["messages"][0].pop("train"), "every_message_flagged"),
+])
+def test_axolotl_contract_rejects(change, check):
+    from schemas.axolotl import AxolotlSchema
+    from schemas.export_row import checked_frame
+
+    good = checked_frame(AxolotlSchema, [AXOLOTL_ROW], ["c" * 24], ["train"])
+    assert validate(AxolotlSchema, good).passed
+    row = json.loads(json.dumps(AXOLOTL_ROW))
+    change(row)
+    assert check in failed_checks(AxolotlSchema, checked_frame(AxolotlSchema, [row], ["c" * 24], ["train"]))
+
+
+@pytest.mark.parametrize("margins, holds", [({"correctness": 1.0, "format": 0.0}, True),
+                                            ({"correctness": 1.0, "format": -0.5}, False), ({}, False)])
+def test_dpo_contract_checks_that_a_dominance_pair_dominates(margins, holds):
+    from schemas.dpo import DpoSchema as Schema
+
+    assert Schema.pair_columns({"pairing": "dominance", "component_margins": margins})["dominance_holds"] is holds
+    assert Schema.pair_columns({"pairing": "best_vs_worst", "component_margins": margins})["dominance_holds"] is True
+    rows = dpo_frame()
+    rows["dominance_holds"] = holds
+    assert validate(DpoSchema, rows).passed is holds

@@ -441,6 +441,10 @@ def test_a_ref_by_session_id_alone_resolves_as_before_v1_7_and_an_object_ref_as_
         subagent_trajectories=[atif(user("child"), agent("done"), session_id="sub-2", validate=False)])
     (child,) = convert(embedded).metadata["subagents"]
     assert child["ref"] == {"session_id": "sub-2"} and child["messages"][-1]["content"] == "done"
+    newer = {**main, "schema_version": "ATIF-v1.7"}  # no longer a resolution key: Harbor's models refuse it
+    assert "missing_subagent_trajectory" in convert(trial({"agent/trajectory.json": newer,
+                                                           "agent/trajectory.summarization-1-summary.json": summary})
+                                                    ).quality_flags
     gone = atif(user(), agent("a"), system("handoff", observation={"results": [{"subagent_trajectory_ref": {
         "session_id": "sub-1", "trajectory_path": "trajectory.summarization-9-gone.json"}}]}), version="ATIF-v1.6",
         validate=False)  # a path that names nothing: missing, whatever file shares the session id
@@ -466,3 +470,24 @@ def test_an_observation_on_a_user_step_follows_it_as_the_user_turns_it_was():
     assert converted.metadata["atif"]["unlinked_results"] == [{"step_id": 1, "message_index": 1}]
     answered = user("q", observation={"results": [result("out", call_id="call-9")]})
     assert rejection(atif(answered, agent("a"), validate=False)).reason == "orphan_tool_output"  # as Harbor refuses it
+
+
+def test_only_the_chain_of_continued_trajectory_refs_is_the_chat():
+    """As Harbor's exporter: segments follow ``continued_trajectory_ref`` up to a file the trial
+    lacks (flagged ``missing_continuation``). A segment no ref reaches, a stale one or a
+    subagent's own, is kept as an unnamed file of the trial, never added to the main chat."""
+    main = atif(user(), agent("main answer"), continued_trajectory_ref="trajectory.cont-1.json", validate=False)
+    stale = atif(user("stale"), agent("STALE"), validate=False)
+    converted = convert(trial({"agent/trajectory.json": main, "agent/trajectory.cont-2.json": stale,
+                               "agent/trajectory.summarization-1-summary.cont-1.json": stale}))
+    assert [m["content"] for m in converted.messages] == ["Fix the bug.", "main answer"]
+    assert "missing_continuation" in converted.quality_flags
+    assert sorted(entry["where"] for entry in converted.metadata["subagents"] if entry["ref"] is None) == [
+        "agent/trajectory.cont-2.json", "agent/trajectory.summarization-1-summary.cont-1.json"]
+
+
+def test_a_subagents_own_subagents_are_kept_as_written():
+    grandchild = atif(user("deeper"), agent("deepest"), validate=False)
+    child = atif(user("child"), agent("done"), validate=False, subagent_trajectories=[grandchild])
+    (entry,) = convert(atif(user(), agent("a"), validate=False, subagent_trajectories=[child])).metadata["subagents"]
+    assert entry["messages"][-1]["content"] == "done" and entry["subagent_trajectories"] == [grandchild]

@@ -21,16 +21,16 @@ Pure functions; no Dagster.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Any
 
 from trajectory_assets.chat.messages import is_context_summary, tool_result_failed
+from trajectory_assets.config import TrainingRule  # the config names the rules this module applies
 
 # where a source lists the messages that are not the policy's own words (ATIF's copied context
 # and non-LLM steps): a ``metadata`` key holding their indices, and a quality flag of the same
 # name, so a reader fetches the metadata of only the rows that have such a list
 UNTRAINED_MESSAGES = "untrained_messages"
 
-TrainingRule = Literal["all_assistant", "final_assistant", "after_last_user", "not_after_failed_tool_call"]
 
 
 def trained_messages(messages: list[dict[str, Any]], rule: TrainingRule = "all_assistant",

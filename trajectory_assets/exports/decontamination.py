@@ -449,12 +449,10 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
         return None
     n = config.ngram
     texts: list[pa.Array] = []
-    rows_by_benchmark = []
     summaries = []
     ids: dict[tuple[str, str], int] = {}
     for number, benchmark in enumerate(config.benchmarks):
         rows, digest = _read_rows(benchmark)
-        rows_by_benchmark.append(rows)
         found = [text for row in rows for name in benchmark.text_fields for text in _texts(value_at(row, name))]
         texts.append(pa.array(found, pa.string()))
         benchmark_ids = set()

@@ -61,8 +61,7 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
             extra = None if value is None else checker(value)
             if extra is not None:
                 *path, key = extra
-                problems.setdefault(position, []).append(f"{name}{''.join(reversed(path))} has a key the schema "
-                                                         f"lacks: {key!r}")
+                problems.setdefault(position, []).append(f"{name}{''.join(path)} has a key the schema lacks: {key!r}")
     try:
         table_from_records([{name: record.get(name) for name in checked.names} for record in records], checked)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -77,12 +76,12 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
 
 def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | None:
     """A function finding the first key of a value that a struct of ``arrow_type`` does not
-    declare: None, or the path to it (innermost part first) and the key. None when the type
+    declare: None, or the path to it (outermost part first) and the key. None when the type
     holds no struct. Built once per schema: the rows are many, the types few.
 
     >>> check = _key_checker(pa.list_(pa.struct([("role", pa.string()), ("calls", pa.list_(pa.struct([("id", pa.string())])))])))
     >>> check([{"role": "user"}]), check([{"role": "user"}, {"calls": [{"id": "1", "x": 2}]}])
-    (None, ('[0]', '.calls', '[1]', 'x'))
+    (None, ('[1]', '.calls', '[0]', 'x'))
     """
     if pa.types.is_struct(arrow_type):
         names = frozenset(f.name for f in arrow_type)
@@ -97,7 +96,7 @@ def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | Non
                 child = value.get(name)
                 found = None if child is None else checker(child)
                 if found is not None:
-                    return (*found[:-1], f".{name}", found[-1])
+                    return (f".{name}", *found)
             return None
 
         return check_struct
@@ -112,7 +111,7 @@ def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | Non
             for index, item in enumerate(value):
                 found = None if item is None else item_checker(item)
                 if found is not None:
-                    return (*found[:-1], f"[{index}]", found[-1])
+                    return (f"[{index}]", *found)
             return None
 
         return check_list

@@ -258,8 +258,10 @@ def _read_trial(record: dict[str, Any]) -> _Trial:
 
 def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
     """The main trajectory and its continuation segments, in the order
-    ``continued_trajectory_ref`` chains them (Harbor's exporter follows the same chain);
-    segments no ref reaches follow, by number."""
+    ``continued_trajectory_ref`` chains them, up to a segment the trial lacks: Harbor's
+    exporter (``collect_conversations_from_trial``) follows the same chain and stops there.
+    A segment file no ref reaches is no part of the chat (another agent's, or left behind):
+    it is kept with the trial's other unnamed files (``_subagents``)."""
     where = trial.main_path or "trajectory"
     segments = [(where, _checked(trial.main, where))]
     folder = posixpath.dirname(where)
@@ -273,8 +275,6 @@ def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
         segment = continuations.pop(path)
         segments.append((path, _checked(segment, path)))
         reference = segment.get("continued_trajectory_ref") if isinstance(segment, dict) else None
-    for path in sorted(continuations, key=lambda p: int(CONTINUATION.search(p).group(1))):
-        segments.append((path, _checked(continuations[path], path)))
     return segments
 
 
@@ -626,9 +626,10 @@ def _by_session_id(ref: dict[str, Any], trial: _Trial, used_paths: set[str],
     was a valid ref): for a ref naming no trajectory id or path, the one trial file (not yet
     resolved) or embedded trajectory whose ``session_id`` it is, as ("file", path) or
     ("embedded", key); None when none or several have it (v1.7 lets sibling subagents share
-    one, so it decides nothing then). A ref whose path or id names nothing stays missing."""
+    one, so it decides nothing then). A ref whose path or id names nothing stays missing, and
+    so does a session-id ref in a v1.7 or later trajectory, which Harbor's models refuse."""
     session_id = ref.get("session_id")
-    if (not isinstance(session_id, str) or not session_id
+    if (not isinstance(session_id, str) or not session_id or trial.main["schema_version"] not in VERSIONS[:7]
             or ref.get("trajectory_path") is not None or ref.get("trajectory_id") is not None):
         return None
     found = [("file", path) for path, child in trial.files.items()
@@ -674,6 +675,8 @@ def _subagent_entry(chat: _Chat, trajectory: dict[str, Any], where: str) -> dict
         entry["token_data"] = chat.token_data
     if chat.kept:
         entry.update(chat.kept)
+    if trajectory.get("subagent_trajectories"):  # a subagent's own subagents: kept as written, not converted
+        entry["subagent_trajectories"] = trajectory["subagent_trajectories"]
     return entry
 
 

@@ -87,8 +87,9 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
         # each unordered pair once: the higher reward chosen; equal rewards once, as a tie
         pairs = pairs.loc[(pairs["reward_c"] > pairs["reward_r"]) | (
             (pairs["reward_c"] == pairs["reward_r"]) & (pairs["trajectory_id_c"] < pairs["trajectory_id_r"]))]
-        if config.pairing == "dominance":
-            pairs = _dominant_pairs(pairs, excluded)
+        if config.pairing == "dominance":  # ties stay ties (counted below, as in every pairing)
+            ordered = pairs["reward_c"] > pairs["reward_r"]
+            pairs = pd.concat([_dominant_pairs(pairs.loc[ordered], excluded), pairs.loc[~ordered]])
         pairs = pairs.assign(order=pairs["task_key"].map(order), margin=pairs["reward_c"] - pairs["reward_r"])
         pairs = pairs.sort_values(["order", "margin", "trajectory_id_c", "trajectory_id_r"],
                                   ascending=[True, False, True, True], kind="mergesort")

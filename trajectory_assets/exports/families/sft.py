@@ -81,9 +81,12 @@ class SftItem:
 
     def cut(self, messages: list[dict[str, Any]]) -> "SftItem":
         """The same trajectory with only its first ``len(messages)`` messages (a format that
-        writes more of the trajectory than its messages must check ``cut_short``)."""
+        writes more of the trajectory than its messages must check ``cut_short``). Its targets
+        stay those the rule picked in the whole conversation: with ``final_assistant`` the last
+        turn that fits is not the final answer (a cut that keeps no target trains nothing)."""
         item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode()), self.train_on)
         item.messages = messages
+        item.trained = self.trained[: len(messages)]
         item.cut_short = True
         return item
 
