@@ -108,3 +108,11 @@ def test_loading_the_code_location_leaves_the_plotting_libraries_to_the_report_s
     assert _modules_after_import("import trajectory_assets.definitions", ("altair", "vl_convert")) == []
     assert _modules_after_import("import trajectory_assets.report.plots", ("altair", "vl_convert")) == [
         "altair", "vl_convert"]  # the probe sees them when they are imported
+
+
+def test_numba_is_imported_only_where_a_benchmark_index_is_used():
+    """numba costs about 0.25 s to import: no process pays it unless it decontaminates."""
+    assert _modules_after_import("import trajectory_assets.definitions; import trajectory_assets.exports.registry",
+                                 ("numba",)) == []
+    assert _modules_after_import("from trajectory_assets.exports.decontamination import words; words('x')",
+                                 ("numba",)) == ["numba"]

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +33,7 @@ from trajectory_assets.exports.decontamination import (
     BenchmarkIndex,
     BenchmarkSummary,
     build_index,
+    normalise,
     words,
 )
 from trajectory_assets.exports.families.frames import FrameTable
@@ -383,6 +385,51 @@ def test_numbers_normalise_alike_in_ascii_text_and_in_text_with_other_characters
     assert words(plain + " \u2014") == words(plain) == ["natalia", "sold", "0", "0", "clips", "in", "v0", "0"]
 
 
+def _by_the_unicode_rules(texts: list[str]) -> list[list[str]]:
+    """The words of each text with the Unicode rules applied to all of it (Arrow), as the
+    fast pass is meant to give them."""
+    from trajectory_assets.exports import ngram_kernel
+    from trajectory_assets.exports.decontamination import Normalised, _buffers, code_points, unicode_rules
+
+    array = unicode_rules(pa.array(texts, pa.string()), np.ones(len(texts), dtype=bool))
+    return Normalised(*ngram_kernel.normalise(*_buffers(array), np.zeros(len(texts), dtype=bool),
+                                              *code_points())).words().to_pylist()
+
+
+def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_make_it():
+    """The compiled pass handles a text without Arrow's Unicode rules when each of its code
+    points is a letter they leave alone, a break, or one they replace by the same letters
+    wherever it stands: checked here for every such code point, alone, inside a word, between
+    digits and after an uppercase letter."""
+    from trajectory_assets.exports import ngram_kernel
+    from trajectory_assets.exports.decontamination import _buffers, code_points
+
+    classes = code_points()[1]
+    handled = [code for code in range(0x80, len(classes)) if classes[code] != ngram_kernel.UNICODE]
+    assert len(handled) > 50_000  # the Basic Multilingual Plane but for digits, Hangul syllables and the like
+    texts = [f"{chr(code)} aB{chr(code)}c 1{chr(code)}2 3.{chr(code)}4 Z{chr(code)}" for code in handled]
+    array = pa.array(texts, pa.string())
+    assert not ngram_kernel.needs_unicode_rules(*_buffers(array), classes).any()
+    assert normalise(array).words().to_pylist() == _by_the_unicode_rules(texts)
+    # and a code point it leaves to the Unicode rules sends its whole text there
+    needed = ngram_kernel.needs_unicode_rules(*_buffers(pa.array(["plain", "١٢", "가", "x\U00010400"])), classes)
+    assert needed.tolist() == [False, True, True, True]
+
+
+_CHARACTERS = st.sampled_from([*"aZ09 .,-_'\t\n", "1,000", "2.5", "0.9", "7.", "Ab", "\u00e9", "\u00c9", "\u0394", "\u00a0", "\u2014", "\u2019",
+                               "\u0301", "\ufe0f", "\u0661", "\u066b", "\uac00", "\u4e2d", "\U0001f600", "\u2260",
+                               "\u212a", "\u0130", "\U00010400"])
+
+
+@settings(max_examples=300, deadline=None)
+@example(texts=["1,000,000 \u0661,\u0662 3.4\u0301 \u00c9t\u00c9 \U0001f600x"])
+@given(texts=st.lists(st.lists(_CHARACTERS, max_size=30).map("".join), min_size=1, max_size=6))
+def test_the_fast_pass_normalises_any_text_as_the_unicode_rules_do(texts):
+    """ASCII, letters it maps, marks, digits of other scripts, breaks: in any order, in any
+    texts side by side, each text's words are those of the Unicode rules applied to all of it."""
+    assert normalise(pa.array(texts, pa.string())).words().to_pylist() == _by_the_unicode_rules(texts)
+
+
 # a vocabulary of eight words, so that random texts share long runs with random benchmark texts
 _WORD = st.sampled_from(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
 _TEXT = st.lists(_WORD, min_size=0, max_size=40).map(" ".join)
@@ -426,7 +473,10 @@ def test_the_flags_fingerprint_follows_the_rules_source(tmp_path, monkeypatch):
     does not follow it: tests/test_code_versions.py)."""
     from trajectory_assets.exports import decontamination
 
-    assert decontamination.RULES_SHA256 == hashlib.sha256(Path(decontamination.__file__).read_bytes()).hexdigest()
+    assert [path.name for path in decontamination.RULES_FILES] == ["decontamination.py", "ngram_kernel.py"]
+    assert decontamination.RULES_SHA256 == hashlib.sha256(
+        Path(decontamination.__file__).read_bytes()
+        + Path(decontamination.__file__).with_name("ngram_kernel.py").read_bytes()).hexdigest()
     before = index(tmp_path).fingerprint
     monkeypatch.setattr(decontamination, "RULES_SHA256", "edited")
     assert index(tmp_path).fingerprint != before

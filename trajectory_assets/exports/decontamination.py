@@ -22,11 +22,13 @@ Checked, per trajectory: the text of user turns, and of assistant turns their co
 the same for every task) and tool results (what the environment returned, never trained
 on) are not.
 
-Fast and streaming: the benchmark side is read once per export step into sorted arrays of
-64-bit n-gram hashes (over word ids of the benchmarks' vocabulary, so no n-gram string is
-ever built); trajectories are read chunk by chunk, normalised and split with Arrow compute
-functions, and every window is hashed and looked up with numpy. A window holding a word
-that no benchmark uses cannot match and is never hashed.
+Fast and streaming: the benchmark side is read once per process into sorted arrays of
+64-bit window hashes (over 64-bit word hashes, so no n-gram string is ever built);
+trajectories are checked a block at a time in two compiled passes (``ngram_kernel``): one
+over the bytes, normalising and hashing words, one over the words, hashing only the windows
+whose every pair of neighbouring words some benchmark text holds. The Unicode rules run in
+Arrow, and only on a text holding a code point the byte pass cannot handle alone
+(``code_points``).
 
 No Dagster here; ``defs/exports.py`` loads the index and reports a ``BenchmarkError``.
 """
@@ -34,9 +36,10 @@ No Dagster here; ``defs/exports.py`` loads the index and reports a ``BenchmarkEr
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +53,11 @@ from trajectory_assets.chat.trajectory import Trajectory
 from trajectory_assets.config import BenchmarkConfig, DecontaminationConfig
 
 MIN_WORDS = 8  # NeMo Curator's min_ngram_size: shorter benchmark texts are ignored
-# the rules' version is this file: after any edit, the flags stored beside batches are
-# recomputed by the export steps (no batch is ingested again: ingest's code version does
-# not follow this module, see defs/code_versions.py)
-RULES_SHA256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+# the rules' version is this file and its compiled loops: after any edit, the flags stored
+# beside batches are recomputed by the export steps (no batch is ingested again: ingest's
+# code version follows neither module, see defs/code_versions.py)
+RULES_FILES = (Path(__file__), Path(__file__).with_name("ngram_kernel.py"))
+RULES_SHA256 = hashlib.sha256(b"".join(path.read_bytes() for path in RULES_FILES)).hexdigest()
 REASON_PREFIX = "contaminated:"
 
 # datatrove's PUNCTUATION (src/datatrove/utils/text.py): these characters and the control
@@ -61,17 +65,19 @@ REASON_PREFIX = "contaminated:"
 PUNCTUATION = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»" + "".join(
     map(chr, (x for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b))))
 # datatrove's NUMBERS_PATTERN: a number, with at most one decimal or thousands separator
-_NUMBERS = r"\p{Nd}+(?:[.,،٫⎖⎗⎘]\p{Nd}+)?"
-# datatrove's punctuation beyond ASCII, and the Unicode spaces (Python's str.split splits on them)
+_NUMBER_SEPARATORS = ".,،٫⎖⎗⎘"
+_NUMBERS = rf"\p{{Nd}}+(?:[{_NUMBER_SEPARATORS}]\p{{Nd}}+)?"
+# the Unicode spaces (Python's str.split splits on them)
+_SPACES_BEYOND_ASCII = (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
+# datatrove's punctuation beyond ASCII, and the Unicode spaces
 _UNICODE_SPACES = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(PUNCTUATION) if ord(c) >= 128) + "".join(
-    f"\\x{{{code:x}}}" for code in (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
-) + "]+"
-_ASCII_NUMBERS = r"[0-9]+(?:[.,][0-9]+)?"
-# the ASCII members of PUNCTUATION and the ASCII whitespace, to spaces
-_ASCII_SPACES = bytes(32 if (chr(b) in PUNCTUATION or chr(b).isspace()) and b < 128 else b for b in range(256))
+    f"\\x{{{code:x}}}" for code in _SPACES_BEYOND_ASCII) + "]+"
+# per byte, whether it ends a word: the ASCII members of PUNCTUATION and the ASCII whitespace
+# (bytes >= 0x80 never do, so UTF-8 sequences stay whole)
+_SEPARATORS = np.array([b < 128 and (chr(b) in PUNCTUATION or chr(b).isspace()) for b in range(256)], dtype=np.bool_)
 # odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
 # same n-gram hashes the same in every process)
-_BITMAP_SHIFT = np.uint64(40)  # a bitmap of 2**24 flags (16 MiB), of windows and of word pairs
+_BITMAP_SHIFT = np.uint64(40)  # bitmaps of 2**24 flags, of windows and of word pairs 
 _MULTIPLIERS = np.random.default_rng(13).integers(0, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
 
@@ -79,44 +85,117 @@ class BenchmarkError(Exception):
     """A benchmark that cannot be read as configured (missing file, missing field)."""
 
 
-def normalized_words(texts: pa.Array) -> pa.ListArray:
-    """Each text as its list of normalised words (datatrove's ``simplify_text`` defaults,
-    then a whitespace split).
+@cache
+def code_points() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """How ``ngram_kernel.normalise`` treats each byte (``byte_actions``), and each code point
+    from 0x80 to 0x1FFFF in a text that needs no ``unicode_rules``: (the bytes' actions, the
+    code points' classes, and for a ``MAPPED`` one where its replacement starts in, and the
+    bytes of, the replacements).
 
-    ASCII text (nearly all of it) takes a fast path: ASCII lowercase, numbers by a regex of
-    ASCII digits, punctuation and control characters to spaces by ``bytes.translate``. A
-    text with other characters is first normalised whole by Unicode rules (lowercase,
-    ``\\p{Nd}`` numbers, datatrove's punctuation, NFD without combining marks, Unicode
-    spaces), which leaves nothing for the fast path to change.
+    - ``SEPARATOR``: datatrove's punctuation and the Unicode spaces;
+    - ``SIMPLE``: a word's letter that no rule changes;
+    - ``MAPPED``: one whose lowercase, in NFD without combining marks, is other letters
+      (``É`` -> ``e``, ``Δ`` -> ``δ``, a variation selector -> nothing): what the rules make
+      of a text is then what they make of each code point, in order;
+    - ``UNICODE``: any other (a decimal digit beyond ASCII, a number separator, a result
+      holding a digit, a break or a combining mark that stays, or longer in UTF-8, one
+      unassigned in Python's Unicode database, or beyond the Basic Multilingual
+      Plane outside the emoji blocks): a text holding one goes through ``unicode_rules`` whole.
 
-    >>> normalized_words(pa.array(["Q: What's the Capital of France, in 2024?  Café — Paris!"])).to_pylist()
+    Checked against Arrow's own Unicode rules, code point by code point
+    (tests/exports/test_decontamination.py)."""
+    from trajectory_assets.exports.ngram_kernel import MAPPED, SEPARATOR, SIMPLE, UNICODE, byte_actions
+
+    classes = np.full(0x20000, UNICODE, np.uint8)
+    classes[:0x80] = SIMPLE  # (ASCII is never looked up)
+    breaks = {c for c in PUNCTUATION} | {chr(code) for code in _SPACES_BEYOND_ASCII}
+    replacements: dict[int, bytes] = {}
+    for code in (*range(0x80, 0xD800), *range(0xE000, 0x10000), *range(0x1F000, 0x1FC00)):
+        char = chr(code)
+        if char in _NUMBER_SEPARATORS or unicodedata.category(char) in ("Cn", "Nd"):
+            # numbers are replaced before breaks (datatrove's punctuation holds `１`); an
+            # unassigned code point in Python's Unicode version may be assigned in Arrow's
+            continue
+        if char in breaks:
+            classes[code] = SEPARATOR
+            continue
+        result = "".join(c for c in unicodedata.normalize("NFD", char.lower()) if unicodedata.category(c) != "Mn")
+        if any(c in breaks or c in _NUMBER_SEPARATORS or unicodedata.category(c) == "Nd" or unicodedata.combining(c)
+               or (c < "\x80" and _SEPARATORS[ord(c)]) for c in result):
+            continue
+        if result == char:
+            classes[code] = SIMPLE
+        elif len(result.encode()) <= len(char.encode()):  # (normalised text is never longer than the text)
+            classes[code] = MAPPED
+            replacements[code] = result.encode()
+    mapped_to = np.zeros(0x20001, np.int64)
+    for code, replacement in replacements.items():
+        mapped_to[code + 1] = len(replacement)
+    mapped_to = np.cumsum(mapped_to)
+    mapped_bytes = np.frombuffer(b"".join(replacements[code] for code in sorted(replacements)), np.uint8)
+    return byte_actions(_SEPARATORS), classes, mapped_to, mapped_bytes
+
+
+def unicode_rules(texts: pa.Array, needed: np.ndarray) -> pa.Array:
+    """``texts`` with the rules beyond ASCII applied to the texts ``needed`` marks: lowercase
+    by Unicode rules, every ``\\p{Nd}`` number to ``0``, datatrove's punctuation beyond ASCII
+    and the Unicode spaces to spaces, accents stripped (NFD without combining marks). Only the
+    ASCII punctuation is left (to ``normalise``); numbers are replaced only once (a second
+    pass would turn datatrove's ``0,0`` of ``1,000,000`` into ``0``)."""
+    mask = pa.array(needed)
+    other = pc.utf8_lower(pc.filter(texts, mask))
+    other = pc.replace_substring_regex(other, _NUMBERS, "0")
+    other = pc.replace_substring_regex(other, _UNICODE_SPACES, " ")
+    other = pc.replace_substring_regex(pc.utf8_normalize(other, form="NFD"), r"\p{Mn}+", "")
+    return pc.replace_with_mask(texts, mask, other)
+
+
+@dataclass
+class Normalised:
+    """Texts normalised (``normalise``): their words' bytes back to back, where each word
+    ends in them, each text's first word (and the end: one more than the texts), and each
+    word's 64-bit hash (of its bytes)."""
+
+    data: np.ndarray
+    ends: np.ndarray
+    first_word: np.ndarray
+    hashes: np.ndarray
+
+    def words(self) -> pa.ListArray:
+        """Each text as its list of words."""
+        offsets = pa.array(np.concatenate([[0], self.ends]), pa.int64())
+        values = pa.LargeStringArray.from_buffers(len(self.ends), offsets.buffers()[1], pa.py_buffer(self.data))
+        return pa.LargeListArray.from_arrays(pa.array(self.first_word, pa.int64()), values)
+
+
+def normalise(texts: pa.Array) -> Normalised:
+    """Each text normalised as datatrove's ``simplify_text`` does by default (lowercase; every
+    number to ``0``; its punctuation characters, control characters and whitespace to word
+    breaks; accents stripped) and split into words: the rules beyond ASCII by
+    ``unicode_rules`` (Arrow), the rest in one compiled pass over the bytes (``ngram_kernel``).
+
+    >>> normalise(pa.array(["Q: What's the Capital of France, in 2024?  Café — Paris!"])).words().to_pylist()
     [['q', 'what', 's', 'the', 'capital', 'of', 'france', 'in', '0', 'cafe', 'paris']]
     """
-    ascii_only = pc.string_is_ascii(texts)
-    text = pc.replace_substring_regex(pc.ascii_lower(texts), _ASCII_NUMBERS, "0")
-    if not pc.all(ascii_only).as_py():
-        # the other texts by the Unicode rules alone: numbers are replaced once, as in the
-        # fast path (a second pass would turn datatrove's `0,0` of `1,000,000` into `0`)
-        unicode = pc.invert(ascii_only)
-        other = pc.utf8_lower(pc.filter(texts, unicode))
-        other = pc.replace_substring_regex(other, _NUMBERS, "0")
-        # (the ASCII punctuation is left to the fast path)
-        other = pc.replace_substring_regex(other, _UNICODE_SPACES, " ")
-        other = pc.replace_substring_regex(pc.utf8_normalize(other, form="NFD"), r"\p{Mn}+", "")
-        text = pc.replace_with_mask(text, unicode, other)
-    return pc.ascii_split_whitespace(pc.ascii_trim_whitespace(_translate(text)))
+    from trajectory_assets.exports import ngram_kernel
+
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    if texts.null_count:
+        texts = pc.fill_null(texts, "")
+    actions, classes, mapped_to, mapped_bytes = code_points()
+    needed = ngram_kernel.needs_unicode_rules(*_buffers(texts), classes)
+    if needed.any():
+        texts = unicode_rules(texts, needed)
+    return Normalised(*ngram_kernel.normalise(*_buffers(texts), ~needed, actions, classes, mapped_to, mapped_bytes))
 
 
-def _translate(text: pa.Array) -> pa.Array:
-    """ASCII punctuation and control characters to spaces, in one ``bytes.translate`` of the
-    array's data (bytes >= 0x80 are left as they are, so UTF-8 stays valid)."""
-    if isinstance(text, pa.ChunkedArray):
-        text = text.combine_chunks()
-    validity, offsets, data = text.buffers()
-    if data is None:
-        return text
-    return pa.StringArray.from_buffers(len(text), offsets, pa.py_buffer(data.to_pybytes().translate(_ASCII_SPACES)),
-                                       validity, text.null_count, text.offset)
+def _buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A string array's bytes and its texts' offsets in them, as numpy arrays (no copy of the bytes)."""
+    _, offsets, data = texts.buffers()
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(offsets, width, len(texts) + 1, texts.offset * np.dtype(width).itemsize).astype(np.int64)
+    return (np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)), offsets
 
 
 def words(text: str) -> list[str]:
@@ -125,14 +204,7 @@ def words(text: str) -> list[str]:
     >>> words("The 1,000 cafés—OPEN!")
     ['the', '0', 'cafes', 'open']
     """
-    return normalized_words(pa.array([text], pa.string()))[0].as_py()
-
-
-def _flat(lists: pa.ListArray) -> tuple[pa.Array, np.ndarray]:
-    """The words of every text in one array, and each text's [start, end) as offsets."""
-    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-    offsets = lists.offsets.to_numpy().astype(np.int64)
-    return lists.values.slice(offsets[0], offsets[-1] - offsets[0]), offsets - offsets[0]
+    return normalise(pa.array([text], pa.string())).words()[0].as_py()
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -160,61 +232,34 @@ def first_owner(found: np.ndarray, positions: np.ndarray, owners: np.ndarray) ->
     found[unique] = np.where((current == -1) | (smallest < current), smallest, current)
 
 
-def _runs(ok: np.ndarray) -> np.ndarray:
-    """Per position, how many positions from it on are ``ok`` in a row, itself included.
-
-    >>> _runs(np.array([True, True, False, True])).tolist()
-    [2, 1, 0, 1]
-    """
-    positions = np.arange(len(ok))
-    next_not_ok = np.minimum.accumulate(np.where(ok[::-1], len(ok), positions[::-1]))[::-1]
-    return next_not_ok - positions
-
-
-def _pair_slots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """The bitmap slot of each pair of word ids (left then right)."""
+def pair_slots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The bitmap slot of each pair of word hashes, left then right (``ngram_kernel.first_matches``
+    computes the same)."""
     with np.errstate(over="ignore"):
-        return (((left.astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[0]
-                 + (right.astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[1]) >> _BITMAP_SHIFT)
+        return (left * _MULTIPLIERS[0] + right * _MULTIPLIERS[1]) >> _BITMAP_SHIFT
 
 
-def _linked(ids: np.ndarray, offsets: np.ndarray, pairs: np.ndarray | None = None) -> np.ndarray:
-    """Per word, whether it and the next word are in one text and both known (id >= 0) and,
-    given ``pairs`` (the bitmap of the benchmarks' word pairs), whether some benchmark text
-    may hold the two in that order. A window of k words can match only if its first k - 1
-    words are all linked: most windows of a text are ruled out by a pair, never hashed.
+def window_hashes(words: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    """A 64-bit hash of the n word hashes from each start: the sum of each times the
+    multiplier of its place, in wrapping arithmetic (``ngram_kernel.first_matches`` computes
+    the same).
 
-    >>> _linked(np.array([0, 1, 2, -1, 3, 4]), np.array([0, 3, 6])).tolist()
-    [True, True, False, False, True, False]
+    >>> words = np.array([5, 7, 5, 7], dtype=np.uint64)
+    >>> hashes = window_hashes(words, np.array([0, 1, 2]), 2); bool(hashes[0] == hashes[2] != hashes[1])
+    True
     """
-    linked = np.zeros(len(ids), dtype=bool)
-    if len(ids) < 2:
-        return linked
-    linked[:-1] = (ids[:-1] >= 0) & (ids[1:] >= 0)
-    linked[offsets[1:-1] - 1] = False  # the last word of a text (an empty first text: the last word, False anyway)
-    if pairs is not None:
-        candidate = np.flatnonzero(linked)
-        linked[candidate] = pairs[_pair_slots(ids[candidate], ids[candidate + 1])]
-    return linked
-
-
-def _spans(ids: np.ndarray, offsets: np.ndarray, pairs: np.ndarray | None = None) -> np.ndarray:
-    """Per word, the longest window from it that can match: known words, in its text, each
-    pair of neighbours one that ``pairs`` holds (0 at an unknown word).
-
-    >>> _spans(np.array([0, 1, 2, -1, 3, 4]), np.array([0, 3, 6])).tolist()
-    [3, 2, 1, 0, 2, 1]
-    """
-    return np.where(ids >= 0, _runs(_linked(ids, offsets, pairs)) + 1, 0)
-
-
-def _hashes(ids: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
-    """A 64-bit hash of the n word ids from each start (wrapping arithmetic)."""
     hashes = np.zeros(len(starts), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for k in range(n):
-            hashes += (ids[starts + k].astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[k]
+            hashes += words[starts + k] * _MULTIPLIERS[k]
     return hashes
+
+
+def _bitmap(slots: np.ndarray) -> np.ndarray:
+    """A packed bitmap of 2**24 flags (2 MiB) with ``slots`` set."""
+    flags = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
+    flags[slots] = True
+    return np.packbits(flags, bitorder="little")
 
 
 @dataclass
@@ -251,35 +296,12 @@ class BenchmarkIndex:
         return any(len(texts) for texts in self.texts)
 
     @cached_property
-    def _tables(self) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray]:
-        vocabulary, by_length, counts, pairs = _ngram_tables(self.texts, self.ngram)
-        for summary, count in zip(self.summaries, counts):
+    def tables(self) -> NgramTables:
+        """The n-gram tables, built on first use (and the summaries' n-gram counts with them)."""
+        tables = NgramTables.build(self.texts, self.ngram)
+        for summary, count in zip(self.summaries, tables.counts):
             summary.ngrams = count
-        bitmap = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
-        for hashes, _ in by_length.values():
-            bitmap[hashes >> _BITMAP_SHIFT] = True
-        return vocabulary, by_length, bitmap, pairs
-
-    @property
-    def vocabulary(self) -> pa.Array:
-        """Every normalised word of every benchmark text."""
-        return self._tables[0]
-
-    @property
-    def by_length(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Window length -> (sorted hashes, the first benchmark, in config order, holding each)."""
-        return self._tables[1]
-
-    @property
-    def bitmap(self) -> np.ndarray:
-        """One flag per value of a hash's top bits: set when some indexed n-gram has them."""
-        return self._tables[2]
-
-    @property
-    def pairs(self) -> np.ndarray:
-        """One flag per bitmap slot of a pair of word ids: set when some benchmark text holds
-        the two words one after the other (see ``_linked``)."""
-        return self._tables[3]
+        return tables
 
     @property
     def names(self) -> list[str]:
@@ -288,7 +310,7 @@ class BenchmarkIndex:
     def counted(self) -> list[BenchmarkSummary]:
         """The summaries with their n-gram counts (built now unless flags gave them)."""
         if any(summary.ngrams is None for summary in self.summaries):
-            self._tables
+            self.tables
         return self.summaries
 
     @cached_property
@@ -304,45 +326,10 @@ class BenchmarkIndex:
         return sorted({path for path, _ in self.ids})
 
     def text_matches(self, texts: pa.Array) -> np.ndarray:
-        """Per text, the first benchmark (index) one of whose n-grams it holds, else -1.
-
-        Every window length the index holds (the n-gram, and the lengths of short benchmark
-        texts) is hashed in one pass: the hash of a window of k + 1 words is that of its
-        first k plus one term. A window is looked up in a bitmap of the hashes' top bits
-        first, and in the sorted hashes only when its bit is set."""
-        found = np.full(len(texts), -1, dtype=np.int64)
-        if not self.compares_text or len(texts) == 0 or not self.by_length:
-            return found
-        flat, offsets = _flat(normalized_words(texts))
-        ids = pc.fill_null(pc.index_in(flat, value_set=self.vocabulary), -1).to_numpy(zero_copy_only=False)
-        lengths = sorted(self.by_length)
-        spans = _spans(ids, offsets, self.pairs if lengths[0] > 1 else None)
-        starts = np.flatnonzero(spans >= lengths[0])  # every window of the shortest length that can match
-        spans = spans[starts]
-        hashes = np.zeros(len(starts), dtype=np.uint64)
-        hit_texts, hit_owners = [], []
-        with np.errstate(over="ignore"):
-            for k in range(lengths[-1]):
-                if k >= lengths[0]:  # longer windows: those that can still match
-                    alive = spans > k
-                    starts, spans, hashes = starts[alive], spans[alive], hashes[alive]
-                if not len(starts):
-                    break
-                hashes += (ids[starts + k].astype(np.uint64) + np.uint64(1)) * _MULTIPLIERS[k]
-                if k + 1 in self.by_length:
-                    sorted_hashes, owners = self.by_length[k + 1]
-                    candidate = np.flatnonzero(self.bitmap[hashes >> _BITMAP_SHIFT])
-                    if not len(candidate):
-                        continue
-                    windows = hashes[candidate]
-                    at = np.minimum(np.searchsorted(sorted_hashes, windows), len(sorted_hashes) - 1)
-                    hit = sorted_hashes[at] == windows
-                    if hit.any():
-                        hit_texts.append(np.searchsorted(offsets, starts[candidate[hit]], side="right") - 1)
-                        hit_owners.append(owners[at[hit]])
-        if hit_texts:
-            first_owner(found, np.concatenate(hit_texts), np.concatenate(hit_owners))
-        return found
+        """Per text, the first benchmark (index) one of whose n-grams it holds, else -1."""
+        if not self.compares_text or len(texts) == 0:
+            return np.full(len(texts), -1, dtype=np.int64)
+        return self.tables.first_matches(normalise(texts))
 
 
 def _read_rows(benchmark: BenchmarkConfig) -> tuple[list[dict[str, Any]], str]:
@@ -466,41 +453,78 @@ def build_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
     return BenchmarkIndex(n, summaries, texts, ids, config=config.model_dump())
 
 
-def _ngram_tables(texts: list[pa.Array], n: int
-                  ) -> tuple[pa.Array, dict[int, tuple[np.ndarray, np.ndarray]], list[int], np.ndarray]:
-    """(vocabulary, window length -> (sorted hashes, first benchmark holding each), n-grams per
-    benchmark, the bitmap of word pairs)."""
-    counts = [0] * len(texts)
-    pairs = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
-    word_lists = [_flat(normalized_words(array)) for array in texts]
-    vocabulary = pc.unique(pa.concat_arrays([flat for flat, _ in word_lists])) if word_lists else pa.array([], pa.string())
-    hashes_by_length: dict[int, list[tuple[np.ndarray, int]]] = {}
-    for number, (flat, offsets) in enumerate(word_lists):
-        word_ids = pc.index_in(flat, value_set=vocabulary).to_numpy(zero_copy_only=False).astype(np.int64)
-        linked = np.flatnonzero(_linked(word_ids, offsets))
-        pairs[_pair_slots(word_ids[linked], word_ids[linked + 1])] = True
-        starts = np.flatnonzero(_spans(word_ids, offsets) >= n)
-        if len(starts):
-            hashes = _distinct(_hashes(word_ids, starts, n))
-            hashes_by_length.setdefault(n, []).append((hashes, number))
-            counts[number] += len(hashes)
-        # a text shorter than the n-gram but of MIN_WORDS or more is one n-gram of its length
-        lengths = np.diff(offsets)
-        for length in range(MIN_WORDS, n):
-            short = np.flatnonzero(lengths == length)
-            if len(short):
-                hashes = _distinct(_hashes(word_ids, offsets[short], length))
-                hashes_by_length.setdefault(length, []).append((hashes, number))
+@dataclass
+class NgramTables:
+    """The benchmarks' texts as the scan looks them up, over word hashes (no word string is
+    kept, no n-gram string ever built).
+
+    - ``pairs``: a packed bitmap of the pairs of word hashes some benchmark text holds one
+      after the other (``pair_slots``). A window can match only if each of its pairs of
+      neighbours is set: most windows of a text are ruled out by a pair, never hashed;
+    - per window length (the n-gram, and the lengths of shorter benchmark texts of at least
+      ``MIN_WORDS`` words), the sorted window hashes and the first benchmark (in config
+      order) holding each, back to back (``lengths``, ``starts``, ``hashes``, ``owners``);
+    - ``windows``: a packed bitmap of the windows' top bits: a window is looked up in the
+      sorted hashes only when its bit is set;
+    - ``counts``: distinct n-grams per benchmark."""
+
+    pairs: np.ndarray
+    lengths: np.ndarray
+    starts: np.ndarray
+    hashes: np.ndarray
+    owners: np.ndarray
+    windows: np.ndarray
+    counts: list[int]
+
+    @classmethod
+    def build(cls, texts: list[pa.Array], n: int) -> NgramTables:
+        counts = [0] * len(texts)
+        pair_parts = []
+        by_length: dict[int, list[tuple[np.ndarray, int]]] = {}
+        for number, array in enumerate(texts):
+            normalised = normalise(array)
+            words, offsets = normalised.hashes, normalised.first_word
+            text_end = np.repeat(offsets[1:], np.diff(offsets))  # per word, where its text ends
+            position = np.arange(len(words))
+            linked = np.flatnonzero(position + 1 < text_end)  # the word and the next are in one text
+            pair_parts.append(pair_slots(words[linked], words[linked + 1]))
+            starts = np.flatnonzero(text_end - position >= n)
+            if len(starts):
+                by_length.setdefault(n, []).append((_distinct(window_hashes(words, starts, n)), number))
+            # a text shorter than the n-gram but of MIN_WORDS or more is one window of its length
+            lengths = np.diff(offsets)
+            for length in range(MIN_WORDS, n):
+                short = np.flatnonzero(lengths == length)
+                if len(short):
+                    by_length.setdefault(length, []).append((_distinct(window_hashes(words, offsets[short], length)),
+                                                             number))
+        table_hashes, table_owners, starts_at = [], [], [0]
+        for length in sorted(by_length):
+            parts = by_length[length]
+            for hashes, number in parts:
                 counts[number] += len(hashes)
-    by_length = {}
-    for length, parts in sorted(hashes_by_length.items(), reverse=True):
-        hashes = np.concatenate([h for h, _ in parts])
-        owners = np.concatenate([np.full(len(h), number, dtype=np.int64) for h, number in parts])
-        order = np.lexsort((owners, hashes))  # by hash, the first benchmark first
-        hashes, owners = hashes[order], owners[order]
-        first = np.concatenate([[True], hashes[1:] != hashes[:-1]])
-        by_length[length] = (hashes[first], owners[first])
-    return vocabulary, by_length, counts, pairs
+            hashes = np.concatenate([h for h, _ in parts])
+            owners = np.concatenate([np.full(len(h), number, dtype=np.int64) for h, number in parts])
+            order = np.lexsort((owners, hashes))  # by hash, the first benchmark first
+            hashes, owners = hashes[order], owners[order]
+            first = np.concatenate([[True], hashes[1:] != hashes[:-1]])
+            table_hashes.append(hashes[first])
+            table_owners.append(owners[first])
+            starts_at.append(starts_at[-1] + int(first.sum()))
+        hashes = np.concatenate(table_hashes) if table_hashes else np.empty(0, np.uint64)
+        return cls(_bitmap(np.concatenate(pair_parts or [np.empty(0, np.uint64)])),
+                   np.array(sorted(by_length), dtype=np.int64), np.array(starts_at, dtype=np.int64), hashes,
+                   np.concatenate(table_owners) if table_owners else np.empty(0, np.int64),
+                   _bitmap(hashes >> _BITMAP_SHIFT), counts)
+
+    def first_matches(self, texts: Normalised) -> np.ndarray:
+        """Per normalised text, the first benchmark one of whose windows it holds, else -1."""
+        from trajectory_assets.exports import ngram_kernel
+
+        if not len(self.lengths):
+            return np.full(len(texts.first_word) - 1, -1, dtype=np.int64)
+        return ngram_kernel.first_matches(texts.hashes, texts.first_word, self.pairs, _MULTIPLIERS, self.lengths,
+                                          self.starts, self.hashes, self.owners, self.windows, _BITMAP_SHIFT)
 
 
 # the trajectory columns the scan reads: messages for the text test; for the id test the
@@ -594,7 +618,8 @@ class CheckedTexts:
         if len(new):
             checked = index.text_matches(pa.array([texts[first[position]] for position in new], pa.string()))
             owners[new] = checked
-            self.clean = np.union1d(self.clean, distinct[new[checked < 0]])
+            clean = distinct[new[checked < 0]]  # sorted, and none of them in self.clean yet
+            self.clean = np.insert(self.clean, np.searchsorted(self.clean, clean), clean)  # (no sort of it all)
             self.matching.update(zip(distinct[new[checked >= 0]].tolist(), checked[checked >= 0].tolist()))
         return owners[inverse]
 
