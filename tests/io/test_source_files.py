@@ -341,6 +341,23 @@ def test_a_trial_or_a_trajectory_json_named_alone_is_a_batch_of_one(tmp_path):
     assert [uri.rsplit("/", 1)[-1] for uri in record.files] == [f"{LINEAR}.json", f"{LINEAR}.cont-1.json"]
 
 
+def test_a_file_or_trial_another_named_record_holds_is_read_once(tmp_path):
+    """A shell glob `*trajectory*.json` names a main trajectory and its continuation segment;
+    a trial may be named beside its job: each file is read in one record only."""
+    jobs = harbor_jobs(tmp_path)
+    lone = [TERMINUS / f"{LINEAR}.json", TERMINUS / f"{LINEAR}.cont-1.json"]
+    (source,) = discover_all(*lone)
+    assert [uri.rsplit("/", 1)[-1] for uri in source.records[0].files] == [f"{LINEAR}.json", f"{LINEAR}.cont-1.json"]
+    assert [s.uri for s in discover_all(lone[1])] == [str(lone[1])]  # named alone, a segment is still a record
+    job = jobs / "2026-08-01__10-00-00"
+    trial = job / "hello-world__lin0002"
+    for extra in (trial, trial / "agent" / "trajectory.json", trial / "agent" / "trajectory.cont-1.json"):
+        (found,) = discover_all(job, extra)
+        assert found.uri == str(job) and len(found.records) == 3
+    # a record of its own beside the job is still read
+    assert len(discover_all(job, TERMINUS / f"{LINEAR}.json")) == 2
+
+
 def test_a_trial_file_that_cannot_be_read_is_named_in_its_record_not_a_failed_batch(tmp_path):
     jobs = harbor_jobs(tmp_path)
     (source,) = [s for s in discover_all(jobs) if s.source_id.endswith("09-30-00")]

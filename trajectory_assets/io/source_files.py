@@ -8,7 +8,7 @@ import hashlib
 import io
 import posixpath
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +131,22 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
                                                          size=_size(fs.info(root))))
         else:
             raise SourceError(f"source {path!r} does not exist (expected a folder or a .jsonl/.jsonl.gz file)")
-    return sorted(found.values(), key=lambda s: s.uri)
+    return sorted(_each_record_once(found.values()), key=lambda s: s.uri)
+
+
+def _each_record_once(sources: Iterable[SourceFile]) -> list[SourceFile]:
+    """``sources`` without a batch of records each of which another batch already reads: a
+    continuation segment or subagent file named beside its main trajectory (a shell glob
+    ``*trajectory*.json`` names both), or a trial named beside the job folder holding it.
+    Read twice, its rows would be converted twice. The batch holding more files is kept."""
+    kept: list[SourceFile] = []
+    held: set[str] = set()
+    for source in sorted(sources, key=lambda s: -sum(len(record.files) for record in s.records)):
+        if source.records and all(record.files[0] in held for record in source.records):
+            continue
+        kept.append(source)
+        held.update(file for record in source.records for file in record.files)
+    return kept
 
 
 # How many bytes of JSON lines a byte of a .jsonl.gz holds, for guessing the work a source
