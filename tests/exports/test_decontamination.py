@@ -389,11 +389,11 @@ def _by_the_unicode_rules(texts: list[str]) -> list[list[str]]:
     """The words of each text with the Unicode rules applied to all of it (Arrow), as the
     fast pass is meant to give them."""
     from trajectory_assets.exports import ngram_kernel
-    from trajectory_assets.exports.decontamination import Normalised, _buffers, code_points, unicode_rules
+    from trajectory_assets.exports.decontamination import _NO_INDEX, Normalised, _buffers, code_points, unicode_rules
 
     array = unicode_rules(pa.array(texts, pa.string()), np.ones(len(texts), dtype=bool))
-    return Normalised(*ngram_kernel.normalise(*_buffers(array), np.zeros(len(texts), dtype=bool),
-                                              *code_points())).words().to_pylist()
+    return Normalised(*ngram_kernel.scan(*_buffers(array), np.zeros(len(texts), dtype=bool), code_points(), True,
+                                         _NO_INDEX)[:4]).words().to_pylist()
 
 
 def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_make_it():
@@ -404,7 +404,7 @@ def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_m
     from trajectory_assets.exports import ngram_kernel
     from trajectory_assets.exports.decontamination import _buffers, code_points
 
-    classes = code_points()[1]
+    classes = code_points()[2]
     handled = [code for code in range(0x80, len(classes)) if classes[code] != ngram_kernel.UNICODE]
     assert len(handled) > 50_000  # the Basic Multilingual Plane but for digits, Hangul syllables and the like
     texts = [f"{chr(code)} aB{chr(code)}c 1{chr(code)}2 3.{chr(code)}4 Z{chr(code)}" for code in handled]

@@ -79,6 +79,9 @@ _SEPARATORS = np.array([b < 128 and (chr(b) in PUNCTUATION or chr(b).isspace()) 
 # same n-gram hashes the same in every process)
 _BITMAP_SHIFT = np.uint64(40)  # bitmaps of 2**24 flags, of windows and of word pairs 
 _MULTIPLIERS = np.random.default_rng(13).integers(0, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+# NgramTables.kernel_index of no benchmark text: normalise only (the same types, so the same compiled code)
+_NO_INDEX = (np.zeros(0, np.uint8), _MULTIPLIERS, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint64),
+             np.zeros(0, np.int64), np.zeros(0, np.uint8), _BITMAP_SHIFT)
 
 
 class BenchmarkError(Exception):
@@ -86,11 +89,11 @@ class BenchmarkError(Exception):
 
 
 @cache
-def code_points() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """How ``ngram_kernel.normalise`` treats each byte (``byte_actions``), and each code point
-    from 0x80 to 0x1FFFF in a text that needs no ``unicode_rules``: (the bytes' actions, the
-    code points' classes, and for a ``MAPPED`` one where its replacement starts in, and the
-    bytes of, the replacements).
+def code_points() -> tuple[np.ndarray, ...]:
+    """How ``ngram_kernel.scan`` treats each byte (``byte_tables``), and each code point from
+    0x80 to 0x1FFFF in a text that needs no ``unicode_rules``: (the bytes' actions, the byte
+    each letter becomes, the code points' classes, and for a ``MAPPED`` one where its
+    replacement starts in, and the bytes of, the replacements: ``scan``'s ``rules``).
 
     - ``SEPARATOR``: datatrove's punctuation and the Unicode spaces;
     - ``SIMPLE``: a word's letter that no rule changes;
@@ -104,7 +107,7 @@ def code_points() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
     Checked against Arrow's own Unicode rules, code point by code point
     (tests/exports/test_decontamination.py)."""
-    from trajectory_assets.exports.ngram_kernel import MAPPED, SEPARATOR, SIMPLE, UNICODE, byte_actions
+    from trajectory_assets.exports.ngram_kernel import MAPPED, SEPARATOR, SIMPLE, UNICODE, byte_tables
 
     classes = np.full(0x20000, UNICODE, np.uint8)
     classes[:0x80] = SIMPLE  # (ASCII is never looked up)
@@ -133,7 +136,7 @@ def code_points() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         mapped_to[code + 1] = len(replacement)
     mapped_to = np.cumsum(mapped_to)
     mapped_bytes = np.frombuffer(b"".join(replacements[code] for code in sorted(replacements)), np.uint8)
-    return byte_actions(_SEPARATORS), classes, mapped_to, mapped_bytes
+    return *byte_tables(_SEPARATORS), classes, mapped_to, mapped_bytes
 
 
 def unicode_rules(texts: pa.Array, needed: np.ndarray) -> pa.Array:
@@ -177,17 +180,22 @@ def normalise(texts: pa.Array) -> Normalised:
     >>> normalise(pa.array(["Q: What's the Capital of France, in 2024?  Café — Paris!"])).words().to_pylist()
     [['q', 'what', 's', 'the', 'capital', 'of', 'france', 'in', '0', 'cafe', 'paris']]
     """
+    return Normalised(*_scan(texts, True, _NO_INDEX)[:4])
+
+
+def _scan(texts: pa.Array, emit: bool, index: tuple) -> tuple[np.ndarray, ...]:
+    """``ngram_kernel.scan`` of ``texts``, the Unicode rules applied first to the texts that need them."""
     from trajectory_assets.exports import ngram_kernel
 
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
     if texts.null_count:
         texts = pc.fill_null(texts, "")
-    actions, classes, mapped_to, mapped_bytes = code_points()
-    needed = ngram_kernel.needs_unicode_rules(*_buffers(texts), classes)
+    rules = code_points()
+    needed = ngram_kernel.needs_unicode_rules(*_buffers(texts), rules[2])
     if needed.any():
         texts = unicode_rules(texts, needed)
-    return Normalised(*ngram_kernel.normalise(*_buffers(texts), ~needed, actions, classes, mapped_to, mapped_bytes))
+    return ngram_kernel.scan(*_buffers(texts), ~needed, rules, emit, index)
 
 
 def _buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +241,7 @@ def first_owner(found: np.ndarray, positions: np.ndarray, owners: np.ndarray) ->
 
 
 def pair_slots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """The bitmap slot of each pair of word hashes, left then right (``ngram_kernel.first_matches``
+    """The bitmap slot of each pair of word hashes, left then right (``ngram_kernel.scan``
     computes the same)."""
     with np.errstate(over="ignore"):
         return (left * _MULTIPLIERS[0] + right * _MULTIPLIERS[1]) >> _BITMAP_SHIFT
@@ -241,7 +249,7 @@ def pair_slots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 def window_hashes(words: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
     """A 64-bit hash of the n word hashes from each start: the sum of each times the
-    multiplier of its place, in wrapping arithmetic (``ngram_kernel.first_matches`` computes
+    multiplier of its place, in wrapping arithmetic (``ngram_kernel.scan`` computes
     the same).
 
     >>> words = np.array([5, 7, 5, 7], dtype=np.uint64)
@@ -329,7 +337,7 @@ class BenchmarkIndex:
         """Per text, the first benchmark (index) one of whose n-grams it holds, else -1."""
         if not self.compares_text or len(texts) == 0:
             return np.full(len(texts), -1, dtype=np.int64)
-        return self.tables.first_matches(normalise(texts))
+        return self.tables.first_matches(texts)
 
 
 def _read_rows(benchmark: BenchmarkConfig) -> tuple[list[dict[str, Any]], str]:
@@ -517,14 +525,15 @@ class NgramTables:
                    np.concatenate(table_owners) if table_owners else np.empty(0, np.int64),
                    _bitmap(hashes >> _BITMAP_SHIFT), counts)
 
-    def first_matches(self, texts: Normalised) -> np.ndarray:
-        """Per normalised text, the first benchmark one of whose windows it holds, else -1."""
-        from trajectory_assets.exports import ngram_kernel
+    @property
+    def kernel_index(self) -> tuple:
+        """The tables as ``ngram_kernel.scan`` takes them."""
+        return (self.pairs, _MULTIPLIERS, self.lengths, self.starts, self.hashes, self.owners, self.windows,
+                _BITMAP_SHIFT)
 
-        if not len(self.lengths):
-            return np.full(len(texts.first_word) - 1, -1, dtype=np.int64)
-        return ngram_kernel.first_matches(texts.hashes, texts.first_word, self.pairs, _MULTIPLIERS, self.lengths,
-                                          self.starts, self.hashes, self.owners, self.windows, _BITMAP_SHIFT)
+    def first_matches(self, texts: pa.Array) -> np.ndarray:
+        """Per text, the first benchmark one of whose windows it holds, else -1."""
+        return _scan(texts, False, self.kernel_index)[4]
 
 
 # the trajectory columns the scan reads: messages for the text test; for the id test the
