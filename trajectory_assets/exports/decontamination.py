@@ -95,7 +95,8 @@ def code_points() -> tuple[np.ndarray, ...]:
     each letter becomes, the code points' classes, and for a ``MAPPED`` one where its
     replacement starts in, and the bytes of, the replacements: ``scan``'s ``rules``).
 
-    - ``SEPARATOR``: datatrove's punctuation and the Unicode spaces;
+    - ``SEPARATOR``: datatrove's punctuation and the Unicode spaces, and a code point the
+      rules make into ASCII punctuation alone (``≠``: ``=`` and a combining mark);
     - ``SIMPLE``: a word's letter that no rule changes;
     - ``MAPPED``: one whose lowercase, in NFD without combining marks, is other letters
       (``É`` -> ``e``, ``Δ`` -> ``δ``, a variation selector -> nothing): what the rules make
@@ -123,6 +124,11 @@ def code_points() -> tuple[np.ndarray, ...]:
             classes[code] = SEPARATOR
             continue
         result = "".join(c for c in unicodedata.normalize("NFD", char.lower()) if unicodedata.category(c) != "Mn")
+        if result and all(c < "\x80" and _SEPARATORS[ord(c)] for c in result):
+            # `≠` is `=` and a mark: a break, as the ASCII punctuation is replaced after NFD (the
+            # punctuation beyond ASCII before it, so a result holding some is no break)
+            classes[code] = SEPARATOR
+            continue
         if any(c in breaks or c in _NUMBER_SEPARATORS or unicodedata.category(c) == "Nd" or unicodedata.combining(c)
                or (c < "\x80" and _SEPARATORS[ord(c)]) for c in result):
             continue
