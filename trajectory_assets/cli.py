@@ -92,8 +92,8 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
     from trajectory_assets.exports.decontamination import BenchmarkError, cached_index
     from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import start_fork_server
-    from trajectory_assets.io.source_files import SourceError, batch_key, discover, work_bytes
-    from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES
+    from trajectory_assets.io.source_files import SourceError, batch_key, work_bytes
+    from trajectory_assets.sources import discover_sources
     from trajectory_assets.progress import progress_for
 
     storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
@@ -115,7 +115,7 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         if config.tokenizer is not None:
             check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
         cached_index(config.decontamination)  # every benchmark readable, with its fields (kept for in-process runs)
-        found = discover(sources, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
+        found = discover_sources(sources)
     except (ConfigError, SourceError, TokenizerError, BenchmarkError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT

@@ -24,11 +24,10 @@ from trajectory_assets.io.source_files import (
     SourceFile,
     batch_key,
     describe_batch,
-    discover,
     source_fingerprint,
     work_bytes,
 )
-from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES
+from trajectory_assets.sources import discover_sources
 from trajectory_assets.io.storage import Storage
 
 # the per-batch assets (raw_rollouts, validated_trajectories, quarantined_records: one step)
@@ -107,7 +106,7 @@ def build_batch_sensor(minimum_interval_seconds: int, ingest_job, datasets_job) 
         context: dg.SensorEvaluationContext, sources: RolloutSources, storage: TrajectoryStorage
     ):
         try:
-            found = discover(sources.paths, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
+            found = discover_sources(sources.paths)
         except SourceError as error:
             return dg.SensorResult(skip_reason=str(error))
         by_key = {batch_key(source.source_id): source for source in found}

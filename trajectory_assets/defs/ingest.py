@@ -39,12 +39,11 @@ from trajectory_assets.io.source_files import (
     SourceFile,
     batch_key,
     describe_batch,
-    discover,
     source_fingerprint,
     source_from_record,
 )
 from trajectory_assets.io.storage import Storage, StorageError
-from trajectory_assets.sources import FOLDER_RECORDS, INPUTS_SUFFIXES, SIDE_FILES, SOURCES
+from trajectory_assets.sources import SOURCES, discover_sources
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -60,7 +59,7 @@ QUARANTINE_CONTRACT = dg.AssetCheckKey(QUARANTINE, "quarantine_contract")
 
 def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
     try:
-        found = discover(sources.paths, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
+        found = discover_sources(sources.paths)
     except SourceError as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None
     for source in found:

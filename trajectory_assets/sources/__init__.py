@@ -22,6 +22,7 @@ from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import atif, hermes, nemo_gym
 from trajectory_assets.io.file_layouts import FolderRecords, SideFile
+from trajectory_assets.io.source_files import SourceFile, discover
 from trajectory_assets.sources.format import InputsFile, SourceFormat, parse_json_line
 
 # the source formats, in the order a record is offered to them
@@ -37,6 +38,12 @@ INPUTS_SUFFIXES: tuple[str, ...] = tuple(source.inputs_file.suffix for source in
 SIDE_FILES: tuple[SideFile, ...] = tuple(side for source in SOURCES for side in source.side_files)
 # how the formats whose records are folders of files lay them out (``FolderRecords``)
 FOLDER_RECORDS: tuple[FolderRecords, ...] = tuple(source.folder_records for source in SOURCES if source.folder_records)
+
+
+def discover_sources(paths: list[str]) -> list[SourceFile]:
+    """``io.source_files.discover`` of ``paths`` with every source format's files: their inputs
+    files, side files and record folders (the CLI, the batch sensor and the batch step alike)."""
+    return discover(paths, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
 
 
 def inputs_file_named(name: str) -> InputsFile | None:
