@@ -9,8 +9,11 @@ into the instance's dagster.yaml keys the way the chart's templates do it
 _postgresql.tpl of the official chart), and that is what is validated.
 """
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 
 import dagster as dg
 import pytest
@@ -114,7 +117,7 @@ def test_the_executor_is_chosen_by_the_environment(monkeypatch):
         build_definitions(RunSettings(sources=["/in"], storage="/out", executor="kubernetes"))
 
 
-def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(monkeypatch):
+def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(monkeypatch, tmp_path):
     (deployment,) = VALUES["dagster-user-deployments"]["deployments"]
     command = next(line for line in DOCKERFILE.splitlines() if line.startswith("CMD "))
     served = yaml.safe_load(command.removeprefix("CMD "))
@@ -129,6 +132,14 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (PROJECT_ROOT / source).exists(), source
+    # the image compiles decontamination's passes: the command it runs does compile them
+    precompile = next(line for line in DOCKERFILE.splitlines() if line.startswith('RUN python -c "from trajectory_'))
+    done = subprocess.run([sys.executable, "-c", shlex.split(precompile.removeprefix("RUN "))[2]],
+                          capture_output=True, text=True, cwd=PROJECT_ROOT,
+                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})  # (numba's cache, here)
+    assert done.returncode == 0, done.stderr
+    assert {path.name.split("-")[0] for path in tmp_path.rglob("*.nbi")} == {
+        "ngram_kernel.scan", "ngram_kernel.needs_unicode_rules"}
     # redaction's fast prefilter, pinned as `make setup` installs it
     hyperscan = re.search(r"HYPERSCAN := (\S+)", (PROJECT_ROOT / "Makefile").read_text()).group(1)
     assert f"uv pip install --system --no-cache {hyperscan}" in DOCKERFILE

@@ -499,3 +499,21 @@ def test_a_trajectory_matching_two_benchmarks_is_named_by_the_first_at_ingest_an
     assert flags.result()["contaminated"] == {"t-1": "first"}
     out = build("sft", trajectory_frame([rollout]), SftConfig(), ALL_TRAIN, benchmarks=benchmarks)
     assert out.excluded == {"contaminated:first": 1}
+
+
+def test_the_passes_compile_in_memory_where_numba_can_write_no_cache(monkeypatch):
+    """A read-only install without a home (numba finds no cache folder and raises as a
+    cached function is defined): each process compiles the passes again, and they run."""
+    from numba import njit
+    from numba.core import caching
+
+    from trajectory_assets.exports.ngram_kernel import compiled
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])  # no folder numba can write to
+
+    def plus_one(value):
+        return value + 1
+
+    with pytest.raises(RuntimeError, match="no locator available"):
+        njit(cache=True)(plus_one)
+    assert compiled()(plus_one)(1) == 2

@@ -8,14 +8,30 @@ vocabulary lookup) and cost about 45% of ingest at 1 GB (``bench.decontamination
 pass over the bytes does it in a fraction of that.
 
 Imported only where texts are checked (numba's import costs about 0.17 s, and loading these
-functions about 0.25 s more), and compiled once per machine, about 2 s (``cache=True`` keeps
-the machine code beside this file, in ``__pycache__``).
+functions about 0.25 s more), and compiled once per machine, about 2 s: numba keeps the
+machine code beside this file, in ``__pycache__`` (the image compiles it as it is built, see
+the Dockerfile), else in the user's cache folder; where neither can be written (a read-only
+install without a home), each process compiles it again rather than fail.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
+
+
+def compiled(**options) -> Callable:
+    """``numba.njit`` with its machine code cached on disk, or kept in memory where numba finds
+    no folder to write it to (it raises as the function is defined)."""
+    def decorate(function: Callable) -> Callable:
+        try:
+            return njit(cache=True, **options)(function)
+        except RuntimeError:
+            return njit(**options)(function)
+    return decorate
+
 
 # FNV-1a, 64 bits: the hash of a normalised word's UTF-8 bytes
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -25,7 +41,7 @@ FNV_PRIME = np.uint64(0x100000001B3)
 SIMPLE, SEPARATOR, MAPPED, UNICODE = 0, 1, 2, 3  # the classes of a code point (decontamination.code_points)
 
 
-@njit(cache=True, inline="always")
+@compiled(inline="always")
 def _code_point(data, i):  # pragma: no cover - compiled
     """The code point starting at ``data[i]`` (a lead byte of valid UTF-8) and its length."""
     b = np.int64(data[i])
@@ -37,7 +53,7 @@ def _code_point(data, i):  # pragma: no cover - compiled
             | (np.int64(data[i + 3]) & 0x3F)), 4
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def needs_unicode_rules(data, offsets, classes):  # pragma: no cover - compiled
     """Per text, whether it holds a code point of class ``UNICODE`` (or beyond ``classes``):
     one that the Unicode rules would change (``decontamination.unicode_rules``)."""
@@ -75,13 +91,13 @@ def byte_tables(separator: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return actions, lowered
 
 
-@njit(cache=True, inline="always")
+@compiled(inline="always")
 def _flag(bits, slot):  # pragma: no cover - compiled
     """Whether flag ``slot`` of a packed bitmap (``numpy.packbits``, little bit order) is set."""
     return (bits[slot >> 3] >> (slot & 7)) & 1
 
 
-@njit(cache=True, nogil=True)
+@compiled(nogil=True)
 def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     """Every text's words, normalised, in one pass over the bytes; with ``emit``, the words
     themselves, and with an ``index``, per text the first benchmark one of whose windows it
