@@ -19,7 +19,10 @@ COPY trajectory_assets ./trajectory_assets
 COPY samples/rollouts ./samples/rollouts
 RUN uv pip install --system --no-cache --no-deps -e . && python -m compileall -q schemas trajectory_assets
 # decontamination's compiled passes (numba), compiled once here and kept beside their module:
-# a step's pod then loads them (~0.25 s) instead of compiling them (~2 s) when it first checks texts
+# a step's pod then loads them (~0.25 s) instead of compiling them (~2 s) when it first checks
+# texts. numba's cache is keyed by the CPU it compiled for: for a generic x86-64 / arm64 CPU,
+# the build machine's cache serves every node
+ENV NUMBA_CPU_NAME=generic
 RUN python -c "from trajectory_assets.exports.decontamination import words; words('compile the passes')"
 
 EXPOSE 3030

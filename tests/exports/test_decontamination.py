@@ -501,19 +501,26 @@ def test_a_trajectory_matching_two_benchmarks_is_named_by_the_first_at_ingest_an
     assert out.excluded == {"contaminated:first": 1}
 
 
-def test_the_passes_compile_in_memory_where_numba_can_write_no_cache(monkeypatch):
-    """A read-only install without a home (numba finds no cache folder and raises as a
-    cached function is defined): each process compiles the passes again, and they run."""
-    from numba import njit
-    from numba.core import caching
+def test_the_passes_compile_in_memory_where_numba_can_write_no_cache():
+    """A read-only install without a home (numba finds no cache folder and raises as a cached
+    function is defined): each process compiles the passes again, says so, and they run."""
+    import subprocess
+    import sys
 
-    from trajectory_assets.exports.ngram_kernel import compiled
-
-    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])  # no folder numba can write to
-
-    def plus_one(value):
-        return value + 1
-
-    with pytest.raises(RuntimeError, match="no locator available"):
-        njit(cache=True)(plus_one)
-    assert compiled()(plus_one)(1) == 2
+    probe = ("import warnings; warnings.simplefilter('error')\n"
+             "from numba.core import caching\n"
+             "caching.CacheImpl._locator_classes = []  # no folder numba can write to\n"
+             "from numba import njit\n"
+             "try:\n    njit(cache=True)(lambda value: value)\nexcept RuntimeError as error:\n"
+             "    assert 'no locator available' in str(error)\n"
+             "else:\n    raise AssertionError('numba cached without a folder')\n"
+             "warnings.simplefilter('ignore')\n"
+             "from trajectory_assets.exports import ngram_kernel\n"
+             "from trajectory_assets.exports.decontamination import words\n"
+             "print(words('Café 1,000'), type(ngram_kernel.scan._cache).__name__)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['cafe',", "'0']", "NullCache"]
+    warned = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", probe.replace(
+        "warnings.simplefilter('ignore')\n", "")], capture_output=True, text=True)
+    assert "numba can write no cache for" in warned.stderr

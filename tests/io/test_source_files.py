@@ -356,6 +356,14 @@ def test_a_file_or_trial_another_named_record_holds_is_read_once(tmp_path):
         assert found.uri == str(job) and len(found.records) == 3
     # a record of its own beside the job is still read
     assert len(discover_all(job, TERMINUS / f"{LINEAR}.json")) == 2
+    # a job of one trial holds as many files as the trial: the job is kept, in either order
+    lone_job = tmp_path / "lone-job"
+    write_trial(lone_job, "only__t0001", {"trajectory.json": TERMINUS / f"{LINEAR}.json"})
+    for paths in ((lone_job, lone_job / "only__t0001"), (lone_job / "only__t0001", lone_job)):
+        assert [source.uri for source in discover_all(*paths)] == [str(lone_job)]
+    # a file named as a file:// URL is the same file
+    (found,) = discover_all(job, f"file://{trial / 'agent' / 'trajectory.cont-1.json'}")
+    assert found.uri == str(job)
 
 
 def test_a_trial_file_that_cannot_be_read_is_named_in_its_record_not_a_failed_batch(tmp_path):

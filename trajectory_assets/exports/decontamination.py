@@ -24,10 +24,10 @@ on) are not.
 
 Fast and streaming: the benchmark side is read once per process into sorted arrays of
 64-bit window hashes (over 64-bit word hashes, so no n-gram string is ever built);
-trajectories are checked a block at a time in two compiled passes (``ngram_kernel``): one
-over the bytes, normalising and hashing words, one over the words, hashing only the windows
-whose every pair of neighbouring words some benchmark text holds. The Unicode rules run in
-Arrow, and only on a text holding a code point the byte pass cannot handle alone
+trajectories are checked a block at a time in one compiled pass over their bytes
+(``ngram_kernel.scan``), normalising and hashing each word and, as it ends, hashing only the
+windows whose every pair of neighbouring words some benchmark text holds. The Unicode rules
+run in Arrow, and only on a text holding a code point the pass cannot handle alone
 (``code_points``).
 
 No Dagster here; ``defs/exports.py`` loads the index and reports a ``BenchmarkError``.
@@ -295,7 +295,7 @@ class BenchmarkSummary:
 @dataclass
 class BenchmarkIndex:
     """Every configured benchmark's texts and ids, read once per process. The n-gram tables
-    (the vocabulary, the sorted hashes per window length, the bitmap) are built on first use:
+    (``NgramTables``: the sorted window hashes per length, the pair and window bitmaps) are built on first use:
     an export step whose batches all carry current flags never needs them."""
 
     ngram: int

@@ -16,6 +16,7 @@ install without a home), each process compiles it again rather than fail.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -24,11 +25,16 @@ from numba import njit
 
 def compiled(**options) -> Callable:
     """``numba.njit`` with its machine code cached on disk, or kept in memory where numba finds
-    no folder to write it to (it raises as the function is defined)."""
+    no folder to write it to (it raises as the function is defined), with a warning: every
+    process then compiles the passes, about 2 s each."""
     def decorate(function: Callable) -> Callable:
         try:
             return njit(cache=True, **options)(function)
-        except RuntimeError:
+        except RuntimeError as error:
+            if "no locator available" not in str(error):
+                raise
+            warnings.warn(f"numba can write no cache for {function.__name__} (set NUMBA_CACHE_DIR to a writable "
+                          "folder): it is compiled again in every process", RuntimeWarning, stacklevel=2)
             return njit(**options)(function)
     return decorate
 
@@ -36,7 +42,6 @@ def compiled(**options) -> Callable:
 # FNV-1a, 64 bits: the hash of a normalised word's UTF-8 bytes
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
-
 
 SIMPLE, SEPARATOR, MAPPED, UNICODE = 0, 1, 2, 3  # the classes of a code point (decontamination.code_points)
 

@@ -138,15 +138,22 @@ def _each_record_once(sources: Iterable[SourceFile]) -> list[SourceFile]:
     """``sources`` without a batch of records each of which another batch already reads: a
     continuation segment or subagent file named beside its main trajectory (a shell glob
     ``*trajectory*.json`` names both), or a trial named beside the job folder holding it.
-    Read twice, its rows would be converted twice. The batch holding more files is kept."""
+    Read twice, its rows would be converted twice. The batch holding more files is kept, and
+    of two holding as many, the one whose path comes first (a job before a trial in it),
+    whatever order the paths were named in: a batch's key must not depend on it."""
     kept: list[SourceFile] = []
     held: set[str] = set()
-    for source in sorted(sources, key=lambda s: -sum(len(record.files) for record in s.records)):
-        if source.records and all(record.files[0] in held for record in source.records):
+    for source in sorted(sources, key=lambda s: (-sum(len(record.files) for record in s.records), s.uri)):
+        if source.records and all(_local(record.files[0]) in held for record in source.records):
             continue
         kept.append(source)
-        held.update(file for record in source.records for file in record.files)
+        held.update(_local(file) for record in source.records for file in record.files)
     return kept
+
+
+def _local(uri: str) -> str:
+    """A local file's path however it was named (``file://`` or not); other URLs as they are."""
+    return uri.removeprefix("file://")
 
 
 # How many bytes of JSON lines a byte of a .jsonl.gz holds, for guessing the work a source
