@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import example, given, settings
@@ -385,22 +386,35 @@ def test_numbers_normalise_alike_in_ascii_text_and_in_text_with_other_characters
     assert words(plain + " \u2014") == words(plain) == ["natalia", "sold", "0", "0", "clips", "in", "v0", "0"]
 
 
-def _by_the_unicode_rules(texts: list[str]) -> list[list[str]]:
-    """The words of each text with the Unicode rules applied to all of it (Arrow), as the
-    fast pass is meant to give them."""
-    from trajectory_assets.exports import ngram_kernel
-    from trajectory_assets.exports.decontamination import _NO_INDEX, Normalised, _buffers, code_points, unicode_rules
+def _by_arrow_alone(texts: list[str]) -> list[list[str]]:
+    """The words of each text as the rules were first written, in Arrow's string kernels
+    alone (the code before the compiled pass, kept here as the reference): ASCII text by
+    ASCII lowercase and an ASCII number regex, any other text by Unicode lowercase, the
+    ``\\p{Nd}`` number regex, datatrove's punctuation beyond ASCII and the Unicode spaces to
+    spaces, NFD without combining marks; then the ASCII punctuation to spaces, a split on
+    ASCII whitespace."""
+    from trajectory_assets.exports.decontamination import _NUMBERS, _SEPARATORS, _UNICODE_SPACES
 
-    array = unicode_rules(pa.array(texts, pa.string()), np.ones(len(texts), dtype=bool))
-    return Normalised(*ngram_kernel.scan(*_buffers(array), np.zeros(len(texts), dtype=bool), code_points(), True,
-                                         _NO_INDEX)[:4]).words().to_pylist()
+    array = pa.array(texts, pa.string())
+    ascii_only = pc.string_is_ascii(array)
+    text = pc.replace_substring_regex(pc.ascii_lower(array), r"[0-9]+(?:[.,][0-9]+)?", "0")
+    if not pc.all(ascii_only).as_py():
+        unicode = pc.invert(ascii_only)
+        other = pc.replace_substring_regex(pc.utf8_lower(pc.filter(array, unicode)), _NUMBERS, "0")
+        other = pc.replace_substring_regex(other, _UNICODE_SPACES, " ")
+        other = pc.replace_substring_regex(pc.utf8_normalize(other, form="NFD"), r"\p{Mn}+", "")
+        text = pc.replace_with_mask(text, unicode, other)
+    spaces = {code: " " for code in range(128) if _SEPARATORS[code]}
+    translated = pa.array([value.translate(spaces) for value in text.to_pylist()], pa.string())
+    return [[word for word in words if word]
+            for words in pc.ascii_split_whitespace(pc.ascii_trim_whitespace(translated)).to_pylist()]
 
 
 def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_make_it():
     """The compiled pass handles a text without Arrow's Unicode rules when each of its code
     points is a letter they leave alone, a break, or one they replace by the same letters
     wherever it stands: checked here for every such code point, alone, inside a word, between
-    digits and after an uppercase letter."""
+    digits and after an uppercase letter, against the rules in Arrow's string kernels alone."""
     from trajectory_assets.exports import ngram_kernel
     from trajectory_assets.exports.decontamination import _buffers, code_points
 
@@ -410,7 +424,7 @@ def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_m
     texts = [f"{chr(code)} aB{chr(code)}c 1{chr(code)}2 3.{chr(code)}4 Z{chr(code)}" for code in handled]
     array = pa.array(texts, pa.string())
     assert not ngram_kernel.needs_unicode_rules(*_buffers(array), classes).any()
-    assert normalise(array).words().to_pylist() == _by_the_unicode_rules(texts)
+    assert normalise(array).words().to_pylist() == _by_arrow_alone(texts)
     # and a code point it leaves to the Unicode rules sends its whole text there
     needed = ngram_kernel.needs_unicode_rules(*_buffers(pa.array(["plain", "١٢", "가", "x\U00010400"])), classes)
     assert needed.tolist() == [False, True, True, True]
@@ -422,12 +436,14 @@ _CHARACTERS = st.sampled_from([*"aZ09 .,-_'\t\n", "1,000", "2.5", "0.9", "7.", "
 
 
 @settings(max_examples=300, deadline=None)
-@example(texts=["1,000,000 \u0661,\u0662 3.4\u0301 \u00c9t\u00c9 \U0001f600x"])
+@example(texts=["1,000,000 3.4\u0301 \u00c9t\u00c9 \U0001f600x 1\u22602", "\u0661,\u0662 \u00c9"])
 @given(texts=st.lists(st.lists(_CHARACTERS, max_size=30).map("".join), min_size=1, max_size=6))
 def test_the_fast_pass_normalises_any_text_as_the_unicode_rules_do(texts):
     """ASCII, letters it maps, marks, digits of other scripts, breaks: in any order, in any
-    texts side by side, each text's words are those of the Unicode rules applied to all of it."""
-    assert normalise(pa.array(texts, pa.string())).words().to_pylist() == _by_the_unicode_rules(texts)
+    texts side by side, each text's words are those of the rules in Arrow's string kernels
+    alone (the texts holding a digit of another script, a Hangul syllable or a letter beyond
+    the table go through Arrow's Unicode rules in both: for them this checks the rest)."""
+    assert normalise(pa.array(texts, pa.string())).words().to_pylist() == _by_arrow_alone(texts)
 
 
 # a vocabulary of eight words, so that random texts share long runs with random benchmark texts
@@ -524,3 +540,12 @@ def test_the_passes_compile_in_memory_where_numba_can_write_no_cache():
     warned = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", probe.replace(
         "warnings.simplefilter('ignore')\n", "")], capture_output=True, text=True)
     assert "numba can write no cache for" in warned.stderr
+
+
+def test_a_text_of_no_word_matches_nothing_even_with_one_word_ngrams():
+    """Punctuation alone (a tool call's `{}`) normalises to no word. The Arrow code before the
+    compiled pass split it into one empty word, which with `ngram: 1` matched a benchmark's
+    empty text: every tool call without arguments was taken for contaminated."""
+    index_ = BenchmarkIndex(1, [BenchmarkSummary("b", "-", "-", 2, None, 0)], [pa.array(["", "alpha"])])
+    assert index_.text_matches(pa.array(["", "{}", "x", "Alpha!"])).tolist() == [-1, -1, -1, 0]
+    assert index_.counted()[0].ngrams == 1
