@@ -127,8 +127,8 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     ``decontamination.pair_slots``). A window of ``lengths[k]`` words ending here is hashed
     only when the run covers it (``decontamination.window_hashes``'s hash), looked up in the
     packed bitmap ``windows`` first, then in the sorted ``hashes[starts[k]:starts[k+1]]``. A
-    bitmap's slot is a hash's top bits (``>> shift``). Done as each word ends, the bitmap
-    lookups overlap the reading of the next word's bytes.
+    bitmap's slot is a hash's top bits (``>> shift``). Done as each word ends, no word is
+    stored unless ``emit`` asks for them.
 
     Returns (with ``emit``: the words' bytes back to back, where each word ends in them, each
     text's first word, each word's hash; else empty arrays), and per text the smallest
