@@ -329,8 +329,8 @@ class BenchmarkIndex:
 
     @cached_property
     def fingerprint(self) -> str:
-        """What the matches depend on: the rules (this file), the n-gram and every benchmark's
-        name, fields and data (its SHA-256)."""
+        """What the matches depend on: the rules (``RULES_FILES``), the n-gram and every
+        benchmark's name, fields and data (its SHA-256)."""
         return hashlib.sha256(orjson.dumps({"rules": RULES_SHA256, "ngram": self.ngram, "min_words": MIN_WORDS,
                                             "benchmarks": [[summary.name, summary.sha256] for summary in self.summaries],
                                             "config": self.config})).hexdigest()[:32]
@@ -340,8 +340,9 @@ class BenchmarkIndex:
         return sorted({path for path, _ in self.ids})
 
     def text_matches(self, texts: pa.Array) -> np.ndarray:
-        """Per text, the first benchmark (index) one of whose n-grams it holds, else -1."""
-        if not self.compares_text or len(texts) == 0:
+        """Per text, the first benchmark (index) one of whose n-grams it holds, else -1 (no
+        text read when the benchmarks hold no window: every text shorter than ``MIN_WORDS``)."""
+        if not self.compares_text or len(texts) == 0 or not len(self.tables.lengths):
             return np.full(len(texts), -1, dtype=np.int64)
         return self.tables.first_matches(texts)
 
