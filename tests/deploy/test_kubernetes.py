@@ -140,14 +140,13 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
     done = subprocess.run([sys.executable, "-c", shlex.split(precompile.removeprefix("RUN "))[2]],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, env=env)
     assert done.returncode == 0, done.stderr
-    assert {path.name.split("-")[0] for path in tmp_path.rglob("*.nbi")} == {
-        "ngram_kernel.scan", "ngram_kernel.needs_unicode_rules"}
-    # a pod's process, later: it loads both passes from that cache, compiling nothing
+    assert {path.name.split("-")[0] for path in tmp_path.rglob("*.nbi")} == {"ngram_kernel.scan"}
+    # a pod's process, later: it loads the pass from that cache, compiling nothing
     loaded = subprocess.run([sys.executable, "-c", "from trajectory_assets.exports import decontamination as d, "
                              "ngram_kernel as k; d.words('x'); print(*[(sum(f.stats.cache_hits.values()), "
-                             "sum(f.stats.cache_misses.values())) for f in (k.scan, k.needs_unicode_rules)])"],
+                             "sum(f.stats.cache_misses.values())) for f in (k.scan,)])"],
                             capture_output=True, text=True, cwd=PROJECT_ROOT, env=env)
-    assert loaded.stdout.split() == ["(1,", "0)", "(1,", "0)"], loaded.stderr
+    assert loaded.stdout.split() == ["(1,", "0)"], loaded.stderr
     # redaction's fast prefilter, pinned as `make setup` installs it
     hyperscan = re.search(r"HYPERSCAN := (\S+)", (PROJECT_ROOT / "Makefile").read_text()).group(1)
     assert f"uv pip install --system --no-cache {hyperscan}" in DOCKERFILE

@@ -416,18 +416,22 @@ def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_m
     wherever it stands: checked here for every such code point, alone, inside a word, between
     digits and after an uppercase letter, against the rules in Arrow's string kernels alone."""
     from trajectory_assets.exports import ngram_kernel
-    from trajectory_assets.exports.decontamination import _buffers, code_points
+    from trajectory_assets.exports.decontamination import _NO_INDEX, _buffers, code_points
 
-    classes = code_points()[2]
+    rules = code_points()
+    classes = rules[2]
     handled = [code for code in range(0x80, len(classes)) if classes[code] != ngram_kernel.UNICODE]
     assert len(handled) > 50_000  # the Basic Multilingual Plane but for digits, Hangul syllables and the like
     texts = [f"{chr(code)} aB{chr(code)}c 1{chr(code)}2 3.{chr(code)}4 Z{chr(code)}" for code in handled]
     array = pa.array(texts, pa.string())
-    assert not ngram_kernel.needs_unicode_rules(*_buffers(array), classes).any()
+
+    def needed(array: pa.Array) -> list[bool]:
+        return ngram_kernel.scan(*_buffers(array), np.ones(len(array), np.bool_), rules, True, _NO_INDEX)[5].tolist()
+
+    assert not any(needed(array))
     assert normalise(array).words().to_pylist() == _by_arrow_alone(texts)
-    # and a code point it leaves to the Unicode rules sends its whole text there
-    needed = ngram_kernel.needs_unicode_rules(*_buffers(pa.array(["plain", "١٢", "가", "x\U00010400"])), classes)
-    assert needed.tolist() == [False, True, True, True]
+    # and a code point it leaves to the Unicode rules sends its whole text there, wherever it stands
+    assert needed(pa.array(["plain", "١٢", "가", "x\U00010400", "a b c d 가"])) == [False, True, True, True, True]
 
 
 _CHARACTERS = st.sampled_from([*"aZ09 .,-_'\t\n", "1,000", "2.5", "0.9", "7.", "Ab", "\u00e9", "\u00c9", "\u0394", "\u00a0", "\u2014", "\u2019",
@@ -446,8 +450,10 @@ def test_the_fast_pass_normalises_any_text_as_the_unicode_rules_do(texts):
     assert normalise(pa.array(texts, pa.string())).words().to_pylist() == _by_arrow_alone(texts)
 
 
-# a vocabulary of eight words, so that random texts share long runs with random benchmark texts
-_WORD = st.sampled_from(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
+# a vocabulary of ten words, so that random texts share long runs with random benchmark texts:
+# one the pass maps (`café`), one only the Unicode rules handle (a Hangul syllable: its texts
+# are scanned again once the rules ran)
+_WORD = st.sampled_from(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "Caf\u00e9", "\uac00", "theta"])
 _TEXT = st.lists(_WORD, min_size=0, max_size=40).map(" ".join)
 
 
@@ -549,3 +555,16 @@ def test_a_text_of_no_word_matches_nothing_even_with_one_word_ngrams():
     index_ = BenchmarkIndex(1, [BenchmarkSummary("b", "-", "-", 2, None, 0)], [pa.array(["", "alpha"])])
     assert index_.text_matches(pa.array(["", "{}", "x", "Alpha!"])).tolist() == [-1, -1, -1, 0]
     assert index_.counted()[0].ngrams == 1
+
+
+def test_a_match_before_a_code_point_only_the_unicode_rules_handle_is_checked_by_them():
+    """The pass reads no further in a text once it holds a window of the first benchmark, yet
+    the rest of it may hold a code point that sends the whole text through the Unicode rules,
+    which can change the words already read: datatrove's number rule takes `5,٣` (an
+    Arabic-Indic three) as one number, so `5,٣abc` is the word `0abc`, not `0` then more."""
+    words_ = "alpha beta gamma delta eps zeta eta theta iota kappa lambda mu"
+    index_ = BenchmarkIndex(13, [BenchmarkSummary("b", "-", "-", 1, None, 0)], [pa.array([f"{words_} 5"])])
+    texts = [f"{words_} 5, then", f"{words_} 5,\u0663abc", f"{words_} 7 and \uac00 later", f"{words_} \u0663"]
+    hangul = "\u1100\u1161"  # the syllable, decomposed (NFD)
+    assert [words(text)[-2:] for text in texts] == [["0", "then"], ["mu", "0abc"], [hangul, "later"], ["mu", "0"]]
+    assert index_.text_matches(pa.array(texts)).tolist() == [0, -1, 0, 0]

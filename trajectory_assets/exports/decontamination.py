@@ -28,7 +28,7 @@ trajectories are checked a block at a time in one compiled pass over their bytes
 (``ngram_kernel.scan``), normalising and hashing each word and, as it ends, hashing only the
 windows whose every pair of neighbouring words some benchmark text holds. The Unicode rules
 run in Arrow, and only on a text holding a code point the pass cannot handle alone
-(``code_points``).
+(``code_points``): the pass marks it, and scans it again once they ran.
 
 No Dagster here; ``defs/exports.py`` loads the index and reports a ``BenchmarkError``.
 """
@@ -190,7 +190,8 @@ def normalise(texts: pa.Array) -> Normalised:
 
 
 def _scan(texts: pa.Array, emit: bool, index: tuple) -> tuple[np.ndarray, ...]:
-    """``ngram_kernel.scan`` of ``texts``, the Unicode rules applied first to the texts that need them."""
+    """``ngram_kernel.scan`` of ``texts``; the texts it marks as needing the Unicode rules go
+    through them and are scanned again (with ``emit``, all the texts: their words stay in order)."""
     from trajectory_assets.exports import ngram_kernel
 
     if isinstance(texts, pa.ChunkedArray):
@@ -198,10 +199,17 @@ def _scan(texts: pa.Array, emit: bool, index: tuple) -> tuple[np.ndarray, ...]:
     if texts.null_count:
         texts = pc.fill_null(texts, "")
     rules = code_points()
-    needed = ngram_kernel.needs_unicode_rules(*_buffers(texts), rules[2])
-    if needed.any():
-        texts = unicode_rules(texts, needed)
-    return ngram_kernel.scan(*_buffers(texts), ~needed, rules, emit, index)
+    raw = np.ones(len(texts), np.bool_)
+    scanned = ngram_kernel.scan(*_buffers(texts), raw, rules, emit, index)
+    needed = scanned[5]
+    if not needed.any():
+        return scanned
+    if emit:
+        return ngram_kernel.scan(*_buffers(unicode_rules(texts, needed)), ~needed, rules, emit, index)
+    ruled = unicode_rules(texts.filter(pa.array(needed)), np.ones(int(needed.sum()), np.bool_))
+    found = scanned[4]
+    found[needed] = ngram_kernel.scan(*_buffers(ruled), np.zeros(len(ruled), np.bool_), rules, emit, index)[4]
+    return (*scanned[:4], found, needed)
 
 
 def _buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:

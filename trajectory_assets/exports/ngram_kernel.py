@@ -5,7 +5,9 @@ rules and the index; this module only runs them fast.
 Why compiled: done with Arrow's string kernels and numpy, the same work passed over each
 text five times (lowercase, a number regex, a punctuation table, a whitespace split, a
 vocabulary lookup) and cost about 45% of ingest at 1 GB (``bench.decontamination``). One
-pass over the bytes does it in a fraction of that.
+pass over the bytes does it in a fraction of that. It is also the only pass: a text holding
+a code point only the Unicode rules handle is marked as the pass meets it, and only such
+texts go through the rules and the pass again.
 
 Imported only where texts are checked (numba's import costs about 0.17 s, and loading these
 functions about 0.25 s more), and compiled once per machine, about 2 s: numba keeps the
@@ -58,27 +60,6 @@ def _code_point(data, i):  # pragma: no cover - compiled
             | (np.int64(data[i + 3]) & 0x3F)), 4
 
 
-@compiled(nogil=True)
-def needs_unicode_rules(data, offsets, classes):  # pragma: no cover - compiled
-    """Per text, whether it holds a code point of class ``UNICODE`` (or beyond ``classes``):
-    one that the Unicode rules would change (``decontamination.unicode_rules``)."""
-    texts = len(offsets) - 1
-    needed = np.zeros(texts, np.bool_)
-    for t in range(texts):
-        i = offsets[t]
-        end = offsets[t + 1]
-        while i < end:
-            if data[i] < 0x80:
-                i += 1
-                continue
-            code, length = _code_point(data, i)
-            if code >= len(classes) or classes[code] == UNICODE:
-                needed[t] = True
-                break
-            i += length
-    return needed
-
-
 LETTER, BREAK, DIGIT, LEAD = 0, 1, 2, 3  # what a byte is to ``scan`` (``byte_tables``)
 
 
@@ -102,6 +83,20 @@ def _flag(bits, slot):  # pragma: no cover - compiled
     return (bits[slot >> 3] >> (slot & 7)) & 1
 
 
+@compiled(inline="always")
+def _holds_unicode(data, i, end, classes):  # pragma: no cover - compiled
+    """Whether ``data[i:end]`` holds a code point of class ``UNICODE`` (or beyond ``classes``)."""
+    while i < end:
+        if data[i] >= 0xC0:
+            code, size = _code_point(data, i)
+            if code >= len(classes) or classes[code] == UNICODE:
+                return True
+            i += size
+        else:
+            i += 1
+    return False
+
+
 @compiled(nogil=True)
 def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     """Every text's words, normalised, in one pass over the bytes; with ``emit``, the words
@@ -115,10 +110,11 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     become ``0``, and each of its other code points is, by its class in ``classes``: a word's
     letter (``SIMPLE``), a word break (``SEPARATOR``), or replaced by what the Unicode rules
     make of it (``MAPPED``: the bytes ``mapped_bytes[mapped_to[code]:mapped_to[code + 1]]``,
-    maybe none); it holds none that needs the Unicode rules on the whole text
-    (``needs_unicode_rules``). The other texts had the Unicode rules applied already
-    (``decontamination.unicode_rules``), and only their ASCII separators are left to break
-    words. A word's hash is FNV-1a (64 bits) of its bytes.
+    maybe none). A raw text holding a code point of class ``UNICODE`` (or beyond the table)
+    is marked ``needed`` and left unfinished (no match, its words cut short): the caller
+    applies the Unicode rules to it (``decontamination.unicode_rules``) and scans it again
+    with ``raw[t]`` unset, where only the ASCII separators are left to break words. A word's
+    hash is FNV-1a (64 bits) of its bytes.
 
     ``index`` is (``pairs``, ``multipliers``, ``lengths``, ``starts``, ``hashes``,
     ``owners``, ``windows``, ``shift``), decontamination's ``NgramTables`` (no lengths: no
@@ -127,105 +123,126 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     ``decontamination.pair_slots``). A window of ``lengths[k]`` words ending here is hashed
     only when the run covers it (``decontamination.window_hashes``'s hash), looked up in the
     packed bitmap ``windows`` first, then in the sorted ``hashes[starts[k]:starts[k+1]]``. A
-    bitmap's slot is a hash's top bits (``>> shift``). Done as each word ends, no word is
-    stored unless ``emit`` asks for them.
+    bitmap's slot is a hash's top bits (``>> shift``). Done as each word ends: no word is
+    stored unless ``emit`` asks for them. A text holding a window of the first benchmark
+    (owner 0) is read no further, but for the test that marks ``needed``.
 
     Returns (with ``emit``: the words' bytes back to back, where each word ends in them, each
-    text's first word, each word's hash; else empty arrays), and per text the smallest
-    owner of a window it holds, else -1."""
-    actions, lowered, classes, mapped_to, mapped_bytes = rules
+    text's first word, each word's hash; else empty arrays), per text the smallest owner of a
+    window it holds, else -1, and ``needed``."""
+    byte_actions, lowered, classes, mapped_to, mapped_bytes = rules
     pairs, multipliers, lengths, starts, table, owners, windows, shift = index
     texts = len(offsets) - 1
     capacity = offsets[texts] - offsets[0] if emit else 0
-    out = np.empty(capacity, np.uint8)
-    ends = np.empty(capacity // 2 + texts + 1 if emit else 0, np.int64)
+    ring = 4096  # without emit, the bytes go round a small ring: a store per byte costs less than a test
+    while ring < capacity:
+        ring *= 2
+    out = np.empty(ring, np.uint8)
+    mask = ring - 1
+    ends = np.empty(capacity // 2 + texts + 1 if emit else 0, np.int64)  # a word is a byte and a break, or ends a text
     hashes = np.empty(len(ends), np.uint64)
     first_word = np.zeros(texts + 1 if emit else 0, np.int64)
     found = np.full(texts, -1, np.int64)
-    longest = lengths[len(lengths) - 1] if len(lengths) else 1
+    needed = np.zeros(texts, np.bool_)
+    matching = len(lengths) > 0
+    shortest = lengths[0] if matching else 1
+    longest = lengths[len(lengths) - 1] if matching else 1
     recent = np.zeros(longest, np.uint64)  # the last `longest` word hashes, as a ring
-    written = 0  # bytes in `out`
+    written = 0  # bytes of words
     count = 0  # words
     for t in range(texts):
         if emit:
             first_word[t] = count
-        table_of_bytes = actions[0] if raw[t] else actions[1]
+        actions = byte_actions[0] if raw[t] else byte_actions[1]
         i = offsets[t]
         end = offsets[t + 1]
-        length_of_word = 0
-        h = FNV_OFFSET
         run = 0
         previous = np.uint64(0)
         seen = 0
-        while i <= end:
-            action = table_of_bytes[data[i]] if i < end else BREAK  # (the text's end ends its last word)
-            if action == LETTER:
-                letter = np.uint64(lowered[data[i]])
+        while i < end:
+            if actions[data[i]] == BREAK:  # the breaks before a word
                 i += 1
-            elif action == DIGIT:  # a number, to one `0`
-                i += 1
-                while i < end and 48 <= data[i] <= 57:
+                continue
+            h = FNV_OFFSET
+            length = 0
+            while i < end:  # a word's letters, up to a break (left to the loop above) or the end
+                action = actions[data[i]]
+                if action == LETTER:
+                    letter = lowered[data[i]]
                     i += 1
-                if i + 1 < end and (data[i] == 46 or data[i] == 44) and 48 <= data[i + 1] <= 57:
-                    i += 2
+                elif action == BREAK:
+                    break
+                elif action == DIGIT:  # a number, to one `0`
+                    i += 1
                     while i < end and 48 <= data[i] <= 57:
                         i += 1
-                letter = np.uint64(48)
-            elif action == LEAD:
-                code, size = _code_point(data, i)
-                kind = classes[code]
-                if kind == SIMPLE:  # its lead byte now, the rest as letters of their own
-                    letter = np.uint64(data[i])
-                    i += 1
-                else:
-                    i += size
-                    if kind == MAPPED:
+                    if i + 1 < end and (data[i] == 46 or data[i] == 44) and 48 <= data[i + 1] <= 57:
+                        i += 2
+                        while i < end and 48 <= data[i] <= 57:
+                            i += 1
+                    letter = np.uint8(48)
+                else:  # LEAD: a code point beyond ASCII, by its class
+                    code, size = _code_point(data, i)
+                    kind = classes[code] if code < len(classes) else UNICODE
+                    if kind == SIMPLE:  # its lead byte now, the rest as letters of their own
+                        letter = data[i]
+                        i += 1
+                    elif kind == MAPPED:  # what the Unicode rules make of it, maybe nothing
+                        i += size
                         for k in range(mapped_to[code], mapped_to[code + 1]):
-                            if emit:
-                                out[written] = mapped_bytes[k]
-                                written += 1
+                            out[written & mask] = mapped_bytes[k]
+                            written += 1
                             h = (h ^ np.uint64(mapped_bytes[k])) * FNV_PRIME
-                            length_of_word += 1
+                            length += 1
                         continue
-                    action = BREAK  # a SEPARATOR
-            else:  # BREAK
-                i += 1
-            if action != BREAK:
-                if emit:
-                    out[written] = letter
-                    written += 1
-                h = (h ^ letter) * FNV_PRIME
-                length_of_word += 1
-                continue
-            if length_of_word == 0:
+                    elif kind == SEPARATOR:
+                        i += size
+                        break
+                    else:
+                        needed[t] = True
+                        break
+                out[written & mask] = letter
+                written += 1
+                h = (h ^ np.uint64(letter)) * FNV_PRIME
+                length += 1
+            if needed[t]:
+                found[t] = -1
+                break
+            if length == 0:
                 continue
             # a word ends
             if emit:
                 ends[count] = written
                 hashes[count] = h
                 count += 1
-            if len(lengths):
-                if run > 0 and _flag(pairs, np.int64((previous * multipliers[0] + h * multipliers[1]) >> shift)):
-                    run += 1
-                else:
-                    run = 1
-                previous = h
-                recent[seen % longest] = h
-                seen += 1
-                for k in range(len(lengths)):
-                    n = lengths[k]
-                    if run < n:
-                        break
-                    window = np.uint64(0)
-                    for j in range(n):
-                        window += recent[(seen - n + j) % longest] * multipliers[j]
-                    if not _flag(windows, np.int64(window >> shift)):
-                        continue
-                    at = starts[k] + np.searchsorted(table[starts[k]:starts[k + 1]], window)
-                    if at < starts[k + 1] and table[at] == window and (found[t] < 0 or owners[at] < found[t]):
-                        found[t] = owners[at]
-            length_of_word = 0
-            h = FNV_OFFSET
+            if not matching:
+                continue
+            if run > 0 and _flag(pairs, np.int64((previous * multipliers[0] + h * multipliers[1]) >> shift)):
+                run += 1
+            else:
+                run = 1
+            previous = h
+            recent[seen % longest] = h
+            seen += 1
+            if run < shortest:
+                continue
+            for k in range(len(lengths)):
+                n = lengths[k]
+                if run < n:
+                    break
+                window = np.uint64(0)
+                for j in range(n):
+                    window += recent[(seen - n + j) % longest] * multipliers[j]
+                if not _flag(windows, np.int64(window >> shift)):
+                    continue
+                at = starts[k] + np.searchsorted(table[starts[k]:starts[k + 1]], window)
+                if at < starts[k + 1] and table[at] == window and (found[t] < 0 or owners[at] < found[t]):
+                    found[t] = owners[at]
+            if found[t] == 0:  # no earlier benchmark to find
+                if raw[t] and _holds_unicode(data, i, end, classes):
+                    needed[t] = True
+                    found[t] = -1
+                break
     if emit:
         first_word[texts] = count
-    return out[:written], ends[:count], first_word, hashes[:count], found
+    return out[:written if emit else 0], ends[:count], first_word, hashes[:count], found, needed
