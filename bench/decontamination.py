@@ -20,8 +20,12 @@ each ingest step does):
   (``decontamination.contaminated``), what an export step does for a batch ingested before
   the benchmarks were configured or changed (once: it then stores the flags).
 
-Each is divided by the ingest time. Ingest here is one process on one core; ``trajectory-assets
-run`` ingests in one process per core, so its wall time is shorter, its CPU time the same.
+Each ingest runs in a fresh process (as an ingest step does: numba's import, the table of
+code points and loading the compiled pass are paid in it), and so does **the set-up alone**:
+reading the benchmarks, building the n-gram tables and loading the pass, what every process
+that checks texts pays once, whatever its data. Each is divided by the ingest time. Ingest
+here is one process on one core; ``trajectory-assets run`` ingests in one process per core,
+so its wall time is shorter, its CPU time the same.
 Writes bench/out/decontamination.json and prints a Markdown table.
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import shutil
 import tempfile
@@ -88,6 +93,24 @@ def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float
         store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict()))
         rows += summary.records_valid
     return clock() - start, inside, rows
+
+
+def setup_alone(decontamination) -> float:
+    """Seconds a process spends before its first text is checked: the benchmarks read, the
+    n-gram tables built, the compiled pass loaded (on one text of no word)."""
+    import pyarrow as pa
+
+    start = clock()
+    from trajectory_assets.exports.decontamination import ingest_flags
+
+    ingest_flags(decontamination).index.text_matches(pa.array([""]))
+    return clock() - start
+
+
+def in_fresh_process(function, *args):
+    """``function(*args)`` in a new Python process (nothing imported or cached by this one)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(function, args)
 
 
 def evaluation_set(path: Path, storage: Path, batches: list[str], items: int, seed: int = 11) -> dict:
@@ -178,13 +201,15 @@ def main(argv: list[str] | None = None) -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-decont-"))
     try:
         corpus = build_corpus(int(args.size * 1e6), work / "source", CORPUS, distinct_turns=True)
-        plain_s, _, rows = ingest_all(work / "source", work / "plain")
+        plain_s, _, rows = in_fresh_process(ingest_all, work / "source", work / "plain")
         batches = sorted(path.name[: -len(".parquet")]
                          for path in (work / "plain" / "trajectories" / "batches").glob("*.parquet"))
         benchmark = evaluation_set(work / "benchmark.jsonl", work / "plain", batches, args.items)
         shutil.rmtree(work / "plain")
-        with_s, inside_s, _ = ingest_all(work / "source", work / "storage", benchmark_config(work / "benchmark.jsonl"))
-        measured = measure(work / "storage", work / "benchmark.jsonl", batches)
+        config = benchmark_config(work / "benchmark.jsonl")
+        with_s, inside_s, _ = in_fresh_process(ingest_all, work / "source", work / "storage", config)
+        setup_s = in_fresh_process(setup_alone, config)
+        measured = in_fresh_process(measure, work / "storage", work / "benchmark.jsonl", batches)
         flagged = sum(len(orjson.loads((work / "storage" / "trajectories" / "batches" /
                                         f"{key}.decontamination.json").read_bytes())["contaminated"])
                       for key in batches)
@@ -195,8 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "corpus": {**corpus, "trajectories": rows}, "benchmark": benchmark,
         "ingest_s": round(plain_s, 3), "ingest_with_decontamination_s": round(with_s, 3),
-        "in_decontamination_s": round(inside_s, 3), "matched_at_ingest": flagged, **measured,
+        "in_decontamination_s": round(inside_s, 3), "setup_s": round(setup_s, 3), "matched_at_ingest": flagged,
+        **measured,
         "ratio_at_ingest": round(inside_s / plain_s, 4),
+        "ratio_setup": round(setup_s / plain_s, 4),
+        "ratio_texts": round((inside_s - setup_s) / plain_s, 4),
         "ratio_families": round(families_s / plain_s, 4),
         "ratio_run": round((inside_s + families_s) / plain_s, 4),
         "ratio_scan_without_flags": round(measured["scan_without_flags_s"] / plain_s, 4),
@@ -211,6 +239,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| ingest with the benchmarks ({with_s - plain_s:+.2f} s) | {with_s:.2f} | {with_s / plain_s:.3f} |")
     print(f"| of which in decontamination (timed inside: index, texts, flags) | {inside_s:.2f} | "
           f"{result['ratio_at_ingest']:.3f} |")
+    print(f"| - the set-up, once per process (benchmarks read, tables built, pass loaded) | {setup_s:.2f} | "
+          f"{result['ratio_setup']:.3f} |")
+    print(f"| - the rest: the texts and ids checked, the flags written | {inside_s - setup_s:.2f} | "
+          f"{result['ratio_texts']:.3f} |")
     for name, family in measured["families"].items():
         print(f"| {name} plan: added, flags current ({family['plan_s']:.2f} -> "
               f"{family['plan_with_decontamination_s']:.2f} s; {family['left_out']} left out) | "

@@ -77,11 +77,15 @@ _UNICODE_SPACES = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(PUNC
 _SEPARATORS = np.array([b < 128 and (chr(b) in PUNCTUATION or chr(b).isspace()) for b in range(256)], dtype=np.bool_)
 # odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
 # same n-gram hashes the same in every process)
-_BITMAP_SHIFT = np.uint64(40)  # bitmaps of 2**24 flags, of windows and of word pairs 
+# the bitmaps of word pairs and of windows hold 8 flags per distinct entry (about one in nine
+# set), within these bounds: small enough to stay in the CPU's cache beside ingest's own work
+# (2**24 flags each made the pass about 10% slower at 1 GB than 2**22, bench.decontamination)
+_BITMAP_FLAGS_PER_ENTRY = 8
+_BITMAP_BITS = (16, 27)  # log2 of the fewest and most flags
 _MULTIPLIERS = np.random.default_rng(13).integers(0, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 # NgramTables.kernel_index of no benchmark text: normalise only (the same types, so the same compiled code)
 _NO_INDEX = (np.zeros(0, np.uint8), _MULTIPLIERS, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint64),
-             np.zeros(0, np.int64), np.zeros(0, np.uint8), _BITMAP_SHIFT)
+             np.zeros(0, np.int64), np.zeros(0, np.uint8), np.uint64(64 - _BITMAP_BITS[0]))
 
 
 class BenchmarkError(Exception):
@@ -122,6 +126,10 @@ def code_points() -> tuple[np.ndarray, ...]:
             continue
         if char in breaks:
             classes[code] = SEPARATOR
+            continue
+        if (char.lower() == char and unicodedata.is_normalized("NFD", char) and not unicodedata.combining(char)
+                and unicodedata.category(char) != "Mn"):
+            classes[code] = SIMPLE  # (most of them: what follows would find the same, four times slower)
             continue
         result = "".join(c for c in unicodedata.normalize("NFD", char.lower()) if unicodedata.category(c) != "Mn")
         if result and all(c < "\x80" and _SEPARATORS[ord(c)] for c in result):
@@ -254,11 +262,11 @@ def first_owner(found: np.ndarray, positions: np.ndarray, owners: np.ndarray) ->
     found[unique] = np.where((current == -1) | (smallest < current), smallest, current)
 
 
-def pair_slots(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """The bitmap slot of each pair of word hashes, left then right (``ngram_kernel.scan``
-    computes the same)."""
+def pair_hashes(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each pair of word hashes, left then right (``ngram_kernel.scan``
+    computes the same; a bitmap's slot is its top bits)."""
     with np.errstate(over="ignore"):
-        return (left * _MULTIPLIERS[0] + right * _MULTIPLIERS[1]) >> _BITMAP_SHIFT
+        return left * _MULTIPLIERS[0] + right * _MULTIPLIERS[1]
 
 
 def window_hashes(words: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
@@ -277,10 +285,22 @@ def window_hashes(words: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
     return hashes
 
 
-def _bitmap(slots: np.ndarray) -> np.ndarray:
-    """A packed bitmap of 2**24 flags (2 MiB) with ``slots`` set."""
-    flags = np.zeros(1 << (64 - int(_BITMAP_SHIFT)), dtype=bool)
-    flags[slots] = True
+def bitmap_shift(entries: int) -> np.uint64:
+    """How far a 64-bit hash is shifted to its slot in a bitmap of ``entries`` distinct
+    hashes: about ``_BITMAP_FLAGS_PER_ENTRY`` flags each, a power of two within ``_BITMAP_BITS``.
+
+    >>> [64 - int(bitmap_shift(entries)) for entries in (0, 873_400, 10**9)]
+    [16, 23, 27]
+    """
+    fewest, most = _BITMAP_BITS
+    bits = min(max(int(entries * _BITMAP_FLAGS_PER_ENTRY - 1).bit_length(), fewest), most)
+    return np.uint64(64 - bits)
+
+
+def _bitmap(hashes: np.ndarray, shift: np.uint64) -> np.ndarray:
+    """A packed bitmap of ``2**(64 - shift)`` flags, the slot of each hash (its top bits) set."""
+    flags = np.zeros(1 << (64 - int(shift)), dtype=bool)
+    flags[hashes >> shift] = True
     return np.packbits(flags, bitorder="little")
 
 
@@ -313,7 +333,7 @@ class BenchmarkIndex:
     ids: dict[tuple[str, str], int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)  # the decontamination section it was built from
 
-    @property
+    @cached_property
     def compares_text(self) -> bool:
         return any(len(texts) for texts in self.texts)
 
@@ -482,13 +502,14 @@ class NgramTables:
     kept, no n-gram string ever built).
 
     - ``pairs``: a packed bitmap of the pairs of word hashes some benchmark text holds one
-      after the other (``pair_slots``). A window can match only if each of its pairs of
+      after the other (``pair_hashes``). A window can match only if each of its pairs of
       neighbours is set: most windows of a text are ruled out by a pair, never hashed;
     - per window length (the n-gram, and the lengths of shorter benchmark texts of at least
       ``MIN_WORDS`` words), the sorted window hashes and the first benchmark (in config
       order) holding each, back to back (``lengths``, ``starts``, ``hashes``, ``owners``);
     - ``windows``: a packed bitmap of the windows' top bits: a window is looked up in the
       sorted hashes only when its bit is set;
+    - ``shift``: how far a hash is shifted to its slot in both bitmaps (``bitmap_shift``);
     - ``counts``: distinct n-grams per benchmark."""
 
     pairs: np.ndarray
@@ -497,6 +518,7 @@ class NgramTables:
     hashes: np.ndarray
     owners: np.ndarray
     windows: np.ndarray
+    shift: np.uint64
     counts: list[int]
 
     @classmethod
@@ -510,7 +532,7 @@ class NgramTables:
             text_end = np.repeat(offsets[1:], np.diff(offsets))  # per word, where its text ends
             position = np.arange(len(words))
             linked = np.flatnonzero(position + 1 < text_end)  # the word and the next are in one text
-            pair_parts.append(pair_slots(words[linked], words[linked + 1]))
+            pair_parts.append(pair_hashes(words[linked], words[linked + 1]))
             starts = np.flatnonzero(text_end - position >= n)
             if len(starts):
                 by_length.setdefault(n, []).append((_distinct(window_hashes(words, starts, n)), number))
@@ -535,16 +557,18 @@ class NgramTables:
             table_owners.append(owners[first])
             starts_at.append(starts_at[-1] + int(first.sum()))
         hashes = np.concatenate(table_hashes) if table_hashes else np.empty(0, np.uint64)
-        return cls(_bitmap(np.concatenate(pair_parts or [np.empty(0, np.uint64)])),
-                   np.array(sorted(by_length), dtype=np.int64), np.array(starts_at, dtype=np.int64), hashes,
+        pairs = _distinct(np.concatenate(pair_parts or [np.empty(0, np.uint64)]))
+        shift = bitmap_shift(max(len(pairs), len(hashes)))
+        return cls(_bitmap(pairs, shift), np.array(sorted(by_length), dtype=np.int64),
+                   np.array(starts_at, dtype=np.int64), hashes,
                    np.concatenate(table_owners) if table_owners else np.empty(0, np.int64),
-                   _bitmap(hashes >> _BITMAP_SHIFT), counts)
+                   _bitmap(hashes, shift), shift, counts)
 
     @property
     def kernel_index(self) -> tuple:
         """The tables as ``ngram_kernel.scan`` takes them."""
         return (self.pairs, _MULTIPLIERS, self.lengths, self.starts, self.hashes, self.owners, self.windows,
-                _BITMAP_SHIFT)
+                self.shift)
 
     def first_matches(self, texts: pa.Array) -> np.ndarray:
         """Per text, the first benchmark one of whose windows it holds, else -1."""
@@ -629,7 +653,7 @@ class CheckedTexts:
 
     def owners(self, texts: list[str], index: BenchmarkIndex) -> np.ndarray:
         """Per text, the first benchmark whose n-gram it holds, else -1 (each new distinct text checked once)."""
-        keys = np.fromiter((hash(text) for text in texts), dtype=np.int64, count=len(texts))
+        keys = np.fromiter(map(hash, texts), dtype=np.int64, count=len(texts))
         distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         owners = np.full(len(distinct), -1, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.clean, distinct), max(len(self.clean) - 1, 0))

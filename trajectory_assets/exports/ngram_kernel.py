@@ -120,7 +120,7 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     ``owners``, ``windows``, ``shift``), decontamination's ``NgramTables`` (no lengths: no
     matching). Along a text, ``run`` counts the words ending here that are linked, each to the
     one before, by a pair some benchmark text holds (``pairs``, a packed bitmap of
-    ``decontamination.pair_slots``). A window of ``lengths[k]`` words ending here is hashed
+    ``decontamination.pair_hashes``). A window of ``lengths[k]`` words ending here is hashed
     only when the run covers it (``decontamination.window_hashes``'s hash), looked up in the
     packed bitmap ``windows`` first, then in the sorted ``hashes[starts[k]:starts[k+1]]``. A
     bitmap's slot is a hash's top bits (``>> shift``). Done as each word ends: no word is
