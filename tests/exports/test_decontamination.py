@@ -525,7 +525,7 @@ def test_a_trajectory_matching_two_benchmarks_is_named_by_the_first_at_ingest_an
 
 def test_the_passes_compile_in_memory_where_numba_can_write_no_cache():
     """A read-only install without a home (numba finds no cache folder and raises as a cached
-    function is defined): each process compiles the passes again, says so, and they run."""
+    function is defined): each process compiles the pass again, says so, and they run."""
     import subprocess
     import sys
 

@@ -9,8 +9,9 @@ pass over the bytes does it in a fraction of that. It is also the only pass: a t
 a code point only the Unicode rules handle is marked as the pass meets it, and only such
 texts go through the rules and the pass again.
 
-Imported only where texts are checked (numba's import costs about 0.17 s, and loading these
-functions about 0.25 s more), and compiled once per machine, about 2 s: numba keeps the
+Imported only where texts are checked (numba's import and the pass's first call, when numba
+initialises its CPU target and loads the pass, cost about 0.4 s: ``bench.decontamination``
+times them), and compiled once per machine, about 2 s: numba keeps the
 machine code beside this file, in ``__pycache__`` (the image compiles it as it is built, see
 the Dockerfile), else in the user's cache folder; where neither can be written (a read-only
 install without a home), each process compiles it again rather than fail.
@@ -28,7 +29,7 @@ from numba import njit
 def compiled(**options) -> Callable:
     """``numba.njit`` with its machine code cached on disk, or kept in memory where numba finds
     no folder to write it to (it raises as the function is defined), with a warning: every
-    process then compiles the passes, about 2 s each."""
+    process then compiles the pass, about 2 s."""
     def decorate(function: Callable) -> Callable:
         try:
             return njit(cache=True, **options)(function)
