@@ -75,13 +75,14 @@ _UNICODE_SPACES = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(PUNC
 # per byte, whether it ends a word: the ASCII members of PUNCTUATION and the ASCII whitespace
 # (bytes >= 0x80 never do, so UTF-8 sequences stay whole)
 _SEPARATORS = np.array([b < 128 and (chr(b) in PUNCTUATION or chr(b).isspace()) for b in range(256)], dtype=np.bool_)
-# odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
-# same n-gram hashes the same in every process)
 # the bitmaps of word pairs and of windows hold 8 flags per distinct entry (about one in nine
 # set), within these bounds: small enough to stay in the CPU's cache beside ingest's own work
-# (2**24 flags each made the pass about 10% slower at 1 GB than 2**22, bench.decontamination)
+# (measured once, inside ingest of the 250 MB benchmark corpus: with 2**24 flags each, as
+# before, the texts' part took about 10% longer than with 2**22)
 _BITMAP_FLAGS_PER_ENTRY = 8
 _BITMAP_BITS = (16, 27)  # log2 of the fewest and most flags
+# odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
+# same n-gram hashes the same in every process)
 _MULTIPLIERS = np.random.default_rng(13).integers(0, 2**63, size=256, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 # NgramTables.kernel_index of no benchmark text: normalise only (the same types, so the same compiled code)
 _NO_INDEX = (np.zeros(0, np.uint8), _MULTIPLIERS, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint64),
@@ -129,7 +130,7 @@ def code_points() -> tuple[np.ndarray, ...]:
             continue
         if (char.lower() == char and unicodedata.is_normalized("NFD", char) and not unicodedata.combining(char)
                 and unicodedata.category(char) != "Mn"):
-            classes[code] = SIMPLE  # (most of them: what follows would find the same, four times slower)
+            classes[code] = SIMPLE  # most of them, told apart first: the test below finds the same, slower
             continue
         result = "".join(c for c in unicodedata.normalize("NFD", char.lower()) if unicodedata.category(c) != "Mn")
         if result and all(c < "\x80" and _SEPARATORS[ord(c)] for c in result):

@@ -135,11 +135,7 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     pairs, multipliers, lengths, starts, table, owners, windows, shift = index
     texts = len(offsets) - 1
     capacity = offsets[texts] - offsets[0] if emit else 0
-    ring = 4096  # without emit, the bytes go round a small ring: a store per byte costs less than a test
-    while ring < capacity:
-        ring *= 2
-    out = np.empty(ring, np.uint8)
-    mask = ring - 1
+    out = np.empty(capacity, np.uint8)
     ends = np.empty(capacity // 2 + texts + 1 if emit else 0, np.int64)  # a word is a byte and a break, or ends a text
     hashes = np.empty(len(ends), np.uint64)
     first_word = np.zeros(texts + 1 if emit else 0, np.int64)
@@ -191,8 +187,9 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                     elif kind == MAPPED:  # what the Unicode rules make of it, maybe nothing
                         i += size
                         for k in range(mapped_to[code], mapped_to[code + 1]):
-                            out[written & mask] = mapped_bytes[k]
-                            written += 1
+                            if emit:
+                                out[written] = mapped_bytes[k]
+                                written += 1
                             h = (h ^ np.uint64(mapped_bytes[k])) * FNV_PRIME
                             length += 1
                         continue
@@ -202,8 +199,9 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                     else:
                         needed[t] = True
                         break
-                out[written & mask] = letter
-                written += 1
+                if emit:
+                    out[written] = letter
+                    written += 1
                 h = (h ^ np.uint64(letter)) * FNV_PRIME
                 length += 1
             if needed[t]:
@@ -246,4 +244,4 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                 break
     if emit:
         first_word[texts] = count
-    return out[:written if emit else 0], ends[:count], first_word, hashes[:count], found, needed
+    return out[:written], ends[:count], first_word, hashes[:count], found, needed
