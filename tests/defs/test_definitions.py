@@ -111,7 +111,7 @@ def test_loading_the_code_location_leaves_the_plotting_libraries_to_the_report_s
 
 
 def test_numba_is_imported_only_where_a_benchmark_index_is_used():
-    """numba costs about 0.17 s to import: no process pays it unless it checks texts."""
+    """numba costs about 0.1 s to import, and more on its first call: no process pays it unless it checks texts."""
     assert _modules_after_import("import trajectory_assets.definitions; import trajectory_assets.exports.registry",
                                  ("numba",)) == []
     assert _modules_after_import("from trajectory_assets.exports.decontamination import words; words('x')",

@@ -132,7 +132,7 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (PROJECT_ROOT / source).exists(), source
-    # the image compiles decontamination's passes: the command it runs does compile them
+    # the image compiles decontamination's pass: the command it runs does compile it
     precompile = next(line for line in DOCKERFILE.splitlines() if line.startswith('RUN python -c "from trajectory_'))
     image_env = dict(re.findall(r"^ENV (\w+)=(\S+)$", DOCKERFILE, re.M))
     assert image_env.get("NUMBA_CPU_NAME") == "generic"  # a cache compiled anywhere serves every node

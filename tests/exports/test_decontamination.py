@@ -416,7 +416,7 @@ def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_m
     wherever it stands: checked here for every such code point, alone, inside a word, between
     digits and after an uppercase letter, against the rules in Arrow's string kernels alone."""
     from trajectory_assets.exports import ngram_kernel
-    from trajectory_assets.exports.decontamination import _NO_INDEX, _buffers, code_points
+    from trajectory_assets.exports.decontamination import _NO_INDEX, Normalised, _buffers, code_points
 
     rules = code_points()
     classes = rules[2]
@@ -432,6 +432,9 @@ def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_m
     assert normalise(array).words().to_pylist() == _by_arrow_alone(texts)
     # and a code point it leaves to the Unicode rules sends its whole text there, wherever it stands
     assert needed(pa.array(["plain", "١٢", "가", "x\U00010400", "a b c d 가"])) == [False, True, True, True, True]
+    # such a text is left without words, and the half-read one leaks into no other text's
+    marked = ngram_kernel.scan(*_buffers(pa.array(["ab가", "cd ef"])), np.ones(2, np.bool_), rules, True, _NO_INDEX)
+    assert Normalised(*marked[:4]).words().to_pylist() == [[], ["cd", "ef"]]
 
 
 _CHARACTERS = st.sampled_from([*"aZ09 .,-_'\t\n", "1,000", "2.5", "0.9", "7.", "Ab", "\u00e9", "\u00c9", "\u0394", "\u00a0", "\u2014", "\u2019",
@@ -523,9 +526,9 @@ def test_a_trajectory_matching_two_benchmarks_is_named_by_the_first_at_ingest_an
     assert out.excluded == {"contaminated:first": 1}
 
 
-def test_the_passes_compile_in_memory_where_numba_can_write_no_cache():
+def test_the_pass_compiles_in_memory_where_numba_can_write_no_cache():
     """A read-only install without a home (numba finds no cache folder and raises as a cached
-    function is defined): each process compiles the pass again, says so, and they run."""
+    function is defined): each process compiles the pass again, says so, and it runs."""
     import subprocess
     import sys
 

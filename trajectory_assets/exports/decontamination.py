@@ -75,10 +75,11 @@ _UNICODE_SPACES = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in dict.fromkeys(PUNC
 # per byte, whether it ends a word: the ASCII members of PUNCTUATION and the ASCII whitespace
 # (bytes >= 0x80 never do, so UTF-8 sequences stay whole)
 _SEPARATORS = np.array([b < 128 and (chr(b) in PUNCTUATION or chr(b).isspace()) for b in range(256)], dtype=np.bool_)
-# the bitmaps of word pairs and of windows hold 8 flags per distinct entry (about one in nine
-# set), within these bounds: small enough to stay in the CPU's cache beside ingest's own work
-# (measured once, inside ingest of the 250 MB benchmark corpus: with 2**24 flags each, as
-# before, the texts' part took about 10% longer than with 2**22)
+# the bitmaps of word pairs and of windows hold at least 8 flags per distinct entry of the
+# larger of the two (a power of two, within these bounds): 1 MiB each for a 10,000-item set,
+# where the fixed 2 MiB before fell out of the CPU's cache between ingest's own work more
+# (measured once, inside ingest of the 250 MB benchmark corpus: with 2**24 flags each, the
+# texts' part took about 10% longer than with 2**22)
 _BITMAP_FLAGS_PER_ENTRY = 8
 _BITMAP_BITS = (16, 27)  # log2 of the fewest and most flags
 # odd 64-bit multipliers of the window hash, one per position in the window (fixed: the
@@ -216,9 +217,9 @@ def _scan(texts: pa.Array, emit: bool, index: tuple) -> tuple[np.ndarray, ...]:
     if emit:
         return ngram_kernel.scan(*_buffers(unicode_rules(texts, needed)), ~needed, rules, emit, index)
     ruled = unicode_rules(texts.filter(pa.array(needed)), np.ones(int(needed.sum()), np.bool_))
-    found = scanned[4]
+    found = scanned[4]  # (in place)
     found[needed] = ngram_kernel.scan(*_buffers(ruled), np.zeros(len(ruled), np.bool_), rules, emit, index)[4]
-    return (*scanned[:4], found, needed)
+    return scanned
 
 
 def _buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:

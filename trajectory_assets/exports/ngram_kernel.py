@@ -5,13 +5,13 @@ rules and the index; this module only runs them fast.
 Why compiled: done with Arrow's string kernels and numpy, the same work passed over each
 text five times (lowercase, a number regex, a punctuation table, a whitespace split, a
 vocabulary lookup) and cost about 45% of ingest at 1 GB (``bench.decontamination``). One
-pass over the bytes does it in a fraction of that. It is also the only pass: a text holding
-a code point only the Unicode rules handle is marked as the pass meets it, and only such
-texts go through the rules and the pass again.
+pass over the bytes does it in a fraction of that. A text holding a code point only the
+Unicode rules handle is marked as the pass meets it; only such texts then go through the
+rules and, when matching, the pass again (``normalise`` scans them all again, in order).
 
-Imported only where texts are checked (numba's import and the pass's first call, when numba
-initialises its CPU target and loads the pass, cost about 0.4 s: ``bench.decontamination``
-times them), and compiled once per machine, about 2 s: numba keeps the
+Imported only where texts are checked (numba's import with the code-point table, and the
+pass's first call, when numba initialises its CPU target and loads the pass, cost about
+0.4 s: ``bench.decontamination`` times them), and compiled once per machine, about 2 s: numba keeps the
 machine code beside this file, in ``__pycache__`` (the image compiles it as it is built, see
 the Dockerfile), else in the user's cache folder; where neither can be written (a read-only
 install without a home), each process compiles it again rather than fail.
@@ -112,7 +112,7 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     letter (``SIMPLE``), a word break (``SEPARATOR``), or replaced by what the Unicode rules
     make of it (``MAPPED``: the bytes ``mapped_bytes[mapped_to[code]:mapped_to[code + 1]]``,
     maybe none). A raw text holding a code point of class ``UNICODE`` (or beyond the table)
-    is marked ``needed`` and left unfinished (no match, its words cut short): the caller
+    is marked ``needed`` and left without words or match: the caller
     applies the Unicode rules to it (``decontamination.unicode_rules``) and scans it again
     with ``raw[t]`` unset, where only the ASCII separators are left to break words. A word's
     hash is FNV-1a (64 bits) of its bytes.
@@ -150,6 +150,7 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     for t in range(texts):
         if emit:
             first_word[t] = count
+        text_written = written  # where this text's words start in `out`
         actions = byte_actions[0] if raw[t] else byte_actions[1]
         i = offsets[t]
         end = offsets[t + 1]
@@ -206,6 +207,9 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                 length += 1
             if needed[t]:
                 found[t] = -1
+                if emit:  # its words so far are dropped: they are read again after the rules
+                    written = text_written
+                    count = first_word[t]
                 break
             if length == 0:
                 continue
