@@ -155,18 +155,15 @@ def code_points() -> tuple[np.ndarray, ...]:
     return *byte_tables(_SEPARATORS), classes, mapped_to, mapped_bytes
 
 
-def unicode_rules(texts: pa.Array, needed: np.ndarray) -> pa.Array:
-    """``texts`` with the rules beyond ASCII applied to the texts ``needed`` marks: lowercase
-    by Unicode rules, every ``\\p{Nd}`` number to ``0``, datatrove's punctuation beyond ASCII
-    and the Unicode spaces to spaces, accents stripped (NFD without combining marks). Only the
-    ASCII punctuation is left (to ``normalise``); numbers are replaced only once (a second
-    pass would turn datatrove's ``0,0`` of ``1,000,000`` into ``0``)."""
-    mask = pa.array(needed)
-    other = pc.utf8_lower(pc.filter(texts, mask))
-    other = pc.replace_substring_regex(other, _NUMBERS, "0")
-    other = pc.replace_substring_regex(other, _UNICODE_SPACES, " ")
-    other = pc.replace_substring_regex(pc.utf8_normalize(other, form="NFD"), r"\p{Mn}+", "")
-    return pc.replace_with_mask(texts, mask, other)
+def unicode_rules(texts: pa.Array) -> pa.Array:
+    """``texts`` with the rules beyond ASCII applied: lowercase by Unicode rules, every
+    ``\\p{Nd}`` number to ``0``, datatrove's punctuation beyond ASCII and the Unicode spaces
+    to spaces, accents stripped (NFD without combining marks). Only the ASCII punctuation is
+    left (to ``normalise``); numbers are replaced only once (a second pass would turn
+    datatrove's ``0,0`` of ``1,000,000`` into ``0``)."""
+    ruled = pc.replace_substring_regex(pc.utf8_lower(texts), _NUMBERS, "0")
+    ruled = pc.replace_substring_regex(ruled, _UNICODE_SPACES, " ")
+    return pc.replace_substring_regex(pc.utf8_normalize(ruled, form="NFD"), r"\p{Mn}+", "")
 
 
 @dataclass
@@ -214,9 +211,11 @@ def _scan(texts: pa.Array, emit: bool, index: tuple) -> tuple[np.ndarray, ...]:
     needed = scanned[5]
     if not needed.any():
         return scanned
+    mask = pa.array(needed)
+    ruled = unicode_rules(texts.filter(mask))
     if emit:
-        return ngram_kernel.scan(*_buffers(unicode_rules(texts, needed)), ~needed, rules, emit, index)
-    ruled = unicode_rules(texts.filter(pa.array(needed)), np.ones(int(needed.sum()), np.bool_))
+        texts = pc.replace_with_mask(texts, mask, ruled)
+        return ngram_kernel.scan(*_buffers(texts), ~needed, rules, emit, index)
     found = scanned[4]  # (in place)
     found[needed] = ngram_kernel.scan(*_buffers(ruled), np.zeros(len(ruled), np.bool_), rules, emit, index)[4]
     return scanned
