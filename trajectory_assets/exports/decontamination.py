@@ -25,7 +25,7 @@ on) are not.
 Fast and streaming: the benchmark side is read once per process into sorted arrays of
 64-bit window hashes (over 64-bit word hashes, so no n-gram string is ever built);
 trajectories are checked a block at a time in one compiled pass over their bytes
-(``ngram_kernel.scan``), normalising and hashing each word and, as it ends, hashing only the
+(``ngram_kernel.scan``), normalising and hashing each word of a text, then hashing only the
 windows whose every pair of neighbouring words some benchmark text holds. The Unicode rules
 run in Arrow, and only on a text holding a code point the pass cannot handle alone
 (``code_points``): the pass marks it, and scans it again once they ran.
