@@ -561,7 +561,7 @@ def test_a_text_of_no_word_matches_nothing_even_with_one_word_ngrams():
 
 
 def test_a_match_before_a_code_point_only_the_unicode_rules_handle_is_checked_by_them():
-    """The pass reads no further in a text once it holds a window of the first benchmark, yet
+    """The pass matches no further in a text once it holds a window of the first benchmark, yet
     the rest of it may hold a code point that sends the whole text through the Unicode rules,
     which can change the words already read: datatrove's number rule takes `5,٣` (an
     Arabic-Indic three) as one number, so `5,٣abc` is the word `0abc`, not `0` then more."""
@@ -571,3 +571,20 @@ def test_a_match_before_a_code_point_only_the_unicode_rules_handle_is_checked_by
     hangul = "\u1100\u1161"  # the syllable, decomposed (NFD)
     assert [words(text)[-2:] for text in texts] == [["0", "then"], ["mu", "0abc"], [hangul, "later"], ["mu", "0"]]
     assert index_.text_matches(pa.array(texts)).tolist() == [0, -1, 0, 0]
+
+
+@pytest.mark.parametrize("filler", [9_000, 20_000])
+def test_a_text_of_more_words_than_the_pass_first_makes_room_for_is_matched_to_its_end(filler):
+    """Without ``emit`` the pass keeps a text's word hashes in a scratch array of 4,096 words,
+    doubled as a text needs more (sized instead for the longest text of a block, a word per
+    two bytes, one 100 MB tool argument would take 400 MB). A window in the last words of a
+    long text, and one across where the array is doubled, are found."""
+    words_ = "alpha beta gamma delta eps zeta eta theta iota kappa lambda mu nu"
+    index_ = BenchmarkIndex(13, [BenchmarkSummary("b", "-", "-", 1, None, 0)], [pa.array([words_])])
+    at_the_end = " ".join(["w"] * filler) + " " + words_
+    across = " ".join(["w"] * 4090) + " " + words_ + " " + " ".join(["w"] * filler)
+    texts = [at_the_end, across, " ".join(["w"] * filler), "short " + words_]
+    assert index_.text_matches(pa.array(texts)).tolist() == [0, 0, -1, 0]
+    # each alone: in one call the array stays doubled for the texts after the first long one
+    assert [index_.text_matches(pa.array([text])).tolist() for text in texts] == [[0], [0], [-1], [0]]
+    assert len(normalise(pa.array([at_the_end])).words()[0]) == filler + 13

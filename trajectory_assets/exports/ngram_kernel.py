@@ -84,6 +84,14 @@ def _flag(bits, slot):  # pragma: no cover - compiled
     return (bits[slot >> 3] >> (slot & 7)) & 1
 
 
+@compiled(inline="always")
+def _doubled(array):  # pragma: no cover - compiled
+    """``array`` copied into one twice as long (the rest left unset)."""
+    grown = np.empty(2 * len(array), array.dtype)
+    grown[:len(array)] = array
+    return grown
+
+
 @compiled(nogil=True)
 def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     """Every text's words, normalised, in one pass over the bytes; with ``emit``, the words
@@ -106,9 +114,8 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     Each text is read in two loops. The first reads its bytes into word hashes. A letter
     or an ASCII break, nearly every byte, is taken without a branch on which it is: the
     hash, the word count and the store are updated with masks. (A branch there mispredicted
-    at every word's end; without it the pass took about 25% less time over the 207 MB of
-    texts of the 1 GB benchmark corpus: ``bench.decontamination``.) The second, when
-    matching, goes over the text's words.
+    at every word's end; without it the pass took about 25% less time: docs/exports.md.)
+    The second, when matching, goes over the text's words.
 
     ``index`` is (``pairs``, ``multipliers``, ``lengths``, ``starts``, ``hashes``,
     ``owners``, ``windows``, ``shift``), decontamination's ``NgramTables`` (no lengths: no
@@ -135,14 +142,9 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     needed = np.zeros(texts, np.bool_)
     matching = len(lengths) > 0
     shortest = lengths[0] if matching else 1
-    longest_text = 0
-    if not emit:
-        for t in range(texts):
-            longest_text = max(longest_text, offsets[t + 1] - offsets[t])
-    # where a text's words go: with emit, after the words before it; else into a scratch
-    # array, as long as the longest text's words can be
-    word_hashes = hashes if emit else np.empty(longest_text // 2 + 2, np.uint64)
-    word_ends = ends if emit else np.empty(len(word_hashes), np.int64)
+    # where a text's words go: with emit, after the words before it (room for every word);
+    # else into a scratch array, doubled whenever a text has more words
+    word_hashes = hashes if emit else np.empty(1 << 12, np.uint64)
     written = 0  # bytes of words
     count = 0  # words
     for t in range(texts):
@@ -164,8 +166,10 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                 keep = -letter  # all ones for a letter, else zero
                 if emit:
                     out[written] = lowered[c]
-                    word_ends[words] = written
+                    ends[words] = written
                     written += letter
+                elif words == len(word_hashes):
+                    word_hashes = _doubled(word_hashes)
                 word_hashes[words] = h  # kept when a word ends here, else overwritten
                 words += (length > 0) & (action == BREAK)
                 h = (((h ^ np.uint64(lowered[c])) * FNV_PRIME) & np.uint64(keep)) | (FNV_OFFSET & np.uint64(~keep))
@@ -207,7 +211,10 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
             elif kind == SEPARATOR:
                 i += size
                 if length > 0:
-                    word_ends[words] = written
+                    if emit:
+                        ends[words] = written
+                    elif words == len(word_hashes):
+                        word_hashes = _doubled(word_hashes)
                     word_hashes[words] = h
                     words += 1
                     h = FNV_OFFSET
@@ -220,7 +227,10 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                 written = text_written
             continue
         if length > 0:  # the word the text ends with
-            word_ends[words] = written
+            if emit:
+                ends[words] = written
+            elif words == len(word_hashes):
+                word_hashes = _doubled(word_hashes)
             word_hashes[words] = h
             words += 1
         if emit:
