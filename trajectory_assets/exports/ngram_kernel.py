@@ -84,14 +84,6 @@ def _flag(bits, slot):  # pragma: no cover - compiled
     return (bits[slot >> 3] >> (slot & 7)) & 1
 
 
-@compiled(inline="always")
-def _doubled(array):  # pragma: no cover - compiled
-    """``array`` copied into one twice as long (the rest left unset)."""
-    grown = np.empty(2 * len(array), array.dtype)
-    grown[:len(array)] = array
-    return grown
-
-
 @compiled(nogil=True)
 def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     """Every text's words, normalised, in one pass over the bytes; with ``emit``, the words
@@ -142,9 +134,15 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     needed = np.zeros(texts, np.bool_)
     matching = len(lengths) > 0
     shortest = lengths[0] if matching else 1
-    # where a text's words go: with emit, after the words before it (room for every word);
-    # else into a scratch array, doubled whenever a text has more words
-    word_hashes = hashes if emit else np.empty(1 << 12, np.uint64)
+    longest_text = 0
+    if not emit:
+        for t in range(texts):
+            longest_text = max(longest_text, offsets[t + 1] - offsets[t])
+    # where a text's words go: with emit, after the words before it; else into a scratch
+    # array, as long as the longest text's words can be (8 bytes per 2 of that text: an array
+    # grown as a text needs, tried, made the pass 8 times as slow, as numba then counts
+    # references to it at every byte)
+    word_hashes = hashes if emit else np.empty(longest_text // 2 + 2, np.uint64)
     written = 0  # bytes of words
     count = 0  # words
     for t in range(texts):
@@ -168,8 +166,6 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                     out[written] = lowered[c]
                     ends[words] = written
                     written += letter
-                elif words == len(word_hashes):
-                    word_hashes = _doubled(word_hashes)
                 word_hashes[words] = h  # kept when a word ends here, else overwritten
                 words += (length > 0) & (action == BREAK)
                 h = (((h ^ np.uint64(lowered[c])) * FNV_PRIME) & np.uint64(keep)) | (FNV_OFFSET & np.uint64(~keep))
@@ -213,8 +209,6 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
                 if length > 0:
                     if emit:
                         ends[words] = written
-                    elif words == len(word_hashes):
-                        word_hashes = _doubled(word_hashes)
                     word_hashes[words] = h
                     words += 1
                     h = FNV_OFFSET
@@ -229,8 +223,6 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
         if length > 0:  # the word the text ends with
             if emit:
                 ends[words] = written
-            elif words == len(word_hashes):
-                word_hashes = _doubled(word_hashes)
             word_hashes[words] = h
             words += 1
         if emit:
