@@ -576,13 +576,14 @@ def test_a_match_before_a_code_point_only_the_unicode_rules_handle_is_checked_by
 @pytest.mark.parametrize("filler", [9_000, 20_000])
 def test_long_texts_are_matched_to_their_end_alone_and_after_shorter_ones(filler):
     """Without ``emit`` the pass keeps a text's word hashes in a scratch array sized for the
-    longest text of the call. A window in the last words of a long text, and one after
-    4,096 words, are found, whether the text comes alone or after others."""
+    longest text of the call, each text from its start. A window in the last words of a long
+    text, and one in the middle of a longer one, are found, whether the text comes alone or
+    after others."""
     words_ = "alpha beta gamma delta eps zeta eta theta iota kappa lambda mu nu"
     index_ = BenchmarkIndex(13, [BenchmarkSummary("b", "-", "-", 1, None, 0)], [pa.array([words_])])
     at_the_end = " ".join(["w"] * filler) + " " + words_
-    across = " ".join(["w"] * 4090) + " " + words_ + " " + " ".join(["w"] * filler)
-    texts = [at_the_end, across, " ".join(["w"] * filler), "short " + words_]
+    in_the_middle = " ".join(["w"] * 4090) + " " + words_ + " " + " ".join(["w"] * filler)
+    texts = [at_the_end, in_the_middle, " ".join(["w"] * filler), "short " + words_]
     assert index_.text_matches(pa.array(texts)).tolist() == [0, 0, -1, 0]
     assert [index_.text_matches(pa.array([text])).tolist() for text in texts] == [[0], [0], [-1], [0]]
     assert len(normalise(pa.array([at_the_end])).words()[0]) == filler + 13

@@ -106,8 +106,8 @@ def scan(data, offsets, raw, rules, emit, index):  # pragma: no cover - compiled
     Each text is read in two loops. The first reads its bytes into word hashes. A letter
     or an ASCII break, nearly every byte, is taken without a branch on which it is: the
     hash, the word count and the store are updated with masks. (A branch there mispredicted
-    at every word's end; without it the pass took about 25% less time: docs/exports.md.)
-    The second, when matching, goes over the text's words.
+    at every word's end: what that saves depends on the texts, docs/exports.md.) The second,
+    when matching, goes over the text's words.
 
     ``index`` is (``pairs``, ``multipliers``, ``lengths``, ``starts``, ``hashes``,
     ``owners``, ``windows``, ``shift``), decontamination's ``NgramTables`` (no lengths: no
