@@ -34,6 +34,7 @@ Writes bench/out/decontamination.json and prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import multiprocessing
 import random
@@ -99,8 +100,11 @@ def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float
 
 def setup_alone(decontamination) -> dict[str, float]:
     """Seconds a process spends before its first text is checked, by part: the benchmarks
-    read, numba imported with the table of code points, the compiled pass loaded (its first
-    call, on one word: numba initialises its CPU target then), the n-gram tables built."""
+    read, numba imported with the table of code points, SciPy's ``linalg`` (numba's first
+    call imports it, to learn whether it can compile ``np.dot``: ``numba/np/arraymath.py``'s
+    ``_check_blas``; timed alone here, so the next part does not count it), the compiled
+    pass loaded (its first call, on one word: numba initialises its CPU target then), the
+    n-gram tables built."""
     import pyarrow as pa
 
     import trajectory_assets.ingest  # noqa: F401  (what ingest_all imports before its clock starts)
@@ -111,6 +115,7 @@ def setup_alone(decontamination) -> dict[str, float]:
     flags = module.ingest_flags(decontamination)
     parts["benchmarks read"] = clock() - start
     for part, step in (("numba imported, code points", module.code_points),
+                       ("SciPy's linalg, for numba", lambda: importlib.import_module("scipy.linalg.cython_blas")),
                        ("pass loaded", lambda: module.normalise(pa.array(["x"]))),
                        ("n-gram tables", lambda: flags.index.tables)):
         began = clock()

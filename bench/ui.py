@@ -8,7 +8,7 @@ clicked. The batch sensor registers and ingests the files, declarative automatio
 the datasets. The wall time runs from starting `dagster dev` until, read through the
 webserver's GraphQL API, every batch is materialized, every export and the report were
 materialized after the last batch, and no check failed. The time until the webserver first
-answers is reported too.
+answers is reported too, and when each of the UI's runs was created, started and ended.
 **cli**: `trajectory-assets run` on the same files, with a new instance of its own, from
 process start to exit.
 
@@ -51,7 +51,7 @@ STATE = """
 }
 """
 RUNS = """
-{ runsOrError { ... on Runs { results { jobName status startTime endTime tags { key value } } } } }
+{ runsOrError { ... on Runs { results { jobName status creationTime startTime endTime tags { key value } } } } }
 """
 
 
@@ -100,6 +100,7 @@ def run_ui(corpus: Path, work: Path) -> dict:
            "TRAJECTORY_STORAGE": str(work / "ui")}
     log = open(work / "dagster_dev.log", "w")
     started = time.perf_counter()
+    started_at = time.time()  # the runs' times are epoch seconds
     process = subprocess.Popen([str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     answered = None
@@ -113,7 +114,8 @@ def run_ui(corpus: Path, work: Path) -> dict:
                     wall = time.perf_counter() - started
                     runs = _graphql(url, RUNS)["runsOrError"]["results"]
                     return {"wall_s": round(wall, 2), "server_answered_s": round(answered, 2),
-                            "runs": _describe_runs(runs), "storage": str(work / "ui")}
+                            "runs": _describe_runs(runs), "timeline": _timeline(runs, started_at),
+                            "storage": str(work / "ui")}
             except requests.RequestException:
                 pass  # still starting
             time.sleep(0.5)
@@ -136,6 +138,16 @@ def _describe_runs(runs: list[dict]) -> dict:
         if run["startTime"] and run["endTime"]:
             job["seconds"].append(round(run["endTime"] - run["startTime"], 1))
     return jobs
+
+
+def _timeline(runs: list[dict], started_at: float) -> list[dict]:
+    """Each run's creation (by the batch sensor or the automation tick), start (its worker
+    process running) and end, in seconds from starting ``dagster dev``, in creation order:
+    where the UI path waits that the CLI does not."""
+    return [{"job": run["jobName"], **{name: round(run[key] - started_at, 1) if run[key] else None
+                                      for name, key in (("created", "creationTime"), ("started", "startTime"),
+                                                        ("ended", "endTime"))}}
+            for run in sorted(runs, key=lambda run: run["creationTime"])]
 
 
 def run_cli(corpus: Path, work: Path) -> dict:
@@ -202,6 +214,14 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"ui / cli = {report['ratio_ui_to_cli']} (target <= 2: {'met' if report['target_met'] else 'NOT met'}); "
         f"exports and reports byte-identical: {report['outputs_identical']}",
+        "",
+        "The UI's runs in the last repeat, seconds from starting `dagster dev` (done at "
+        f"{samples['ui'][-1]['wall_s']:.1f} s):",
+        "",
+        "| run | created | started | ended |",
+        "|---|---|---|---|",
+        *(f"| {run['job']} | {run['created']} | {run['started']} | {run['ended']} |"
+          for run in samples["ui"][-1]["timeline"]),
     ]
     (OUT / "ui.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))

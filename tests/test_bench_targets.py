@@ -88,3 +88,16 @@ def test_a_run_of_the_bundled_sample_is_judged_against_importing_the_code_locati
 
     table = fixed_cost_markdown({"wall_s": 4.5, "import_s": 1.4, "over_import": 3.21})
     assert table.splitlines()[2] == "| 4.50 s | 1.40 s | 3.21 | ≤ 3.0 | no |"
+
+
+def test_the_ui_timeline_gives_each_run_in_creation_order_from_the_start_of_dagster_dev():
+    from bench.ui import _timeline
+
+    runs = [  # as the webserver's GraphQL API gives them: epoch seconds, none for a run not yet started
+        {"jobName": "__ASSET_JOB", "creationTime": 1014.9, "startTime": 1017.3, "endTime": 1022.8},
+        {"jobName": "ingest_rollout_batch", "creationTime": 1005.3, "startTime": None, "endTime": None},
+    ]
+    assert _timeline(runs, 1000.0) == [
+        {"job": "ingest_rollout_batch", "created": 5.3, "started": None, "ended": None},
+        {"job": "__ASSET_JOB", "created": 14.9, "started": 17.3, "ended": 22.8},
+    ]
