@@ -1,3 +1,5 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import make_rollout, write_jsonl
@@ -26,6 +28,32 @@ def test_scan_reads_batches_in_order_in_chunks_and_filters_ids(tmp_path):
     all_ids = [i for c in chunks for i in c["trajectory_id"]]
     picked = list(table.scan(["trajectory_id"], ids={all_ids[0], all_ids[3]}))
     assert [i for c in picked for i in c["trajectory_id"]] == [all_ids[0], all_ids[3]]
+
+
+def test_a_record_found_twice_is_read_once_where_it_first_appears(tmp_path):
+    """A line copied into later batches is read once, from the first batch that holds it; a
+    chunk left with no row is not yielded. (Ingest keeps one copy of a line repeated in one
+    file: a batch written otherwise holds the same id twice in a chunk, and still yields it
+    once.)"""
+    store = Storage(str(tmp_path / "out"))
+    x, y, z = (make_rollout(request_input=text) for text in ("x", "y", "z"))
+    ingest_batch(store, "a", write_jsonl(tmp_path / "a.jsonl", [x, y]))
+    ingest_batch(store, "b", write_jsonl(tmp_path / "b.jsonl", [y, z]))
+    ingest_batch(store, "c", write_jsonl(tmp_path / "c.jsonl", [z, x]))
+    table = StoredTrajectories(store, ["a", "b", "c"], chunk_rows=2)
+    chunks = [c["source_line"].tolist() for c in table.scan(["trajectory_id", "source_line"])]
+    assert chunks == [[1, 2], [2]]
+    ids = [i for c in table.scan(["trajectory_id"]) for i in c["trajectory_id"]]
+    assert len(ids) == len(set(ids)) == 3
+    assert [c["source_line"].tolist() for c in table.scan(["source_line"], ids={ids[2]})] == [[2]]
+
+    with store.open_read(layout.batch_trajectories("a")) as handle:
+        twice = pa.concat_tables([pq.read_table(handle)] * 2)
+    with store.parquet_writer(layout.batch_trajectories("d"), TRAJECTORY_ARROW_SCHEMA) as writer:
+        writer.write_table(twice)
+    store.write_bytes(layout.batch_summary("d"), b"{}")
+    (chunk,) = StoredTrajectories(store, ["d"], chunk_rows=4).scan(["trajectory_id", "source_line"])
+    assert chunk["trajectory_id"].tolist() == ids[:2] and chunk["source_line"].tolist() == [1, 2]
 
 
 def test_scan_of_nothing_yields_one_typed_empty_chunk(tmp_path):
