@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import multiprocessing
 import random
@@ -115,7 +116,8 @@ def setup_alone(decontamination) -> dict[str, float]:
     flags = module.ingest_flags(decontamination)
     parts["benchmarks read"] = clock() - start
     for part, step in (("numba imported, code points", module.code_points),
-                       ("SciPy's linalg, for numba", lambda: importlib.import_module("scipy.linalg.cython_blas")),
+                       ("SciPy's linalg, for numba", lambda: importlib.util.find_spec("scipy") is None
+                        or importlib.import_module("scipy.linalg.cython_blas")),
                        ("pass loaded", lambda: module.normalise(pa.array(["x"]))),
                        ("n-gram tables", lambda: flags.index.tables)):
         began = clock()
