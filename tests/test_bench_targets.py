@@ -101,3 +101,11 @@ def test_the_ui_timeline_gives_each_run_in_creation_order_from_the_start_of_dags
         {"job": "ingest_rollout_batch", "created": 5.3, "started": None, "ended": None},
         {"job": "__ASSET_JOB", "created": 14.9, "started": 17.3, "ended": 22.8},
     ]
+
+
+def test_the_ui_path_is_judged_only_once_no_run_waits_or_runs():
+    from bench.ui import settled
+
+    assert not settled([])  # nothing launched yet
+    assert not settled(["SUCCESS", "STARTED"]) and not settled(["QUEUED"]) and not settled(["CANCELING"])
+    assert settled(["SUCCESS", "SUCCESS", "FAILURE"])
