@@ -181,3 +181,56 @@ def test_config_errors_come_from_dagsters_config_system():
     assert internals.config_errors("instance", {"telemetry": {"enabled": False}}) == [], CHANGED
     assert internals.config_errors("instance", {"telemetry": {"enabled": "yes please"}}), CHANGED
     assert internals.config_errors(dg.Field(int).config_type, 3) == [], CHANGED
+
+
+def materialized_partitions(instance) -> list[str]:
+    records = instance.fetch_materializations(dg.AssetKey("upstream"), limit=100).records
+    return sorted(record.partition_key for record in records)
+
+
+def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(temporary_instance):
+    """dagster.yaml names it; the files are where Dagster's SQLite storage puts them; each
+    process opens a database file once, a forked child opens its own, and a wipe leaves no
+    connection to a deleted file."""
+    import multiprocessing
+
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+    from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+    from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    # the methods overridden are still the ones that open a connection per operation
+    assert "_connect" in vars(SqliteEventLogStorage) and "connect" in vars(SqliteRunStorage), CHANGED
+    assert "connect" in vars(SqliteScheduleStorage) and "wipe" in vars(SqliteEventLogStorage), CHANGED
+    opened: list[int] = []
+
+    def count(*_):
+        opened.append(os.getpid())
+
+    event.listen(Pool, "connect", count)
+    try:
+        with dg.DagsterInstance.get() as instance:
+            assert internals.storage_classes(instance) == ("PooledSqliteRunStorage", "PooledSqliteEventLogStorage")
+            assert isinstance(instance.event_log_storage, SqliteEventLogStorage), CHANGED
+            opened.clear()  # opening the storage checks each file's schema, with engines of Dagster's
+            for partition in "abc":
+                assert dg.materialize([upstream], instance=instance, partition_key=partition).success
+            # each run's own database created (two connections), one to the index: not one per
+            # query and event (Dagster's SQLite storage opens 55 for these three runs)
+            assert len(opened) <= 3 * 2 + 1, f"{len(opened)} connections opened for three runs"
+            child = multiprocessing.get_context("fork").Process(
+                target=lambda: dg.materialize([upstream], instance=instance, partition_key="a"))
+            child.start()
+            child.join(60)
+            assert child.exitcode == 0
+            assert dg.materialize([upstream], instance=instance, partition_key="b").success
+            assert materialized_partitions(instance) == ["a", "a", "b", "b", "c"]
+            instance.wipe()
+            assert dg.materialize([upstream], instance=instance, partition_key="c").success
+            assert len(instance.get_runs()) == 1
+            assert materialized_partitions(instance) == ["c"]
+    finally:
+        event.remove(Pool, "connect", count)
+    for name in ("history/runs.db", "history/runs/index.db", "schedules/schedules.db"):
+        assert (temporary_instance / name).is_file(), f"{name}: not where Dagster's SQLite storage keeps it"
