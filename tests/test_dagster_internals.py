@@ -211,6 +211,7 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
     event.listen(Pool, "connect", count)
     try:
         with dg.DagsterInstance.get() as instance:
+            assert type(instance).__name__ == "PooledSqliteInstance", "dagster.yaml names the instance class"
             assert internals.storage_classes(instance) == ("PooledSqliteRunStorage", "PooledSqliteEventLogStorage")
             assert isinstance(instance.event_log_storage, SqliteEventLogStorage), CHANGED
             opened.clear()  # opening the storage checks each file's schema, with engines of Dagster's
@@ -234,3 +235,16 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
         event.remove(Pool, "connect", count)
     for name in ("history/runs.db", "history/runs/index.db", "schedules/schedules.db"):
         assert (temporary_instance / name).is_file(), f"{name}: not where Dagster's SQLite storage keeps it"
+    # opened by its folder, whatever DAGSTER_HOME names; a storage: key replaces the default
+    elsewhere = temporary_instance.parent / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "dagster.yaml").write_text((temporary_instance / "dagster.yaml").read_text())
+    with dg.DagsterInstance.from_config(str(elsewhere)) as instance:
+        assert dg.materialize([upstream], instance=instance, partition_key="a").success
+    assert (elsewhere / "history" / "runs.db").is_file()
+    with dg.DagsterInstance.get() as home:
+        assert materialized_partitions(home) == ["c"], "a run of another folder's instance landed in DAGSTER_HOME"
+    (elsewhere / "dagster.yaml").write_text((temporary_instance / "dagster.yaml").read_text()
+                                           + f"storage:\n  sqlite:\n    base_dir: {elsewhere / 'plain'}\n")
+    with dg.DagsterInstance.from_config(str(elsewhere)) as instance:
+        assert internals.storage_classes(instance) == ("SqliteRunStorage", "SqliteEventLogStorage")

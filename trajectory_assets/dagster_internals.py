@@ -21,7 +21,7 @@ needed and the public alternative that was measured.
    queue's limit.
 5. **What the UI shows, for the tests**: staleness, freshness, check history, the
    partitions of a range, config validation, read the way Dagster reads them.
-6. **SQLite storage that keeps its connections** (``PooledSqliteStorage``, named in
+6. **SQLite storage that keeps its connections** (``PooledSqliteInstance``, named in
    ``dagster_home/dagster.yaml``): Dagster's SQLite storages build a new SQLAlchemy engine,
    connection and dialect set-up for every operation; these reuse them.
 """
@@ -91,7 +91,7 @@ __all__ = [
     "partition_keys_in_range",
     "stale_status",
     "storage_classes",
-    "PooledSqliteStorage",
+    "PooledSqliteInstance",
 ]
 
 
@@ -353,6 +353,31 @@ def config_errors(config_schema: Any, value: Any) -> list[str]:
 # connections already and does not use this.
 
 
+class PooledSqliteInstance(dg.DagsterInstance):
+    """A Dagster instance whose default storage, when dagster.yaml has no ``storage:`` key, is
+    ``PooledSqliteStorage`` in the instance's own folder, where Dagster's SQLite storage would
+    be. An instance class (dagster.yaml's ``instance_class``), not a ``storage: custom:`` block,
+    because only an instance class is told the folder of the dagster.yaml it was loaded from: a
+    storage block would have to name it through ``DAGSTER_HOME``, and
+    ``DagsterInstance.from_config(folder)`` would then write to whatever instance that variable
+    named."""
+
+    @classmethod
+    def config_schema(cls) -> dict:
+        return {}
+
+    @staticmethod
+    def config_defaults(base_dir: str) -> dict:
+        import yaml
+        from dagster._core.instance.ref import InstanceRef
+        from dagster._serdes import ConfigurableClassData
+
+        defaults = dict(InstanceRef.config_defaults(base_dir))
+        defaults["storage"] = ConfigurableClassData(__name__, "PooledSqliteStorage",
+                                                    yaml.dump({"base_dir": base_dir}, default_flow_style=False))
+        return defaults
+
+
 class _Engines:
     """SQLAlchemy engines, one per SQLite file, for this process only.
 
@@ -491,7 +516,6 @@ def _pooled_storage_classes():
 
         @classmethod
         def from_config_value(cls, inst_data, config_value):
-            os.makedirs(config_value["base_dir"], exist_ok=True)
             return cls(config_value["base_dir"], inst_data=inst_data)
 
     PooledSqliteStorage.__module__ = __name__
@@ -499,7 +523,7 @@ def _pooled_storage_classes():
 
 
 def __getattr__(name: str):
-    # ``PooledSqliteStorage`` is looked up by name when Dagster loads dagster.yaml
+    # ``PooledSqliteStorage`` is looked up by name when Dagster opens the instance
     if name == "PooledSqliteStorage":
         globals()[name] = _pooled_storage_classes()
         return globals()[name]

@@ -43,7 +43,7 @@ def test_the_postgres_instance_differs_from_the_sqlite_one_only_in_storage():
     postgres = yaml.safe_load(POSTGRES_CONFIG.read_text())
     sqlite = yaml.safe_load((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
     assert set(postgres.pop("storage")) == {"postgres"}
-    assert sqlite.pop("storage")["custom"]["class"] == "PooledSqliteStorage"
+    assert sqlite.pop("instance_class")["class"] == "PooledSqliteInstance"  # the SQLite storage's connections
     assert postgres == sqlite
 
 
