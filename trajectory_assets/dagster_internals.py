@@ -446,31 +446,29 @@ def _pooled_storage_classes():
         _schedule_directory,
     )
 
-    class PooledSqliteRunStorage(SqliteRunStorage):
+    class KeptConnections:
+        """``connect()`` of Dagster's SQLite run and schedule storages, on a kept engine."""
+
+        _conn_string: str
+
+        def __init__(self, *args, **kwargs):
+            self._pooled_engines = _Engines()
+            super().__init__(*args, **kwargs)
+
         @contextmanager
         def connect(self) -> Iterator[Any]:
-            if not hasattr(self, "_pooled_engines"):
-                self._pooled_engines = _Engines()
             with _transaction(self._pooled_engines.get(self._conn_string)) as conn:
                 yield conn
 
         def dispose(self) -> None:
-            if hasattr(self, "_pooled_engines"):
-                self._pooled_engines.dispose()
+            self._pooled_engines.dispose()
             super().dispose()
 
-    class PooledSqliteScheduleStorage(SqliteScheduleStorage):
-        @contextmanager
-        def connect(self) -> Iterator[Any]:
-            if not hasattr(self, "_pooled_engines"):
-                self._pooled_engines = _Engines()
-            with _transaction(self._pooled_engines.get(self._conn_string)) as conn:
-                yield conn
+    class PooledSqliteRunStorage(KeptConnections, SqliteRunStorage):
+        pass
 
-        def dispose(self) -> None:
-            if hasattr(self, "_pooled_engines"):
-                self._pooled_engines.dispose()
-            super().dispose()
+    class PooledSqliteScheduleStorage(KeptConnections, SqliteScheduleStorage):
+        pass
 
     class PooledSqliteEventLogStorage(SqliteEventLogStorage):
         def __init__(self, base_dir: str, inst_data=None):
