@@ -26,7 +26,7 @@ from trajectory_assets.io.storage import Storage
 # steps run in its own process: below it, starting a fork server and a process per step
 # costs more than the two cores give back. Measured with `python -m bench.executors`
 # (README, Performance).
-DATASETS_IN_PROCESS_MAX_BYTES = 4 * 1024 * 1024
+DATASETS_IN_PROCESS_MAX_BYTES = 8 * 1024 * 1024
 STEP_MODES = ("auto", "in_process", "multiprocess")
 
 

@@ -30,13 +30,14 @@ MAIN_JOB = "build_training_datasets"
 BATCHES_PER_RUN = 50
 BATCHES_TAG = "trajectory/batches"  # every run that ingests batches names them
 # What ingesting costs in one process, fitted to `python -m bench.executors` (README,
-# Performance): about 0.11 s per batch (Dagster records a materialization and check results
-# per asset and batch) plus 0.012 s per MB of JSON lines. Splitting the batches over two
-# runs saved about a third of that, and the second process cost about 0.4 s: splitting paid
-# from about 1.2 s of that estimate.
-INGEST_SECONDS_PER_BATCH = 0.11
+# Performance; with the instance's pooled SQLite storage): about 0.05 s per batch (Dagster
+# records a materialization and check results per asset and batch; 0.11 s when each event
+# opened its own connection) plus 0.012 s per MB of JSON lines. One process won the whole call
+# at an estimate of 1.17 s (64 MB in 8 files), forking at 1.94 s (128 MB in 8 files) and 2.4 s
+# (the 47 files of ../shared/corpus/nemo_gym): splitting starts between them.
+INGEST_SECONDS_PER_BATCH = 0.05
 INGEST_SECONDS_PER_MB = 0.012
-SPLIT_FROM_SECONDS = 1.2
+SPLIT_FROM_SECONDS = 1.5
 
 
 def ingest_runs(batches: int, work_bytes: int, slots: int) -> int:
