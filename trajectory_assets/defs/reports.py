@@ -7,7 +7,6 @@ import dagster as dg
 import orjson
 
 from trajectory_assets import layout
-from trajectory_assets.report.renderer import warm_up
 from trajectory_assets.report.report import MAIN_PLOTS, build_report
 from trajectory_assets.report.report_data import QuarantineExamples
 from trajectory_assets.exports.registry import EXPORTS
@@ -45,7 +44,6 @@ def stats_report(
 def _write_report(
     context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings
 ) -> dg.MaterializeResult:
-    warm_up()  # the plots' renderer starts while the statistics are gathered
     config = settings.load()
     store = storage.open()
     batches = registered_batches(context)
