@@ -2,9 +2,10 @@
 
 Dagster's public API has no way to do the things below that the project needs, so they are
 done here with Dagster's own private functions and classes, each wrapped in a function or
-class of ours that says what it is for. Nothing else in the repository imports ``dagster._core`` or calls an instance
-method that Dagster does not mark public (``tests/test_layout_rules.py`` keeps it so), and
-``tests/test_dagster_internals.py`` has a test per name below that fails with a clear
+class of ours that says what it is for. Nothing else in the repository imports
+``dagster._core`` or calls an instance method that Dagster does not mark public
+(``tests/test_layout_rules.py`` keeps it so), and ``tests/test_dagster_internals.py`` has a
+test per name below that fails with a clear
 message when an upgrade of Dagster changes it. ARCHITECTURE.md lists each one, why it is
 needed and the public alternative that was measured.
 
