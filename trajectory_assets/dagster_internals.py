@@ -5,9 +5,9 @@ done here with Dagster's own private functions and classes, each wrapped in a fu
 class of ours that says what it is for. Nothing else in the repository imports
 ``dagster._core`` or calls an instance method that Dagster does not mark public
 (``tests/test_layout_rules.py`` keeps it so), and ``tests/test_dagster_internals.py`` has a
-test per name below that fails with a clear
-message when an upgrade of Dagster changes it. ARCHITECTURE.md lists each one, why it is
-needed and the public alternative that was measured.
+test per name below that fails with a clear message when an upgrade of Dagster changes it.
+ARCHITECTURE.md lists each one, why it is needed and the public alternative that was
+measured.
 
 1. **Recorded runs in the CLI's own process** (``runs/runner.py``): a run created with the
    origins a code server would give it (``remote_job_origin``, ``job_code_origin``), so the
