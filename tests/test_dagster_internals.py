@@ -188,6 +188,19 @@ def materialized_partitions(instance) -> list[str]:
     return sorted(record.partition_key for record in records)
 
 
+def write_in_a_forked_child(instance) -> None:
+    """Writes, then closes its storage: with connections of its own, the parent's set aside
+    and still referenced (so never closed by this process)."""
+    import sys
+
+    assert dg.materialize([upstream], instance=instance, partition_key="a").success
+    engines = instance.event_log_storage._pooled_engines
+    inherited = [engine for parent in engines._inherited for engine in parent.values()]
+    own = engines._pid == os.getpid() and len(engines._engines) > 0
+    engines.dispose()
+    sys.exit(0 if own and inherited and not engines._engines else 3)
+
+
 def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(temporary_instance):
     """dagster.yaml names it; the files are where Dagster's SQLite storage puts them; each
     process opens a database file once, a forked child opens its own, and a wipe leaves no
@@ -226,11 +239,10 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
             # query and event
             kept = connections_for_three_runs(instance)
             assert kept <= 3 * 2 + 1 < per_operation // 4, f"{kept} connections opened, {per_operation} by Dagster's"
-            child = multiprocessing.get_context("fork").Process(
-                target=lambda: dg.materialize([upstream], instance=instance, partition_key="a"))
+            child = multiprocessing.get_context("fork").Process(target=write_in_a_forked_child, args=(instance,))
             child.start()
             child.join(60)
-            assert child.exitcode == 0
+            assert child.exitcode == 0, "a forked child used, or let go of, its parent's connections"
             assert dg.materialize([upstream], instance=instance, partition_key="b").success
             assert materialized_partitions(instance) == ["a", "a", "b", "b", "c"]
             instance.wipe()

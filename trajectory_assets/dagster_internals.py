@@ -398,14 +398,12 @@ class _Engines:
         self._inherited: list[OrderedDict[str, Any]] = []
 
     def get(self, conn_string: str):
-        from sqlalchemy import create_engine
-
         with self._lock:
-            if os.getpid() != self._pid:
-                self._inherited.append(self._engines)
-                self._engines, self._pid = OrderedDict(), os.getpid()
+            self._adopt()
             engine = self._engines.get(conn_string)
             if engine is None:
+                from sqlalchemy import create_engine
+
                 # unbounded overflow: as many connections at once as NullPool allowed, and
                 # five kept open between operations
                 engine = create_engine(conn_string, max_overflow=-1, **self._engine_args)
@@ -417,10 +415,16 @@ class _Engines:
 
     def dispose(self) -> None:
         with self._lock:
-            if os.getpid() == self._pid:
-                for engine in self._engines.values():
-                    engine.dispose()
+            self._adopt()
+            for engine in self._engines.values():
+                engine.dispose()
             self._engines = OrderedDict()
+
+    def _adopt(self) -> None:
+        """In a process forked since the engines were made: set the parent's aside, untouched."""
+        if os.getpid() != self._pid:
+            self._inherited.append(self._engines)
+            self._engines, self._pid = OrderedDict(), os.getpid()
 
 
 @contextmanager
