@@ -1,6 +1,6 @@
 """The UI path against the CLI, measured in one session on the same corpus.
 
-    python -m bench.ui [--corpus ../shared/corpus/nemo_gym] [--repeats 2]
+    python -m bench.ui [--corpus ../shared/corpus/nemo_gym] [--repeats 2] [--compare-launcher]
 
 **ui**: what a new user does. `dagster dev -w workspace.yaml` on a loopback port with a new
 instance (the project's dagster.yaml) and `TRAJECTORY_SOURCE` set to the corpus; nothing is
@@ -13,9 +13,13 @@ states hardly). The time until the webserver first answers is reported too, and 
 the UI's runs was created, started and ended.
 **cli**: `trajectory-assets run` on the same files, with a new instance of its own, from
 process start to exit.
+**ui_default_launcher** (with ``--compare-launcher``): **ui** with Dagster's default run
+launcher (dagster.yaml without its ``run_launcher``): each run's worker is spawned by the code
+server and imports the code location, instead of being forked from the preloaded server of
+``runs/launcher.py``.
 
 The variants alternate (the order rotates each repeat) so drift on this shared machine hits
-both. Reports the median of each, their ratio (the target: ui <= 2 x cli), the runs each path
+them all. Reports the median of each, their ratio (the target: ui <= 2 x cli), the runs each path
 made, and whether both wrote byte-identical exports and reports. JSON and Markdown go to
 bench/out/.
 """
@@ -36,6 +40,7 @@ import time
 from pathlib import Path
 
 import requests
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus" / "nemo_gym"
@@ -63,9 +68,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _new_instance(folder: Path) -> Path:
+def _new_instance(folder: Path, default_launcher: bool = False) -> Path:
+    """A new instance with the project's dagster.yaml (without its run launcher: Dagster's default)."""
     folder.mkdir(parents=True)
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", folder / "dagster.yaml")
+    if default_launcher:
+        settings = yaml.safe_load((folder / "dagster.yaml").read_text())
+        del settings["run_launcher"]
+        (folder / "dagster.yaml").write_text(yaml.safe_dump(settings))
     return folder
 
 
@@ -112,13 +122,13 @@ def _datasets_built(url: str, batches: int) -> bool:
     return all(status is not None and status["status"] == "SUCCEEDED" for status in statuses)
 
 
-def run_ui(corpus: Path, work: Path) -> dict:
-    home = _new_instance(work / "ui_home")
+def run_ui(corpus: Path, work: Path, variant: str = "ui") -> dict:
+    home = _new_instance(work / f"{variant}_home", default_launcher=variant == "ui_default_launcher")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DAGSTER_HOME": str(home), "TRAJECTORY_SOURCE": str(corpus),
-           "TRAJECTORY_STORAGE": str(work / "ui")}
-    log = open(work / "dagster_dev.log", "w")
+           "TRAJECTORY_STORAGE": str(work / variant)}
+    log = open(work / f"{variant}_dagster_dev.log", "w")
     started = time.perf_counter()
     started_at = time.time()  # the runs' times are epoch seconds
     process = subprocess.Popen([str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
@@ -135,11 +145,11 @@ def run_ui(corpus: Path, work: Path) -> dict:
                     runs = _graphql(url, RUNS)["runsOrError"]["results"]
                     return {"wall_s": round(wall, 2), "server_answered_s": round(answered, 2),
                             "runs": _describe_runs(runs), "timeline": _timeline(runs, started_at),
-                            "storage": str(work / "ui")}
+                            "storage": str(work / variant)}
             except requests.RequestException:
                 pass  # still starting
             time.sleep(0.5)
-        raise SystemExit(f"the UI path did not finish in {TIMEOUT_S} s; see {work / 'dagster_dev.log'}")
+        raise SystemExit(f"the UI path did not finish in {TIMEOUT_S} s; see {log.name}")
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -198,24 +208,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", default=str(CORPUS))
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compare-launcher", action="store_true",
+                        help="also time the UI path with Dagster's default run launcher")
     args = parser.parse_args(argv)
     corpus = Path(args.corpus).resolve()
     if not corpus.is_dir():
         raise SystemExit(f"corpus {corpus} not found")
-    samples: dict[str, list[dict]] = {"cli": [], "ui": []}
+    order = ["cli", "ui", *(["ui_default_launcher"] if args.compare_launcher else [])]
+    samples: dict[str, list[dict]] = {variant: [] for variant in order}
     identical = []
-    order = ["cli", "ui"]
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="bench-ui-") as folder:
             work = Path(folder)
             for variant in order:
-                result = (run_cli if variant == "cli" else run_ui)(corpus, work)
+                result = run_cli(corpus, work) if variant == "cli" else run_ui(corpus, work, variant)
                 samples[variant].append(result)
                 print(f"repeat {repeat + 1}: {variant} {result['wall_s']} s", flush=True)
-            identical.append(_outputs(work / "cli") == _outputs(work / "ui"))
-        order.reverse()
-    cli = statistics.median(s["wall_s"] for s in samples["cli"])
-    ui = statistics.median(s["wall_s"] for s in samples["ui"])
+            outputs = [_outputs(work / variant) for variant in order]
+            identical.append(all(output == outputs[0] for output in outputs))
+        order = order[1:] + order[:1]
+    walls = {variant: statistics.median(s["wall_s"] for s in runs) for variant, runs in samples.items()}
+    cli, ui = walls["cli"], walls["ui"]
     report = {
         "corpus": str(corpus), "files": len(list(corpus.rglob("*.jsonl*"))), "repeats": args.repeats,
         "cli_wall_s": cli, "ui_wall_s": ui, "ui_server_answered_s": statistics.median(
@@ -223,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_ui_to_cli": round(ui / cli, 2), "target_met": ui <= 2 * cli,
         "outputs_identical": all(identical), "samples": samples,
     }
+    if "ui_default_launcher" in walls:
+        report["ui_default_launcher_wall_s"] = walls["ui_default_launcher"]
+        report["ratio_ui_default_launcher_to_cli"] = round(walls["ui_default_launcher"] / cli, 2)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "ui.json").write_text(json.dumps(report, indent=2) + "\n")
     table = [
@@ -231,21 +247,30 @@ def main(argv: list[str] | None = None) -> int:
         f"| cli | {cli:.1f} s | {_runs_cell(samples['cli'][-1]['runs'])} |",
         f"| ui | {ui:.1f} s (webserver answered after {report['ui_server_answered_s']:.1f} s) | "
         f"{_runs_cell(samples['ui'][-1]['runs'])} |",
+        *([f"| ui, Dagster's default launcher | {walls['ui_default_launcher']:.1f} s "
+           f"(ui_default_launcher / cli = {report['ratio_ui_default_launcher_to_cli']}) | "
+           f"{_runs_cell(samples['ui_default_launcher'][-1]['runs'])} |"] if "ui_default_launcher" in walls else []),
         "",
         f"ui / cli = {report['ratio_ui_to_cli']} (target <= 2: {'met' if report['target_met'] else 'NOT met'}); "
         f"exports and reports byte-identical: {report['outputs_identical']}",
         "",
-        "The UI's runs in the last repeat, seconds from starting `dagster dev` (done at "
-        f"{samples['ui'][-1]['wall_s']:.1f} s):",
-        "",
-        "| run | created | started | ended |",
-        "|---|---|---|---|",
-        *(f"| {run['job']} | {run['created']} | {run['started']} | {run['ended']} |"
-          for run in samples["ui"][-1]["timeline"]),
+        *(line for variant in samples if variant != "cli" for line in _timeline_table(variant, samples[variant][-1])),
     ]
     (OUT / "ui.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
     return 0 if report["target_met"] and report["outputs_identical"] else 1
+
+
+def _timeline_table(variant: str, sample: dict) -> list[str]:
+    return [
+        f"The runs of {variant} in the last repeat, seconds from starting `dagster dev` (done at "
+        f"{sample['wall_s']:.1f} s):",
+        "",
+        "| run | created | started | ended |",
+        "|---|---|---|---|",
+        *(f"| {run['job']} | {run['created']} | {run['started']} | {run['ended']} |" for run in sample["timeline"]),
+        "",
+    ]
 
 
 def _runs_cell(runs: dict) -> str:

@@ -266,3 +266,72 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
                                            + f"storage:\n  sqlite:\n    base_dir: {elsewhere / 'plain'}\n")
     with dg.DagsterInstance.from_config(str(elsewhere)) as instance:
         assert internals.storage_classes(instance) == ("SqliteRunStorage", "SqliteEventLogStorage")
+
+
+def test_preloaded_run_launcher_forks_the_project_code_location_only(temporary_instance, tmp_path, monkeypatch):
+    """dagster.yaml names the launcher; a run of the project's code location, as the UI
+    records it, is one it forks (its Python origin names the module and this interpreter) and
+    loads by that origin; a run of another module, another interpreter, or a location with a
+    .env of its own goes to Dagster's launcher; its health is its recorded process's."""
+    import socket
+    import sys
+
+    from dagster._core.code_pointer import ModuleCodePointer
+    from dagster._core.launcher.base import WorkerStatus
+    from dagster._record import copy
+
+    from trajectory_assets.runs.launcher import LaunchedRuns
+    from trajectory_assets.runs.run_workers import executor_tag, process_identity
+
+    for method in ("launch_run", "terminate", "check_run_worker_health", "dispose"):
+        assert callable(getattr(dg.DefaultRunLauncher, method, None)), CHANGED
+    with dg.DagsterInstance.get() as instance:
+        launcher = instance.run_launcher
+        assert type(launcher) is internals.PreloadedRunLauncher and launcher.supports_check_run_worker_health
+        assert isinstance(launcher._run_ids, set) and launcher._instance is instance, CHANGED
+        from trajectory_assets.definitions import defs
+
+        job = defs.resolve_job_def("ingest_rollout_batch")
+        reconstructable = dg.build_reconstructable_job("trajectory_assets.definitions", "job_by_name",
+                                                       ("ingest_rollout_batch",))
+        origin = internals.code_location_job_origin(str(PROJECT_ROOT / "workspace.yaml"), "__repository__",
+                                                    "ingest_rollout_batch")
+        # the Python origin a code server records for the UI's runs: the module, the attribute
+        from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+        repository = ReconstructableRepository.for_module("trajectory_assets.definitions", "defs",
+                                                          working_directory=str(PROJECT_ROOT))
+        ui_job = repository.get_reconstructable_job("ingest_rollout_batch")
+        run = internals.create_recorded_run(instance, job, ui_job, origin, {}, {})
+        assert internals.run_python_target(run) == (sys.executable, "trajectory_assets.definitions",
+                                                    "trajectory_assets.definitions:defs"), CHANGED
+        assert internals.run_reconstructable_job(run).get_definition().name == "ingest_rollout_batch", CHANGED
+        assert LaunchedRuns.why_not_here(instance, run) is None
+        # the CLI's own runs load their job through a function (build_reconstructable_job)
+        assert "not a module" in LaunchedRuns.why_not_here(
+            instance, internals.create_recorded_run(instance, job, reconstructable, origin, {}, {}))
+
+        def with_repository_origin(**changes):
+            def replaced(value, **fields):  # Dagster's records and named tuples alike
+                return value._replace(**fields) if hasattr(value, "_replace") else copy(value, **fields)
+
+            origin = run.job_code_origin
+            return replaced(run, job_code_origin=replaced(origin, repository_origin=replaced(
+                origin.repository_origin, **changes)))
+
+        other_module = with_repository_origin(code_pointer=ModuleCodePointer("other_project.definitions", "defs"))
+        assert "other_project.definitions" in LaunchedRuns.why_not_here(instance, other_module)
+        other_python = with_repository_origin(executable_path="/opt/other/bin/python")
+        assert "/opt/other/bin/python" in LaunchedRuns.why_not_here(instance, other_python)
+        (tmp_path / ".env").write_text("TRAJECTORY_SOURCE=/elsewhere\n")
+        monkeypatch.setenv("DAGSTER_PROJECT_ENV_FILE_PATHS", f'{{"trajectory_assets.definitions:defs": "{tmp_path}"}}')
+        assert internals.location_env(instance, "trajectory_assets.definitions:defs") == {
+            "TRAJECTORY_SOURCE": "/elsewhere"}, CHANGED
+        assert ".env" in LaunchedRuns.why_not_here(instance, run)
+
+        assert launcher.check_run_worker_health(run).status == WorkerStatus.UNKNOWN, CHANGED
+        instance.add_run_tags(run.run_id, executor_tag(process_identity(os.getpid()), run.run_id))
+        assert launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status == WorkerStatus.RUNNING
+        gone = f"{socket.gethostname()}:{2**22 + 1}:1"  # above Linux's largest pid: no such process
+        instance.add_run_tags(run.run_id, executor_tag(gone, run.run_id))
+        assert launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status == WorkerStatus.FAILED

@@ -531,3 +531,94 @@ def __getattr__(name: str):
         globals()[name] = _pooled_storage_classes()
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# 7. Runs launched from a preloaded fork server --------------------------------------------------
+# Dagster's launcher has the code server spawn an interpreter per run, which imports the code
+# location before the run starts (runs/launcher.py). This one forks the runs of the project's
+# code location from a server that imported it once; every other run goes to Dagster's.
+
+
+def run_python_target(run: dg.DagsterRun) -> tuple[str, str, str] | None:
+    """(interpreter, module, code location name) of the code a run executes, as its code
+    server loaded it (None: the run has no Python origin, or its code is not a module).
+    Public alternative: none; a run's origins are Dagster's own records."""
+    from dagster._core.code_pointer import ModuleCodePointer
+
+    origin, remote = run.job_code_origin, run.remote_job_origin
+    if origin is None or remote is None or not isinstance(origin.repository_origin.code_pointer, ModuleCodePointer):
+        return None
+    return (origin.repository_origin.executable_path, origin.repository_origin.code_pointer.module,
+            remote.repository_origin.code_location_origin.location_name)
+
+
+def run_reconstructable_job(run: dg.DagsterRun):
+    """The run's job, loaded from its Python origin as a run worker loads it. Public
+    alternative: ``build_reconstructable_job`` needs the job's module and function, which the
+    UI's runs (an asset job of the automation's) do not name."""
+    from dagster._utils.hosted_user_process import recon_job_from_origin
+
+    return recon_job_from_origin(run.job_code_origin)
+
+
+def location_env(instance: dg.DagsterInstance, location_name: str) -> dict[str, str]:
+    """The environment variables the instance's secrets loader gives a code location's
+    processes (a ``.env`` file, by default). Public alternative: none."""
+    loader = instance._secrets_loader  # noqa: SLF001
+    return dict(loader.get_secrets_for_environment(location_name)) if loader is not None else {}
+
+
+class PreloadedRunLauncher(dg.DefaultRunLauncher):
+    """Dagster's default run launcher, except that the runs of this project's code location
+    are forked from a server that already imported it (``runs/launcher.py``): a launch takes
+    a fork, not a new interpreter that imports the code location. Named in dagster.yaml's
+    ``run_launcher``."""
+
+    def __init__(self, inst_data=None):
+        super().__init__(inst_data=inst_data)
+        from trajectory_assets.runs.launcher import LaunchedRuns
+
+        self._forked = LaunchedRuns()
+
+    def launch_run(self, context) -> None:
+        from trajectory_assets.runs.launcher import LaunchFailed
+
+        run = context.dagster_run
+        reason = self._forked.why_not_here(self._instance, run)
+        if reason is not None:
+            self._instance.report_engine_event(f"Launched through the code server: {reason}.", run, cls=type(self))
+            return super().launch_run(context)
+        try:
+            self._forked.launch(self._instance, run)
+        except LaunchFailed as error:
+            from dagster._core.errors import DagsterLaunchFailedError
+
+            raise DagsterLaunchFailedError(str(error)) from None
+        self._run_ids.add(run.run_id)  # what join() waits for
+
+    def terminate(self, run_id: str) -> bool:
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        handled = self._forked.terminate(self._instance, run)
+        return super().terminate(run_id) if handled is None else handled
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun):
+        from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+        from trajectory_assets.runs.run_workers import executor_alive, recorded_executor
+
+        executor = recorded_executor(run)
+        alive = executor_alive(executor) if executor is not None else None
+        if alive is None:
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "not forked by this launcher on this machine")
+        return CheckRunHealthResult(WorkerStatus.RUNNING if alive else WorkerStatus.FAILED,
+                                    None if alive else f"its process ({executor}) is gone")
+
+    def dispose(self) -> None:
+        self._forked.dispose()
+        super().dispose()

@@ -22,7 +22,10 @@ import requests
 
 from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, write_jsonl
+from tests.fixtures.probes import importing_processes, probe_env
 from trajectory_assets.io.source_files import batch_key, discover
+from trajectory_assets.runs.run_plan import BATCHES_TAG
+from trajectory_assets.runs.run_workers import EXECUTOR_TAG
 from trajectory_assets.sources import INPUTS_SUFFIXES
 
 BATCH_ASSETS = {"raw_rollouts", "validated_trajectories", "quarantined_records"}
@@ -288,14 +291,20 @@ def finished_ticks(url: str, sensor: str) -> int:
 @pytest.fixture(scope="module")
 def dagster_dev_after_the_cli(tmp_path_factory):
     """What a new user does after a CLI call: `dagster dev` on the same sources, storage and
-    DAGSTER_HOME."""
+    DAGSTER_HOME. Every process runs the probe (tests/fixtures/probes.py): it records which
+    processes import the code location, and a run forked by the launcher that opens a file
+    named crash_me is killed, one that opens hang_me hangs."""
     root = tmp_path_factory.mktemp("cli_then_ui")
     folders = ui_folders(root)
+    probe = probe_env(root / "probe", PROBE_IMPORTS=str(root / "imports"), PROBE_KILL_ON_OPEN="crash_me",
+                      PROBE_HANG_ON_OPEN="hang_me", PROBE_KILL_FORKED_ONLY="1")
+    env = {**folders["env"], **{key: value for key, value in probe.items() if key.startswith("PROBE_")},
+           "PYTHONPATH": probe["PYTHONPATH"]}
     subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(folders["source"]),
-                    "--storage", str(folders["storage"])], cwd=PROJECT_ROOT, env=folders["env"], check=True,
+                    "--storage", str(folders["storage"])], cwd=PROJECT_ROOT, env=env, check=True,
                    capture_output=True, timeout=300)
-    with running_dagster_dev(root, folders["env"]) as url:
-        yield {"url": url, "storage": folders["storage"]}
+    with running_dagster_dev(root, env) as url:
+        yield {"url": url, "storage": folders["storage"], "source": folders["source"], "imports": root / "imports"}
 
 
 def test_opening_the_ui_on_what_the_cli_built_runs_nothing_again(dagster_dev_after_the_cli):
@@ -324,3 +333,62 @@ def test_a_cli_run_is_re_executed_from_the_ui(dagster_dev_after_the_cli):
 
     run = wait_for(finished, 300, "the re-executed run to finish", interval=1.0)
     assert run["status"] == "SUCCESS" and run["parentRunId"] == parent["runId"]
+    # the launcher forked it from its preloaded server: its process never imported the code location
+    executor = tagged_runs(url)[run_id]["tags"][EXECUTOR_TAG]
+    host_pid, _, executed = executor.partition(" ")
+    assert executed == run_id
+    assert int(host_pid.split(":")[1]) not in importing_processes(dagster_dev_after_the_cli["imports"])
+
+
+TAGGED_RUNS = """
+{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }
+"""
+RUN_MESSAGES = """
+query Messages($id: ID!) {
+  logsForRun(runId: $id) { ... on EventConnection { events { ... on MessageEvent { message } } } }
+}
+"""
+TERMINATE = """
+mutation Terminate($id: String!) {
+  terminateRun(runId: $id) { __typename ... on PythonError { message } }
+}
+"""
+
+
+def tagged_runs(url: str) -> dict[str, dict]:
+    return {run["runId"]: {**run, "tags": {tag["key"]: tag["value"] for tag in run["tags"]}}
+            for run in graphql(url, TAGGED_RUNS)["runsOrError"]["results"]}
+
+
+def ingest_run_of(url: str, file_stem: str, statuses: tuple[str, ...]) -> dict | None:
+    """The first run that ingests the batch of ``file_stem``, once its status is one of ``statuses``."""
+    runs = [run for run in tagged_runs(url).values() if file_stem in run["tags"].get(BATCHES_TAG, "")]
+    return runs[-1] if runs and runs[-1]["status"] in statuses else None
+
+
+def test_a_ui_run_whose_process_dies_is_failed(dagster_dev_after_the_cli):
+    """The process the launcher forked for a sensor's run is killed (SIGKILL, no cleanup) when it
+    opens its source: the launcher fails the run, saying why, and never leaves it started."""
+    url = dagster_dev_after_the_cli["url"]
+    write_jsonl(dagster_dev_after_the_cli["source"] / "rollouts" / "crash_me.jsonl", [make_rollout()])
+    run = wait_for(lambda: ingest_run_of(url, "crash_me", ("SUCCESS", "FAILURE", "CANCELED")), 180,
+                   "the crashed run to end", interval=1.0)
+    assert run["status"] == "FAILURE"
+    messages = [event.get("message") for event in
+                graphql(url, RUN_MESSAGES, id=run["runId"])["logsForRun"]["events"]]
+    assert any("exited with code -9 without ending it" in (message or "") for message in messages), messages
+
+
+def test_terminating_a_ui_run_cancels_it(dagster_dev_after_the_cli):
+    """The UI's Terminate on a run whose step hangs: the launcher interrupts its process and
+    the run ends CANCELED."""
+    url = dagster_dev_after_the_cli["url"]
+    write_jsonl(dagster_dev_after_the_cli["source"] / "rollouts" / "hang_me.jsonl", [make_rollout()])
+    run = wait_for(lambda: ingest_run_of(url, "hang_me", ("STARTED",)), 180, "the hanging run to start",
+                   interval=0.5)
+    assert run["tags"][EXECUTOR_TAG].endswith(run["runId"])  # forked by the launcher, which interrupts it
+    terminated = graphql(url, TERMINATE, id=run["runId"])["terminateRun"]
+    assert terminated["__typename"] == "TerminateRunSuccess", terminated
+    run = wait_for(lambda: ingest_run_of(url, "hang_me", ("SUCCESS", "FAILURE", "CANCELED")), 120,
+                   "the terminated run to end", interval=0.5)
+    assert run["status"] == "CANCELED"

@@ -17,7 +17,7 @@ from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, wri
 from tests.fixtures.probes import importing_processes, probe_env
 from trajectory_assets.dagster_internals import check_executions
 from trajectory_assets.runs.run_plan import BATCHES_TAG
-from trajectory_assets.runs.runner import EXECUTOR_TAG
+from trajectory_assets.runs.run_workers import EXECUTOR_TAG
 
 INGEST, DATASETS = "ingest_rollout_batch", "build_training_datasets"
 

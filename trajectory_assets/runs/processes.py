@@ -1,5 +1,5 @@
-"""The CLI's processes, before the code location is imported (nothing here imports Dagster):
-the fork server, and how Ctrl-C is taken."""
+"""The fork server (the CLI's, and the UI launcher's), and how the CLI takes Ctrl-C; nothing
+here imports Dagster, so the CLI starts the server before it imports the code location."""
 
 from __future__ import annotations
 
@@ -16,12 +16,16 @@ from collections.abc import Callable
 STEP_PRELOAD = "trajectory_assets.runs.step_preload"
 
 
-def start_fork_server() -> multiprocessing.context.BaseContext:
+# The CLI's fork server: its processes leave the terminal's process group and die with the CLI
+CLI_PRELOAD = ("trajectory_assets.runs.fork_server_session", STEP_PRELOAD)
+
+
+def start_fork_server(preload: tuple[str, ...] = CLI_PRELOAD) -> multiprocessing.context.BaseContext:
     """Starts this process's fork server (the one Dagster's multiprocess executor forks the
-    datasets run's steps from, too), preloaded with ``STEP_PRELOAD``: it imports in the
+    datasets run's steps from, too), preloaded with ``preload``: it imports in the
     background while this process goes on. Returns the context to fork from."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["trajectory_assets.runs.fork_server_session", STEP_PRELOAD])
+    context.set_forkserver_preload(list(preload))
     # starting the resource tracker unblocks SIGINT in this thread when it is done (it blocks
     # it while it spawns): keep what Interrupts blocked
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())

@@ -33,7 +33,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -47,15 +46,11 @@ from trajectory_assets.runs.executors import trajectories_fit_in_process
 from trajectory_assets.runs.processes import Interrupts, start_fork_server
 from trajectory_assets.defs.retries import initialize_storage_pool
 from trajectory_assets.runs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
+from trajectory_assets.runs.run_workers import (UNFINISHED, end_unfinished, executor_tag, fail_abandoned_runs,
+                                                process_identity)
 from trajectory_assets.io.storage import Storage
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
-# The CLI process that executes a run, and the run: "<host>:<pid>:<process start time> <run id>";
-# the next CLI call fails runs whose process is gone without having ended them. (The run's id
-# tells the run apart from a re-execution of it launched from the UI, which copies its tags.)
-EXECUTOR_TAG = "trajectory/executed_by"
-UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
-              dg.DagsterRunStatus.CANCELING]
 
 
 @dataclass
@@ -179,40 +174,6 @@ class _Reports:
 # Jobs and runs ---------------------------------------------------------------------------------
 
 
-def _process_identity(pid: int) -> str | None:
-    """``<host>:<pid>:<start time>`` of a live process on this machine (None: gone); the
-    start time tells a reused pid apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            start = stat.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return None
-    return f"{socket.gethostname()}:{pid}:{start}"
-
-
-def fail_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Ends the runs a process on this machine started and left unfinished when it died:
-    failed (canceled if they were being canceled). Returns their ids."""
-    host = socket.gethostname()
-    records = instance.get_run_records(filters=dg.RunsFilter(statuses=UNFINISHED))
-    ended = []
-    for record in records:
-        run = record.dagster_run
-        executor, _, run_id = run.tags.get(EXECUTOR_TAG, "").partition(" ")
-        if run_id != run.run_id or not executor.startswith(f"{host}:"):
-            continue  # not executed by a CLI on this machine (a UI run, maybe one that copied the tag)
-        pid = int(executor.split(":")[1])
-        if _process_identity(pid) == executor:
-            continue  # still running it
-        message = f"the process that ran it ({executor}) exited without ending it"
-        if run.status == dg.DagsterRunStatus.CANCELING:
-            internals.mark_run_canceled(instance, run, message)
-        else:
-            internals.mark_run_failed(instance, run, message)
-        ended.append(run.run_id)
-    return ended
-
-
 class _Jobs:
     """The code location's jobs, as this process loaded them, and how runs of them are made."""
 
@@ -234,7 +195,7 @@ class _Jobs:
         return internals.create_recorded_run(
             instance, self.defs.resolve_job_def(job_name), self.reconstructable(job_name),
             internals.code_location_job_origin(str(WORKSPACE), self.repository, job_name),
-            run_config, {**tags, EXECUTOR_TAG: f"{executed_by} {run_id}"}, assets, run_id=run_id)
+            run_config, {**tags, **executor_tag(executed_by, run_id)}, assets, run_id=run_id)
 
 
 def _execute_forked_run(instance_ref: Any, run_id: str, reports: multiprocessing.connection.Connection) -> None:
@@ -260,7 +221,7 @@ class _Pipeline:
         self.instance, self.run_config, self.forks = instance, run_config, forks
         self.reports = _Reports(progress)
         self.jobs = _Jobs()
-        self.executed_by = _process_identity(os.getpid())
+        self.executed_by = process_identity(os.getpid())
         self.created: list[dg.DagsterRun] = []
         self.children: dict[str, multiprocessing.process.BaseProcess] = {}
         self.lock = threading.Lock()
@@ -335,14 +296,9 @@ class _Pipeline:
     def _reap(self, run: dg.DagsterRun) -> None:
         child = self.children.pop(run.run_id)
         child.join()
-        current = self.instance.get_run_by_id(run.run_id)
-        if current.status in UNFINISHED:  # it died without ending its run
-            message = f"the process that ran it exited with code {child.exitcode} without ending it"
-            if current.status == dg.DagsterRunStatus.CANCELING:
-                internals.mark_run_canceled(self.instance, current, message)
-            else:
-                internals.mark_run_failed(self.instance, current, message)
-                self.reports.failures.setdefault(run.run_id, message)
+        message = f"the process that ran it exited with code {child.exitcode} without ending it"
+        if end_unfinished(self.instance, run.run_id, message):  # it died without ending its run
+            self.reports.failures.setdefault(run.run_id, message)
 
     def stop(self) -> None:
         """After an interrupt or an error: waits for the forked runs to stop, then ends every

@@ -1,0 +1,45 @@
+"""The UI's runs forked from a preloaded server (runs/launcher.py): when that server is
+started again. Launching, a crash and a termination through `dagster dev` are in
+tests/defs/test_dagster_dev.py; the launcher's Dagster side in tests/test_dagster_internals.py."""
+
+from __future__ import annotations
+
+import os
+
+from tests.conftest import PROJECT_ROOT, edited
+from trajectory_assets.runs.launcher import LaunchedRuns, code_stamp
+
+
+def test_the_code_stamp_changes_with_a_source_file_or_the_config_file(tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text("split: {validation_fraction: 0.1}\n")
+    monkeypatch.setenv("TRAJECTORY_CONFIG", str(config))
+    before = code_stamp()
+    assert before == code_stamp() and str(config) in {path for path, _, _ in before}
+    assert str(PROJECT_ROOT / "schemas" / "__init__.py") in {path for path, _, _ in before}
+    config.write_text("split: {validation_fraction: 0.25}\n")
+    after_config = code_stamp()
+    assert after_config != before
+    with edited(PROJECT_ROOT / "trajectory_assets" / "jsonutil.py"):
+        assert code_stamp() != after_config
+
+
+def _fork_server_pid() -> int:
+    return os.getppid()
+
+
+def fork_server_of(forks) -> int:
+    """The pid of the server a process forked from ``forks`` has as its parent."""
+    with forks.Pool(1) as pool:
+        return pool.apply(_fork_server_pid)
+
+
+def test_the_fork_server_is_started_again_after_a_source_edit_only(temporary_instance):
+    launched = LaunchedRuns()
+    try:
+        first = fork_server_of(launched._fork_server())
+        assert fork_server_of(launched._fork_server()) == first  # nothing changed: the same server
+        with edited(PROJECT_ROOT / "trajectory_assets" / "jsonutil.py"):
+            assert fork_server_of(launched._fork_server()) != first
+    finally:
+        launched.dispose()
