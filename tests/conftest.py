@@ -29,7 +29,8 @@ E2E = {
     "runs/test_run_plan.py", "test_dagster_internals.py", "report/test_page.py",
     "exports/test_registry.py", "test_extension.py",
 }
-SYSTEM = {"defs/test_dagster_dev.py", "runs/test_runner.py", "runs/test_instance.py", "deploy/", "trainers/",
+SYSTEM = {"defs/test_dagster_dev.py", "runs/test_runner.py", "runs/test_instance.py", "runs/test_launcher.py",
+          "deploy/", "trainers/",
           "io/test_s3.py", "test_faults.py"}
 
 

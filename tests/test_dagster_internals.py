@@ -329,7 +329,8 @@ def test_preloaded_run_launcher_forks_the_project_code_location_only(temporary_i
             "TRAJECTORY_SOURCE": "/elsewhere"}, CHANGED
         assert ".env" in LaunchedRuns.why_not_here(instance, run)
 
-        assert launcher.check_run_worker_health(run).status == WorkerStatus.UNKNOWN, CHANGED
+        unchecked = launcher.check_run_worker_health(run)  # run monitoring fails a run of any other status
+        assert unchecked.status == WorkerStatus.RUNNING and "not checked" in unchecked.msg, CHANGED
         instance.add_run_tags(run.run_id, executor_tag(process_identity(os.getpid()), run.run_id))
         assert launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status == WorkerStatus.RUNNING
         gone = f"{socket.gethostname()}:{2**22 + 1}:1"  # above Linux's largest pid: no such process

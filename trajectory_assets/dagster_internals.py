@@ -614,8 +614,9 @@ class PreloadedRunLauncher(dg.DefaultRunLauncher):
 
         executor = recorded_executor(run)
         alive = executor_alive(executor) if executor is not None else None
-        if alive is None:
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "not forked by this launcher on this machine")
+        if alive is None:  # as for Dagster's launcher, which checks none: run monitoring fails any other status
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "not forked by this launcher on this machine: "
+                                        "its process is not checked")
         return CheckRunHealthResult(WorkerStatus.RUNNING if alive else WorkerStatus.FAILED,
                                     None if alive else f"its process ({executor}) is gone")
 

@@ -43,3 +43,24 @@ def test_the_fork_server_is_started_again_after_a_source_edit_only(temporary_ins
             assert fork_server_of(launched._fork_server()) != first
     finally:
         launched.dispose()
+
+
+def test_a_run_whose_process_cannot_load_it_fails_to_launch(temporary_instance):
+    """The forked process answers with its error before the run starts (here the run was
+    deleted after it was queued): the launch fails with that error, as Dagster's launcher's
+    does, and nothing is left running."""
+    import dagster as dg
+    import pytest
+
+    from trajectory_assets.runs.launcher import LaunchFailed
+    from trajectory_assets.runs.runner import _Jobs
+
+    launched = LaunchedRuns()
+    try:
+        with dg.DagsterInstance.get() as instance:
+            run = _Jobs().create_run(instance, "ingest_rollout_batch", {}, {}, None, "test")
+            instance.delete_run(run.run_id)
+            with pytest.raises(LaunchFailed, match="could not start it: Traceback"):
+                launched.launch(instance, run)
+    finally:
+        launched.dispose()

@@ -3,8 +3,8 @@ Materialize), forked from a server that already imported the code location.
 
 Dagster's default launcher asks the code server to start each run. The code server spawns a
 new interpreter, which imports the code location and the instance's storage modules before
-the run starts, and the run queue waits for that before it launches the next run: 1.9 to
-3.4 s a run on this machine (``python -m bench.ui``), paid again by every run.
+the run starts, and the run queue waits for that before it launches the next run: 2.0 to
+3.4 s a run on this machine (``python -m bench.ui --compare-launcher``), paid by every run.
 
 ``PreloadedRunLauncher`` (``dagster_internals.py``, named in ``dagster_home/dagster.yaml``)
 hands the runs of this project's code location to ``LaunchedRuns``, in the process that
@@ -12,14 +12,16 @@ launches them (the daemon's run queue):
 
 - one fork server, started at the first launch and preloaded with what a step needs
   (``step_preload.py``: the code location and the instance's storage modules), forks a
-  process per run, which executes the run as a run worker would (``execute_run``);
+  process per run, which executes the run as a run worker would (Dagster's
+  ``execute_run_iterator``, through ``dagster_internals.execute_recorded_run``);
 - the launch returns once that process has loaded the run's job and recorded itself on the
   run (``run_workers.EXECUTOR_TAG``): a run that cannot load fails to launch, as with
   Dagster's launcher;
 - a thread waits for each forked run; a run whose process exits without ending it is failed
   (canceled if it was being canceled). If the launching process is gone by then, the next
-  CLI call on this machine does it (``run_workers.fail_abandoned_runs``), and Dagster's run
-  monitoring asks ``worker_alive``;
+  CLI call on this machine does it (``run_workers.fail_abandoned_runs``), and so does Dagster's
+  run monitoring, when it is on: the launcher's ``check_run_worker_health`` looks for the
+  recorded process;
 - terminating a run (the UI's Terminate) marks it canceling and sends its process SIGTERM,
   which Dagster takes as an interrupt: the run ends CANCELED;
 - the server is started again when a source file of the project or the config file
@@ -134,10 +136,18 @@ class LaunchedRuns:
             receiving, sending = forks.Pipe(duplex=False)
             child = forks.Process(target=_execute_launched_run, name=f"run {run.run_id[:8]}",
                                   args=(internals.instance_ref(instance), run.run_id, sending))
-            child.start()
+            try:
+                child.start()
+            except (OSError, EOFError) as error:  # the server is gone (its preload crashed?): start a new one next
+                self.dispose()
+                raise LaunchFailed(f"the fork server could not fork the run: {error!r}") from None
         sending.close()
         with receiving:
-            error = receiving.recv() if receiving.poll(READY_TIMEOUT_S) else f"no answer in {READY_TIMEOUT_S} s"
+            try:
+                error = receiving.recv() if receiving.poll(READY_TIMEOUT_S) else f"no answer in {READY_TIMEOUT_S} s"
+            except EOFError:  # it died before it could answer
+                child.join()
+                error = f"its process exited with code {child.exitcode}"
         if error is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)
@@ -150,12 +160,16 @@ class LaunchedRuns:
     def _watch(instance: dg.DagsterInstance, run_id: str, child: multiprocessing.process.BaseProcess) -> None:
         """Waits for the run's process; ends the run if the process left it unfinished."""
         child.join()
-        executor = recorded_executor(instance.get_run_by_id(run_id))
+        run = instance.get_run_by_id(run_id)
+        if run is None:  # deleted meanwhile
+            return
+        executor = recorded_executor(run)
+        exited = f"exited with code {child.exitcode}"
         # a fork server stopped for new code reports its runs as exited: wait for the process itself
         while executor is not None and executor_alive(executor):
+            exited = "exited"  # with a code only its server knew
             threading.Event().wait(1)
-        end_unfinished(instance, run_id, f"the process that ran it exited with code {child.exitcode} "
-                       "without ending it")
+        end_unfinished(instance, run_id, f"the process that ran it ({executor}) {exited} without ending it")
 
     @staticmethod
     def terminate(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool | None:
