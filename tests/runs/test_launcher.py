@@ -1,5 +1,6 @@
-"""The UI's runs forked from a preloaded server (runs/launcher.py): when that server is
-started again. Launching, a crash and a termination through `dagster dev` are in
+"""The UI's runs forked from a preloaded server (runs/launcher.py), driven from the test's
+process: when that server is started again, a run that cannot load, a datasets run whose
+steps fork. Launches by `dagster dev` (a re-execution, a crash, a termination) are in
 tests/defs/test_dagster_dev.py; the launcher's Dagster side in tests/test_dagster_internals.py."""
 
 from __future__ import annotations
@@ -64,3 +65,42 @@ def test_a_run_whose_process_cannot_load_it_fails_to_launch(temporary_instance):
                 launched.launch(instance, run)
     finally:
         launched.dispose()
+
+
+def test_a_launched_datasets_run_forks_its_steps_from_a_server_of_its_own(tmp_path, temporary_instance):
+    """The UI's path for large data: a datasets run, forked by the launcher, whose executor
+    forks each step (``steps: multiprocess``) ends SUCCESS and writes the exports the CLI
+    wrote, byte for byte."""
+    import subprocess
+    import sys
+    import time
+
+    import dagster as dg
+
+    from tests.conftest import SAMPLE
+    from trajectory_assets.runs.run_plan import MAIN_JOB
+    from trajectory_assets.runs.runner import _Jobs
+
+    storage = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(SAMPLE), "--storage",
+                    str(storage), "--execution", "in-process"], cwd=PROJECT_ROOT, check=True, capture_output=True,
+                   timeout=300)
+    (storage / "exports").rename(tmp_path / "exports_of_the_cli")
+    run_config = {"resources": {"sources": {"config": {"paths": [str(SAMPLE)]}},
+                                "storage": {"config": {"root": str(storage)}}},
+                  "execution": {"config": {"steps": "multiprocess"}}}
+    launched = LaunchedRuns()
+    try:
+        with dg.DagsterInstance.get() as instance:
+            run = _Jobs().create_run(instance, MAIN_JOB, run_config, {}, None, "test")
+            launched.launch(instance, run)
+            deadline = time.monotonic() + 240
+            while not instance.get_run_by_id(run.run_id).is_finished and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS
+    finally:
+        launched.dispose()
+    def files(folder):
+        return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+    assert files(storage / "exports") == files(tmp_path / "exports_of_the_cli")  # byte for byte
