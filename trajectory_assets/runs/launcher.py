@@ -29,7 +29,8 @@ launches them (the daemon's run queue):
   the code on disk, as a spawned run worker would.
 
 Any other run (another code location, another interpreter, a location whose ``.env`` sets
-variables that the preloaded import did not see) goes to Dagster's launcher unchanged.
+variables that the preloaded import did not see, a system without ``/proc``) goes to Dagster's
+launcher unchanged.
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ class LaunchedRuns:
             return f"its code location runs on {executable}, not this process's {sys.executable}"
         if internals.location_env(instance, location):
             return f"the instance sets environment variables for {location} (.env)"
+        if process_identity(os.getpid()) is None:
+            return "this system has no /proc, by which the launcher tells a run's process apart"
         return None
 
     def _fork_server(self) -> multiprocessing.context.BaseContext:

@@ -44,9 +44,11 @@ def recorded_executor(run: dg.DagsterRun) -> str | None:
 
 
 def executor_alive(executor: str) -> bool | None:
-    """Whether the recorded process still runs (None: it is on another machine)."""
-    host, pid, _ = executor.split(":")
-    if host != socket.gethostname():
+    """Whether the recorded process still runs (None: it is on another machine, or the tag
+    names none, as on a system without ``/proc``)."""
+    host, _, rest = executor.partition(":")
+    pid, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
         return None
     return process_identity(int(pid)) == executor
 
