@@ -104,3 +104,24 @@ def test_a_launched_datasets_run_forks_its_steps_from_a_server_of_its_own(tmp_pa
         return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
     assert files(storage / "exports") == files(tmp_path / "exports_of_the_cli")  # byte for byte
+
+
+def test_terminating_a_run_whose_process_is_gone_cancels_it_at_once(temporary_instance):
+    """Terminate on a run recorded as forked on this machine by a process that no longer
+    exists: nothing is left to interrupt, so the run ends CANCELED there and then; a run no
+    process of this machine was recorded on is left to Dagster's launcher (None)."""
+    import socket
+
+    import dagster as dg
+
+    from trajectory_assets.runs.run_workers import executor_tag
+    from trajectory_assets.runs.runner import _Jobs
+
+    with dg.DagsterInstance.get() as instance:
+        run = _Jobs().create_run(instance, "ingest_rollout_batch", {}, {}, None, "test")
+        untagged = instance.get_run_by_id(run.run_id).tags
+        assert LaunchedRuns.terminate(instance, dg.DagsterRun(job_name=run.job_name, run_id="other",
+                                                              tags=untagged)) is None
+        instance.add_run_tags(run.run_id, executor_tag(f"{socket.gethostname()}:{2**22 + 1}:1", run.run_id))
+        assert LaunchedRuns.terminate(instance, instance.get_run_by_id(run.run_id)) is True
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED

@@ -42,6 +42,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,8 @@ class LaunchedRuns:
             try:
                 child.start()
             except (OSError, EOFError) as error:  # the server is gone (its preload crashed?): start a new one next
+                receiving.close()
+                sending.close()
                 self.dispose()
                 raise LaunchFailed(f"the fork server could not fork the run: {error!r}") from None
         sending.close()
@@ -171,7 +174,7 @@ class LaunchedRuns:
         # a fork server stopped for new code reports its runs as exited: wait for the process itself
         while executor is not None and executor_alive(executor):
             exited = "exited"  # with a code only its server knew
-            threading.Event().wait(1)
+            time.sleep(1)
         end_unfinished(instance, run_id, f"the process that ran it ({executor}) {exited} without ending it")
 
     @staticmethod
