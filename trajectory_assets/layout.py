@@ -36,6 +36,12 @@ def batch_decontamination(key: str) -> str:
     return f"trajectories/batches/{key}.decontamination.json"
 
 
+def batch_tool_use(key: str) -> str:
+    """Each trajectory's calls and failed results per tool, counted by ingest (what the report
+    counts, ``report/tool_use.py``)."""
+    return f"trajectories/batches/{key}.tool_use.json"
+
+
 def batch_quarantine(key: str) -> str:
     return f"quarantine/batches/{key}.jsonl"
 

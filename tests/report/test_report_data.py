@@ -5,6 +5,7 @@ import orjson
 import pandas as pd
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from trajectory_assets.exports.families.frames import FrameTable
 from trajectory_assets.report.report_data import (
     MAX_GROUPS,
     ExportScan,
@@ -112,14 +113,15 @@ def test_lengths_margins_and_spread_come_from_the_referenced_trajectories():
 
 
 def test_message_facts_count_tool_errors_per_tool_and_keep_wanted_prompts():
-    chunk = trajectory_frame([
+    frame = trajectory_frame([
         make_rollout([call_item("f", "{}", "c"), output_item("c", "error: no"), message_item("x")],
                      request_input="find it"),
         make_rollout([call_item("f", "{}", "c"), output_item("c", '{"ok": true}'), call_item("g", "{}", "d"),
                       output_item("d", ""), message_item("y")], request_input="other"),
-    ])[["trajectory_id", "source_format", "num_tool_calls", "messages"]]
-    first = chunk["trajectory_id"][0]
-    facts = message_facts([chunk], {first})
+        make_rollout([message_item("no tools")], request_input="third"),
+    ])
+    first = frame["trajectory_id"][0]
+    facts = message_facts(FrameTable(frame), frame, {first})
     assert facts.tools() == {"f": {"calls": 2, "failures": 1, "failure_rate": 0.5},
                              "g": {"calls": 1, "failures": 1, "failure_rate": 1.0}}  # an empty result failed
     assert facts.tools("hermes") == {} and facts.prompts == {first: "find it"}

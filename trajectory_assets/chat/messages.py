@@ -100,6 +100,30 @@ def tool_result_counts(messages: list[dict[str, Any]]) -> tuple[int, int]:
     return results, errors
 
 
+def tool_use(messages: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per tool name, ``[calls, failed results]`` of a conversation: each call counted under
+    its function's name, each failed text result (:func:`tool_result_failed`) under the name
+    of the call its ``tool_call_id`` answers, or ``"?"`` when no call has that id.
+
+    >>> call = {"id": "c", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    >>> tool_use([{"role": "assistant", "content": "", "tool_calls": [call]},
+    ...           {"role": "tool", "tool_call_id": "c", "content": "error: timeout"},
+    ...           {"role": "tool", "tool_call_id": "x", "content": ""}])
+    {'search': [1, 1], '?': [0, 1]}
+    """
+    used: dict[str, list[int]] = {}
+    names: dict[Any, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            name = call["function"]["name"]
+            names[call["id"]] = name
+            used.setdefault(name, [0, 0])[0] += 1
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, str) and tool_result_failed(content):
+            used.setdefault(names.get(message.get("tool_call_id"), "?"), [0, 0])[1] += 1
+    return used
+
+
 def results_in_call_order(messages: list[dict[str, Any]]) -> bool:
     """Whether the tool messages after each assistant turn answer its calls in the order it
     made them. Formats without call ids (ShareGPT: Hermes, LLaMA-Factory) pair results with

@@ -20,6 +20,7 @@ from schemas.trajectory import column_descriptions as trajectory_column_descript
 from schemas.validation import cast_columns, declared_dtypes, validate
 from trajectory_assets import layout
 from trajectory_assets.exports.decontamination import ingest_flags
+from trajectory_assets.report.tool_use import ToolUseRecorder
 from trajectory_assets.ingest import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
@@ -228,6 +229,8 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
     # a side file that could not be read is left out (its error is in the raw record); a batch
     # of folder records reads exactly the files that were hashed
     source = source_from_record(recorded)
+    # a record of the batch's earlier contents must never stand beside its new trajectories
+    store.remove(layout.batch_tool_use(key))
     with (
         store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
         store.open_write(layout.batch_quarantine(key)) as quarantine,
@@ -235,13 +238,22 @@ def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
         def write_rejections(rows):
             quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
 
-        # with benchmarks configured, their matches are found from the conversations as they
-        # are converted, and stored beside the batch (the exports read them instead of the messages)
+        # what is found in the conversations as they are converted is stored beside the batch,
+        # so later steps need not read the messages again: tool use (the report) and, with
+        # benchmarks configured, their matches (the exports)
+        tools = ToolUseRecorder()
         flags = ingest_flags(config.decontamination)
+
+        def on_trajectory(trajectory_id, trajectory):
+            tools.add(trajectory_id, trajectory)
+            if flags is not None:
+                flags.add(trajectory_id, trajectory)
+
         summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
-                         options=config.conversion, on_trajectory=None if flags is None else flags.add)
+                         options=config.conversion, on_trajectory=on_trajectory)
     if flags is not None:
         store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
+    store.write_bytes(layout.batch_tool_use(key), orjson.dumps(tools.result()))
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 
 

@@ -1,10 +1,10 @@
 """The whole report from what the pipeline stored: ``stats.json``, ``tasks.jsonl``,
 ``stats.md`` with its main plots as PNG, and the ``index.html`` page (no Dagster import).
 
-Reads, in bounded memory: the flat columns of every trajectory; the messages of the
-trajectories that called tools (tool use per tool) or whose prompt is shown; each
-export's rows once, only the fields naming its trajectories; then the few rows the viewer
-shows. The Dagster asset (``defs/reports.py``) hands in the readers and writes the result.
+Reads, in bounded memory: the flat columns of every trajectory; the tool use ingest counted
+beside each batch (``report/tool_use.py``); the messages of the trajectories whose prompt
+is shown; each export's rows once, only the fields naming its trajectories; then the few
+rows the viewer shows. The Dagster asset (``defs/reports.py``) hands in the readers and writes the result.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pandas as pd
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.families.frames import TrajectoryTable
 from trajectory_assets.report.report_data import (
-    MESSAGE_COLUMNS,
     ExportScan,
     QuarantineExamples,
     dpo_margins,
@@ -77,9 +76,7 @@ def build_report(
     failing = failing_tasks(per_task)
     first_of_task = trajectories.drop_duplicates("task_key").set_index("task_key")["trajectory_id"]
     prompt_ids = {first_of_task[task["task_key"]] for task in failing}
-    with_tools = set(trajectories.loc[trajectories["num_tool_calls"] > 0, "trajectory_id"])
-    wanted = with_tools | prompt_ids
-    facts = message_facts(table.scan(MESSAGE_COLUMNS, ids=wanted) if wanted else [], prompt_ids)
+    facts = message_facts(table, trajectories, prompt_ids)
     # the table keeps the first copy of a record found in several batches
     copies = ingest_summary["records_valid"] - len(trajectories)
     stats = compute_stats(trajectories, ingest_summary, manifests, hermes_stats(trajectories, facts.tools("hermes")),
@@ -128,7 +125,7 @@ def build_report(
         tools=tools.to_dict("records"),
         quarantine=quarantine.examples,
         settings={"samples_per_export": config.report.samples_per_export, "seed": config.report.seed,
-                  "with_tool_calls": len(with_tools)},
+                  "with_tool_calls": int((trajectories["num_tool_calls"] > 0).sum())},
     )
     return Report(stats, per_task, markdown, pngs, render_page(page))
 

@@ -25,7 +25,7 @@ import orjson
 import pandas as pd
 
 from trajectory_assets.report.viewer import TrajectoryInfo, clip, margin_of, trajectory_refs
-from trajectory_assets.chat.messages import tool_result_failed
+from trajectory_assets.report.tool_use import tool_use_of
 
 MAX_GROUPS = 9  # reward histograms: the largest (agent, source format) groups; the rest are "other"
 MAX_TOOLS = 20  # tools in the per-tool plot, by calls
@@ -253,31 +253,25 @@ class MessageFacts:
                 for name in sorted(calls)}
 
 
-MESSAGE_COLUMNS = ["trajectory_id", "source_format", "num_tool_calls", "messages"]
-
-
-def message_facts(chunks: Iterable[pd.DataFrame], prompt_ids: set[str]) -> MessageFacts:
-    """One pass over the decoded messages of the trajectories that called tools or whose
-    prompt is wanted (``chunks`` of :data:`MESSAGE_COLUMNS`)."""
+def message_facts(table: Any, trajectories: pd.DataFrame, prompt_ids: set[str]) -> MessageFacts:
+    """Tool use of every trajectory that called a tool (``report/tool_use.py``: counted by
+    ingest), per its source format; and the first user message of the trajectories of
+    ``prompt_ids``, read from their messages (``trajectories``: trajectory_id,
+    source_format, num_tool_calls)."""
     facts = MessageFacts()
-    for chunk in chunks:
-        for trajectory_id, source_format, tool_calls, messages_json in chunk.itertuples(index=False):
-            if not tool_calls and trajectory_id not in prompt_ids:
-                continue
-            messages = orjson.loads(messages_json)
-            if trajectory_id in prompt_ids:
-                first = next((m for m in messages if m["role"] == "user"), None)
-                content = first["content"] if first else ""
-                facts.prompts[trajectory_id] = content if isinstance(content, str) else " ".join(
-                    part.get("text", "") for part in content if isinstance(part, dict))
-            names = {}
-            for message in messages:
-                for call in message.get("tool_calls") or []:
-                    names[call["id"]] = call["function"]["name"]
-                    facts.calls[source_format, call["function"]["name"]] += 1
-                if message["role"] == "tool" and isinstance(message["content"], str):
-                    if tool_result_failed(message["content"]):
-                        facts.failures[source_format, names.get(message["tool_call_id"], "?")] += 1
+    with_tools = trajectories.loc[trajectories["num_tool_calls"] > 0]
+    formats = dict(zip(with_tools["trajectory_id"], with_tools["source_format"]))
+    for trajectory_id, used in tool_use_of(table, set(formats)).items():
+        source_format = formats[trajectory_id]
+        for name, (calls, failures) in used.items():
+            facts.calls[source_format, name] += calls
+            facts.failures[source_format, name] += failures
+    for chunk in table.scan(["trajectory_id", "messages"], ids=prompt_ids) if prompt_ids else []:
+        for trajectory_id, messages_json in chunk.itertuples(index=False):
+            first = next((m for m in orjson.loads(messages_json) if m["role"] == "user"), None)
+            content = first["content"] if first else ""
+            facts.prompts[trajectory_id] = content if isinstance(content, str) else " ".join(
+                part.get("text", "") for part in content if isinstance(part, dict))
     return facts
 
 
