@@ -43,18 +43,22 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
     """One row per task: its first rollout (in table order) and aggregates over all of them."""
     kept, excluded = curated_trajectories(table, config, PLAN, budget, benchmarks)
     passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
-    by_task = kept.assign(passed=passed.astype(float),
-                          objectives=kept["reward_components"].map(objectives)).groupby("task_key", sort=False)
+    by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
+    # built-in aggregations only: a Python function per task cost 0.8 s of a 1 GB GRPO step
     aggregates = by_task.agg(
-        trajectory_ids=("trajectory_id", list),
         num_rollouts=("trajectory_id", "size"),
         rewarded=("reward", "count"),
         mean_reward=("reward", "mean"),
-        reward_std=("reward", lambda r: r.std(ddof=0)),
         pass_rate=("passed", "mean"),
-        # per objective of a multi-objective reward, what a GDPO-style trainer normalizes on its own
-        objectives_summary=("objectives", summarize),
     )
+    aggregates["reward_std"] = by_task["reward"].std(ddof=0)
+    trajectory_ids = _by_task(kept["task_key"], kept["trajectory_id"])
+    aggregates["trajectory_ids"] = [trajectory_ids[task] for task in aggregates.index]
+    # per objective of a multi-objective reward, what a GDPO-style trainer normalizes on its own
+    scored = kept["reward_components"].notna()
+    summaries = {task: summarize(values) for task, values in
+                 _by_task(kept["task_key"][scored], kept["reward_components"][scored].map(objectives)).items()}
+    aggregates["objectives_summary"] = [summaries.get(task) for task in aggregates.index]
     tasks = kept.drop_duplicates("task_key").set_index("task_key", drop=False).join(aggregates)
     # no learning signal: two or more rewarded rollouts, all with the same reward
     tasks["zero_variance"] = (tasks["rewarded"] >= 2) & (tasks["reward_std"] == 0)
@@ -73,6 +77,14 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
         excluded["zero_variance_group"] += int(tasks["zero_variance"].sum())
         tasks = tasks.loc[~tasks["zero_variance"]]
     return balance(tasks.reset_index(drop=True), config, "task_key", excluded), excluded
+
+
+def _by_task(task_keys: pd.Series, values: pd.Series) -> dict[str, list]:
+    """Each task's values, in table order."""
+    grouped: dict[str, list] = {}
+    for task_key, value in zip(task_keys, values):
+        grouped.setdefault(task_key, []).append(value)
+    return grouped
 
 
 def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name: str | None) -> dict[str, Any] | None:
