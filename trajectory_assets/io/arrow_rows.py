@@ -52,8 +52,12 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
     >>> bad, problems[0], problems[1].startswith("row 1: n: Could not convert '2'")
     (1, "row 1: turns[0] has a key the schema lacks: 'to'", True)
     """
-    checked = pa.schema([f for f in schema if f.type != JSON])  # a JSON field holds any value
-    nested = [(f.name, checker) for f in checked if (checker := _key_checker(f.type)) is not None]
+    # a JSON field holds any value, at any depth: the type check leaves it out (Arrow ignores a
+    # key a struct does not declare; the key check knows the JSON fields), so no JSON field is
+    # encoded only to be checked (a third of the check's time for the NeMo RL and Axolotl rows)
+    checked = pa.schema([f.with_type(kept) for f in schema if (kept := _without_json(f.type)) is not None])
+    nested = [(f.name, checker) for f in schema if f.name in checked.names
+              and (checker := _key_checker(f.type)) is not None]
     problems: dict[int, list[str]] = {}
     for position, record in enumerate(records):
         for name, checker in nested:
@@ -116,6 +120,22 @@ def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | Non
 
         return check_list
     return None
+
+
+def _without_json(arrow_type: pa.DataType) -> pa.DataType | None:
+    """``arrow_type`` with every JSON field left out; None for a JSON type (or a list of one).
+
+    >>> _without_json(pa.list_(pa.struct([("name", pa.string()), ("arguments", JSON)])))
+    ListType(list<item: struct<name: string>>)
+    """
+    if arrow_type == JSON:
+        return None
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([f.with_type(kept) for f in arrow_type if (kept := _without_json(f.type)) is not None])
+    if pa.types.is_list(arrow_type):
+        item = _without_json(arrow_type.value_type)
+        return None if item is None else pa.list_(item)
+    return arrow_type
 
 
 def _type_problem(record: dict[str, Any], schema: pa.Schema, error: Exception) -> str:
