@@ -9,7 +9,7 @@ from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.source_files import discover
 from trajectory_assets.sources import INPUTS_SUFFIXES
 from trajectory_assets.io.storage import NotMaterializedError, Storage
-from trajectory_assets.io.trajectory_table import StoredTrajectories
+from trajectory_assets.io.trajectory_table import StoredTrajectories, _groups_holding
 
 
 def ingest_batch(store, key, source):
@@ -54,6 +54,20 @@ def test_a_record_found_twice_is_read_once_where_it_first_appears(tmp_path):
     store.write_bytes(layout.batch_summary("d"), b"{}")
     (chunk,) = StoredTrajectories(store, ["d"], chunk_rows=4).scan(["trajectory_id", "source_line"])
     assert chunk["trajectory_id"].tolist() == ids[:2] and chunk["source_line"].tolist() == [1, 2]
+
+
+def test_a_scan_for_a_few_ids_reads_only_the_row_groups_holding_them(tmp_path):
+    store = Storage(str(tmp_path / "out"))
+    ingest_batch(store, "a", write_jsonl(tmp_path / "a.jsonl", [make_rollout(request_input=f"a{i}") for i in range(6)]))
+    table = StoredTrajectories(store, ["a"])
+    ids = [i for c in table.scan(["trajectory_id"]) for i in c["trajectory_id"]]
+    with store.open_read(layout.batch_trajectories("a")) as handle:
+        parquet = pq.ParquetFile(handle)
+        assert parquet.metadata.num_row_groups == 3  # ingest wrote two rows at a time
+        assert _groups_holding(parquet, pa.array([ids[4]])) == [2]
+        assert _groups_holding(parquet, pa.array(["not stored"])) == []
+    assert [c["source_line"].tolist() for c in table.scan(["source_line"], ids={ids[4]})] == [[5]]
+    assert [c["source_line"].tolist() for c in table.scan(["source_line"], ids={"not stored"})] == [[]]
 
 
 def test_scan_of_nothing_yields_one_typed_empty_chunk(tmp_path):

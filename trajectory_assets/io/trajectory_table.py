@@ -108,7 +108,7 @@ class StoredTrajectories:
         for key in self.batches:
             with self.store.open_read(layout.batch_trajectories(key)) as handle:
                 parquet = pq.ParquetFile(handle)
-                groups = None if wanted is None else _groups_holding(parquet, wanted)
+                groups = _groups_holding(parquet, wanted) if _few(wanted, parquet) else None
                 if groups == []:
                     continue
                 for batch in parquet.iter_batches(batch_size=self.chunk_rows, row_groups=groups, columns=columns):
@@ -123,6 +123,14 @@ class StoredTrajectories:
         ids = table["trajectory_id"].to_pylist()
         keep = [trajectory_id not in seen and not seen.add(trajectory_id) for trajectory_id in ids]
         return table if all(keep) else table.filter(pa.array(keep))
+
+
+def _few(wanted: pa.Array | None, parquet: pq.ParquetFile) -> bool:
+    """Whether so few ids are wanted that most row groups of a batch may hold none: fewer
+    than a row group holds rows. (For many ids, finding the groups cost 0.25 s more in a
+    scan of half the 1 GB benchmark corpus, which reads nearly every group anyway.)"""
+    metadata = parquet.metadata
+    return wanted is not None and metadata.num_row_groups > 1 and len(wanted) < metadata.num_rows / metadata.num_row_groups
 
 
 def _groups_holding(parquet: pq.ParquetFile, wanted: pa.Array) -> list[int]:
