@@ -22,6 +22,10 @@ server, the runs and steps forked from it, log capture; ``ROLES``), so a memory 
 traced to the process that holds it. A fourth judges the targets of issue 24 at the largest
 size, and a fifth times a run of the bundled sample (14 records, so almost nothing but what
 every run pays) against importing the code location, interleaved.
+
+A change is measured against an earlier commit in the same rotation, since the recipe's own
+time moves by a quarter between sessions here: ``--against CHECKOUT`` adds that checkout's run
+and run_seed as ``run@base`` and ``run_seed@base``.
 """
 
 from __future__ import annotations
@@ -44,8 +48,14 @@ CORPUS = ROOT.parent / "shared" / "corpus" / "nemo_gym"
 OUT = ROOT / "bench" / "out"
 
 
-def variants(source: Path, work: Path) -> dict[str, list[str]]:
+def variants(source: Path, work: Path, against: Path | None = None) -> dict[str, list[str]]:
     python = sys.executable
+    # another checkout's CLI (its own .venv), timed beside this one's: an A/B of two commits
+    base = {} if against is None else {
+        f"{name}@base": [str(against / ".venv" / "bin" / "trajectory-assets"), "run", "--source", str(source),
+                         "--storage", str(work / f"{name}@base"), *extra]
+        for name, extra in (("run", []), ("run_seed", ["--exports", "sft,dpo,grpo"]))
+    }
     return {
         "floor": [python, "-m", "bench.floor", str(source)],
         "recipe": [python, "-m", "bench.recipe", str(source), str(work / "recipe")],
@@ -55,6 +65,7 @@ def variants(source: Path, work: Path) -> dict[str, list[str]]:
         # what the recipe makes (SFT, DPO, GRPO): the like-for-like comparison
         "run_seed": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
                      "--storage", str(work / "run_seed"), "--exports", "sft,dpo,grpo"],
+        **base,
     }
 
 
@@ -192,10 +203,10 @@ def measure(command: list[str]) -> dict:
     }
 
 
-def bench_size(size_mb: int, repeats: int, work: Path) -> dict:
+def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = None) -> dict:
     source = work / f"corpus_{size_mb}mb"
     shape = build_corpus(size_mb << 20, source, CORPUS)
-    commands = variants(source, work)
+    commands = variants(source, work, against)
     names = list(commands)
     samples: dict[str, list[dict]] = {name: [] for name in names}
     for repeat in range(repeats):
@@ -318,7 +329,7 @@ FLAT_LIMIT = 1.1  # "flat in corpus size": the peak may grow by this factor from
 
 def targets(results: list[dict]) -> list[tuple[str, float | None, float]]:
     largest, smallest = results[-1]["variants"], results[0]["variants"]
-    runs = [name for name in largest if name.startswith("run")]
+    runs = ["run", "run_seed"]  # this checkout's (not an --against checkout's)
 
     def peak_pss(variants: dict) -> float | None:
         values = [variants[name]["peak_pss_tree_mib"] for name in runs]
@@ -383,11 +394,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="250,500,1000", help="corpus sizes in MB, comma-separated")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--work", default="/tmp/trajectory-assets-bench", help="scratch folder for corpora and outputs")
+    parser.add_argument("--against", type=Path, help="another checkout with its own .venv (e.g. a git worktree of an "
+                                                     "earlier commit, set up with `make setup`): its run and run_seed "
+                                                     "join the rotation as run@base and run_seed@base")
     args = parser.parse_args(argv)
     if not CORPUS.is_dir():
         raise SystemExit(f"the benchmark replicates real rollouts from {CORPUS}, which is absent")
     work = Path(args.work)
-    results = [bench_size(int(size), args.repeats, work) for size in args.sizes.split(",")]
+    results = [bench_size(int(size), args.repeats, work, args.against) for size in args.sizes.split(",")]
     fixed = bench_fixed_cost(args.repeats, work)
     OUT.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}

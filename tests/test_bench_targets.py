@@ -26,6 +26,21 @@ def test_each_target_is_judged_against_its_limit():
     assert table.startswith("| target at 1000 MB |")
 
 
+def test_an_earlier_checkout_joins_the_rotation_but_not_the_verdict(tmp_path):
+    from pathlib import Path
+
+    from bench.run import variants as commands
+
+    made = commands(Path("/corpus"), tmp_path, against=Path("/base"))
+    assert made["run@base"][:2] == ["/base/.venv/bin/trajectory-assets", "run"]
+    assert made["run_seed@base"][-2:] == ["--exports", "sft,dpo,grpo"]
+    assert made["run@base"][made["run@base"].index("--storage") + 1] == str(tmp_path / "run@base")
+    assert set(commands(Path("/corpus"), tmp_path)) == {"floor", "recipe", "run", "run_seed"}
+    measured = result(1000, recipe=20.0, run=30.0, run_seed=15.0, floor=3.0, pss=700.0)
+    measured["variants"]["run@base"] = {"wall_s": 90.0, "over_recipe": 4.5, "peak_pss_tree_mib": 5000.0}
+    assert "| peak PSS of the process tree, GiB | 0.68 | ≤ 1.0 | yes |" in targets_markdown([measured])
+
+
 def test_a_single_size_cannot_say_whether_memory_is_flat():
     table = targets_markdown([result(1000, recipe=20.0, run=30.0, run_seed=15.0, floor=3.0, pss=700.0)])
     assert "| peak PSS, largest / smallest size | n/a | ≤ 1.1 | n/a |" in table
