@@ -85,6 +85,34 @@ def test_a_json_lines_export_is_scanned_from_its_row_index_with_the_same_answer(
             for split, position, row in parsed.scan(fields)] == scanned
 
 
+def test_rows_at_reads_only_the_lines_asked_for_where_the_index_says_they_start(tmp_path):
+    store = Storage(str(tmp_path))
+    rows = {"train": [{**SFT_ROWS["train"][0], "trajectory_id": f"t{i}", "note": "é" * i} for i in range(6)],
+            "validation": SFT_ROWS["validation"]}
+    manifest = staged_sft(store, rows)
+    export = StoredExport(store, "sft", manifest)
+    wanted = {"train": {1, 4}, "validation": {0}}
+    expected = [("train", 1, rows["train"][1]), ("train", 4, rows["train"][4]), ("validation", 0, rows["validation"][0])]
+    assert list(export.rows_at(wanted)) == expected
+    # the lines before a wanted one are not read: a newline written into line 0 (same length, same
+    # file for the index) would shift every position of a read from the start
+    train = tmp_path / "exports" / "sft" / "train.jsonl"
+    data = bytearray(train.read_bytes())
+    data[1] = ord("\n")
+    train.write_bytes(bytes(data))
+    assert list(StoredExport(store, "sft", manifest).rows_at(wanted)) == expected
+    # an index written before it kept where lines start: read from the start, the same rows
+    staged_sft(store, rows)
+    index = tmp_path / "indexes" / "sft" / "train.parquet"
+    footer = pq.ParquetFile(index).metadata.metadata
+    older = pq.read_table(index).drop_columns(["__line_start"])
+    with pq.ParquetWriter(index, older.schema) as writer:
+        writer.write_table(older)
+        writer.add_key_value_metadata({key: value for key, value in footer.items() if key != b"ARROW:schema"})
+    fallback = StoredExport(store, "sft", manifest)
+    assert fallback.indexed and list(fallback.rows_at(wanted)) == expected
+
+
 def test_an_index_of_another_write_is_not_used(tmp_path):
     store = Storage(str(tmp_path))
     staged_sft(store, SFT_ROWS)
