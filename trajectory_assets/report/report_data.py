@@ -62,12 +62,15 @@ class ExportScan:
         refs = trajectory_refs(row)
         ids = [trajectory_id for _, trajectory_id in refs]
         self.trajectory_ids.update(ids)
-        roles = dict(refs)
-        if "chosen" in roles or "rejected" in roles:
-            chosen = next((i for role, i in refs if role == "chosen"), "")
-            rejected = next((i for role, i in refs if role == "rejected"), "")
-            self.pairs[(chosen, rejected)] = margin_of(row)
-        rollouts = tuple(i for role, i in refs if role == "rollout")
+        if len(refs) == 1 and refs[0][0] == "trajectory":  # an SFT row: no pair, no task
+            rollouts = ()
+        else:
+            roles = dict(refs)
+            if "chosen" in roles or "rejected" in roles:
+                chosen = next((i for role, i in refs if role == "chosen"), "")
+                rejected = next((i for role, i in refs if role == "rejected"), "")
+                self.pairs[(chosen, rejected)] = margin_of(row)
+            rollouts = tuple(i for role, i in refs if role == "rollout")
         if rollouts:
             extra = row.get("extra_info")
             task = row.get("task_key") or (extra.get("task_key") if isinstance(extra, Mapping) else None)

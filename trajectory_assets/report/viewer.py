@@ -49,10 +49,13 @@ def trajectory_refs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     top-level fields first, then the same fields inside ``extra_info`` (verl)."""
     refs: list[tuple[str, str]] = []
     for holder in (row, row.get("extra_info")):
-        if not isinstance(holder, Mapping):
+        # (dict first: an ABC's isinstance is slow, and the report calls this for every row)
+        if holder is None or not (isinstance(holder, dict) or isinstance(holder, Mapping)):
             continue
         for name, role in REFERENCE_FIELDS:
             value = holder.get(name)
+            if value is None:
+                continue
             if isinstance(value, str):
                 if value:
                     refs.append((role, value))
