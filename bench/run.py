@@ -161,9 +161,10 @@ def _sample_tree(root: int) -> tuple[int, int | None, dict[str, list[int]]]:
     return rss, pss if pss_ok else None, roles
 
 
-def measure(command: list[str]) -> dict:
+def measure(command: list[str], cwd: Path = ROOT) -> dict:
     """Wall seconds and peak tree memory of one fresh process and its descendants (for a
-    `trajectory-assets run`: its fork server and the processes forked from it)."""
+    `trajectory-assets run`: its fork server and the processes forked from it), started in
+    ``cwd`` (a checkout's CLI must start in it: its runs load the code location from there)."""
     peak_rss = peak_pss = 0
     peak_roles: dict[str, list[int]] = {}  # what held the peak PSS: each process's PSS by role
     pss_ok = True
@@ -173,7 +174,7 @@ def measure(command: list[str]) -> dict:
         shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home)
         env = {**os.environ, "DAGSTER_HOME": home}
         started = time.perf_counter()
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # the child stays un-reaped until
             if pid:                                                  # it exits, so its pid is stable
@@ -213,7 +214,7 @@ def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = No
         order = names[repeat % len(names):] + names[: repeat % len(names)]
         for name in order:
             shutil.rmtree(work / name, ignore_errors=True)
-            samples[name].append(measure(commands[name]))
+            samples[name].append(measure(commands[name], against if name.endswith("@base") else ROOT))
             last = samples[name][-1]
             pss = f"{last['peak_pss_tree'] / 2**20:7.1f}" if last["peak_pss_tree"] is not None else "      ?"
             print(f"  {size_mb} MB  repeat {repeat + 1}  {name:8s} {last['wall_s']:7.2f} s  "

@@ -1,5 +1,9 @@
 """The benchmark's verdict on the performance targets (bench/run.py), on made-up results."""
 
+import sys
+
+import pytest
+
 from bench.run import targets_markdown
 
 
@@ -36,6 +40,14 @@ def test_an_earlier_checkout_joins_the_rotation_but_not_the_verdict(tmp_path):
     assert made["run_seed@base"][-2:] == ["--exports", "sft,dpo,grpo"]
     assert made["run@base"][made["run@base"].index("--storage") + 1] == str(tmp_path / "run@base")
     assert set(commands(Path("/corpus"), tmp_path)) == {"floor", "recipe", "run", "run_seed"}
+    # started in the other checkout: its runs load the code location from where the CLI starts
+    from bench.run import measure
+
+    (tmp_path / "base").mkdir()
+    where = f"import os; assert os.getcwd() == {str(tmp_path / 'base')!r}"
+    assert measure([sys.executable, "-c", where], tmp_path / "base")["wall_s"] > 0
+    with pytest.raises(SystemExit, match="AssertionError"):
+        measure([sys.executable, "-c", where])
     measured = result(1000, recipe=20.0, run=30.0, run_seed=15.0, floor=3.0, pss=700.0)
     measured["variants"]["run@base"] = {"wall_s": 90.0, "over_recipe": 4.5, "peak_pss_tree_mib": 5000.0}
     assert "| peak PSS of the process tree, GiB | 0.68 | ≤ 1.0 | yes |" in targets_markdown([measured])
