@@ -103,24 +103,29 @@ def tool_result_counts(messages: list[dict[str, Any]]) -> tuple[int, int]:
 def tool_use(messages: list[dict[str, Any]]) -> dict[str, list[int]]:
     """Per tool name, ``[calls, failed results]`` of a conversation: each call counted under
     its function's name, each failed text result (:func:`tool_result_failed`) under the name
-    of the call its ``tool_call_id`` answers, or ``"?"`` when no call has that id.
+    of the call its ``tool_call_id`` answers, or ``"?"`` when no call has that id (or a call
+    has no name: ingest counts every conversation, and must not fail on one).
 
     >>> call = {"id": "c", "type": "function", "function": {"name": "search", "arguments": "{}"}}
-    >>> tool_use([{"role": "assistant", "content": "", "tool_calls": [call]},
+    >>> tool_use([{"role": "assistant", "content": "", "tool_calls": [call, {"id": "d", "function": {}}]},
     ...           {"role": "tool", "tool_call_id": "c", "content": "error: timeout"},
     ...           {"role": "tool", "tool_call_id": "x", "content": ""}])
-    {'search': [1, 1], '?': [0, 1]}
+    {'search': [1, 1], '?': [1, 1]}
     """
     used: dict[str, list[int]] = {}
     names: dict[Any, str] = {}
     for message in messages:
         for call in message.get("tool_calls") or []:
-            name = call["function"]["name"]
-            names[call["id"]] = name
+            function = call.get("function") if isinstance(call, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            name = name if isinstance(name, str) else "?"
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                names[call["id"]] = name
             used.setdefault(name, [0, 0])[0] += 1
         content = message.get("content")
         if message.get("role") == "tool" and isinstance(content, str) and tool_result_failed(content):
-            used.setdefault(names.get(message.get("tool_call_id"), "?"), [0, 0])[1] += 1
+            call_id = message.get("tool_call_id")
+            used.setdefault(names.get(call_id, "?") if isinstance(call_id, str) else "?", [0, 0])[1] += 1
     return used
 
 

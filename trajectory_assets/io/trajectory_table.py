@@ -129,8 +129,9 @@ def _few(wanted: pa.Array | None, parquet: pq.ParquetFile) -> bool:
     """Whether so few ids are wanted that most row groups of a batch may hold none: fewer
     than a row group holds rows. (For many ids, finding the groups cost 0.25 s more in a
     scan of half the 1 GB benchmark corpus, which reads nearly every group anyway.)"""
-    metadata = parquet.metadata
-    return wanted is not None and metadata.num_row_groups > 1 and len(wanted) < metadata.num_rows / metadata.num_row_groups
+    if wanted is None or parquet.metadata.num_row_groups < 2:
+        return False
+    return len(wanted) < parquet.metadata.num_rows / parquet.metadata.num_row_groups
 
 
 def _groups_holding(parquet: pq.ParquetFile, wanted: pa.Array) -> list[int]:
