@@ -186,3 +186,30 @@ def test_the_corpus_token_data_becomes_on_policy_token_rows(corpus_run):
     assert len(rows) == 5 and result.rows["aligned"].all()
     assert all(row["contiguous"] and len(row["calls"]) == 1 for row in rows)
     assert result.excluded["no_token_data"] > 100
+
+
+def test_ingest_records_for_every_batch_the_tool_use_its_conversations_hold(corpus_run):
+    """The report counts tool use from what ingest recorded beside each batch; reading the
+    stored conversations again must count the same."""
+    from trajectory_assets import layout
+    from trajectory_assets.io.storage import Storage
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
+    from trajectory_assets.report.tool_use import TOOL_USE_RULE, counted
+
+    _, storage = corpus_run
+    store = Storage(str(storage))
+    keys = sorted(path.name.removesuffix(".parquet") for path in (storage / "trajectories" / "batches").glob("*.parquet"))
+    assert keys
+    calls = 0
+    for key in keys:
+        recorded = store.read_json(layout.batch_tool_use(key))
+        assert recorded["rule"] == TOOL_USE_RULE
+        # written by ingest, before the batch's summary (a report that had to count it writes later)
+        batches = storage / "trajectories" / "batches"
+        assert (batches / f"{key}.tool_use.json").stat().st_mtime_ns <= (batches / f"{key}.summary.json").stat().st_mtime_ns
+        read = counted(StoredTrajectories(store, [key]).scan(["trajectory_id", "num_tool_calls", "messages"]))
+        assert recorded["trajectories"] == read, key
+        calls += sum(used[0] for tools in read.values() for used in tools.values())
+    assert calls > 0  # the corpus calls tools
+    stats = json.loads((storage / "reports" / "stats.json").read_text())
+    assert sum(tool["calls"] for tool in stats["tools"].values()) == calls

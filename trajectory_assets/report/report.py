@@ -4,7 +4,8 @@
 Reads, in bounded memory: the flat columns of every trajectory; the tool use ingest counted
 beside each batch (``report/tool_use.py``); the messages of the trajectories whose prompt
 is shown; each export's rows once, only the fields naming its trajectories; then the few
-rows the viewer shows. The Dagster asset (``defs/reports.py``) hands in the readers and writes the result.
+rows the viewer shows. The Dagster asset (``defs/reports.py``) hands in the readers and
+writes the result.
 """
 
 from __future__ import annotations
