@@ -3,25 +3,28 @@
     python -m bench.run --sizes 250,500,1000 --repeats 2      (or: make bench)
 
 For each corpus size it builds a corpus (bench/corpus.py), then runs the variants (floor,
-recipe, run with every export, run_seed with only the seed's SFT/DPO/GRPO) A/B interleaved
-in one session (the order rotates each repeat, so drift on this shared,
-noisy machine hits all of them alike), each in a fresh process, recording wall time and
-the peak memory of the whole process tree (the command and every descendant, e.g. the
+recipe, recipe_pair: two recipes at once, run with every export, run_seed with only the
+seed's SFT/DPO/GRPO) A/B interleaved in one session (the order rotates each repeat, so drift
+on this shared, noisy machine hits all of them alike), each in a fresh process, recording
+wall time, CPU time (user + system of the command and its descendants, from ``os.wait4``)
+and the peak memory of the whole process tree (the command and every descendant, e.g. the
 run's parallel batch workers): every ~50 ms the tree is walked through /proc and the RSS
 and PSS (``smaps_rollup``, which splits shared pages between their sharers instead of
 counting them in every process) of its processes are summed; the peak of each sum is kept.
-Reports the median wall time, MB/s, peak RSS (tree), peak PSS (tree) and each run
-variant's ratios to the recipe and the floor, as JSON and as a Markdown table in bench/out/. (The JSON also
-keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single process, not
-the tree.) Then the stats_report step runs again, alone, on the last ``run``'s output
-(bench/report.py, a fresh process per repeat): its time, the part the report page takes,
-its share of the run, and the size of ``reports/index.html`` and of the Markdown the UI
-stores, as a second table. A third says what held the peak PSS of each run variant at the
+Reports the median wall time, CPU time, MB/s, peak RSS (tree), peak PSS (tree) and each run
+variant's ratios to the recipe and the floor, as JSON and as a Markdown table in bench/out/.
+(The JSON also keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single
+process, not the tree.) Then the stats_report step runs again, alone, on the last ``run``'s
+output (bench/report.py, a fresh process per repeat): its time, the part the report page
+takes, its share of the run, and the size of ``reports/index.html`` and of the Markdown the
+UI stores, as a second table. A third says what held the peak PSS of each run variant at the
 largest size: the PSS of each process of the tree at that sample, by role (the CLI, its fork
 server, the runs and steps forked from it, log capture; ``ROLES``), so a memory figure can be
 traced to the process that holds it. A fourth judges the targets of issue 24 at the largest
-size, and a fifth times a run of the bundled sample (14 records, so almost nothing but what
-every run pays) against importing the code location, interleaved.
+size. A fifth says what the cores allow there: how much two recipes at once get done against
+one alone, and the ratio to the recipe each run variant would reach if its CPU time kept
+every core busy from start to end. A sixth times a run of the bundled sample (14 records, so
+almost nothing but what every run pays) against importing the code location, interleaved.
 
 A change is measured against an earlier commit in the same rotation, since the recipe's own
 time moves by a quarter between sessions here: ``--against CHECKOUT`` adds that checkout's run
@@ -59,6 +62,8 @@ def variants(source: Path, work: Path, against: Path | None = None) -> dict[str,
     return {
         "floor": [python, "-m", "bench.floor", str(source)],
         "recipe": [python, "-m", "bench.recipe", str(source), str(work / "recipe")],
+        # two recipes at once: how much two busy processes get from this machine's cores
+        "recipe_pair": [python, "-m", "bench.recipe_pair", str(source), str(work / "recipe_pair")],
         # every export (4 seed formats + 7 trainer flavors), as `trajectory-assets run` does by default
         "run": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
                 "--storage", str(work / "run")],
@@ -200,6 +205,9 @@ def measure(command: list[str], cwd: Path = ROOT) -> dict:
         # ru_maxrss (KiB on Linux): the largest single process among the child and its reaped
         # descendants, not their sum
         "max_single_rss": usage.ru_maxrss * 1024,
+        # user + system CPU of the command and of every descendant that was waited for (a
+        # `trajectory-assets run` waits for its fork server, which waits for its forks)
+        "cpu_s": usage.ru_utime + usage.ru_stime,
         "samples": samples,
     }
 
@@ -236,6 +244,7 @@ def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = No
                 role: [round(value / 2**20, 1) for value in values]
                 for role, values in max(runs, key=lambda r: r["peak_pss_tree"] or 0)["peak_pss_by_role"].items()
             },
+            "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 2),
             "walls_s": [round(r["wall_s"], 3) for r in runs],
             "memory_samples": [r["samples"] for r in runs],
         }
@@ -287,15 +296,15 @@ def report_markdown(results: list[dict]) -> str:
 
 def markdown(results: list[dict]) -> str:
     lines = [
-        "| corpus | variant | wall (median) | MB/s | peak RSS (tree) | peak PSS (tree) | / recipe | / floor |",
-        "|---|---|---|---|---|---|---|---|",
+        "| corpus | variant | wall (median) | CPU (tree) | MB/s | peak RSS (tree) | peak PSS (tree) | / recipe | / floor |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for name, v in result["variants"].items():
             ratios = (f"{v['over_recipe']}x", f"{v['over_floor']}x") if "over_recipe" in v else ("", "")
             lines.append(
                 f"| {result['corpus']['bytes'] / 1e6:.0f} MB, {result['corpus']['rows']} rows, "
-                f"{result['corpus']['files']} files | {name} | {v['wall_s']:.2f} s | {v['mb_per_s']} | "
+                f"{result['corpus']['files']} files | {name} | {v['wall_s']:.2f} s | {v['cpu_s']:.1f} s | {v['mb_per_s']} | "
                 f"{v['peak_rss_tree_mib']} MiB | "
                 f"{'n/a' if v['peak_pss_tree_mib'] is None else str(v['peak_pss_tree_mib']) + ' MiB'} | "
                 f"{ratios[0]} | {ratios[1]} |"
@@ -321,6 +330,32 @@ def composition_markdown(results: list[dict]) -> str:
         lines.append(f"| {'the CLI' if role == 'command' else role} | " + " | ".join(cells) + " |")
     totals = [sum(sum(values) for values in largest["variants"][name]["peak_pss_by_role_mib"].values()) for name in runs]
     lines.append("| total | " + " | ".join(f"{total:.0f} MiB" for total in totals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cores_markdown(results: list[dict], cpus: int) -> str:
+    """What the machine's cores allow at the largest size: two recipes at once against one
+    (how much two busy processes get), and for each run variant of this checkout the wall it
+    would take if its CPU seconds (user + system, the whole tree) kept every core busy from
+    start to end, as a ratio to the recipe: no packing of the steps can beat that ratio
+    without cutting CPU."""
+    largest = results[-1]
+    variants = largest["variants"]
+    recipe = variants["recipe"]
+    lines = [f"| at {largest['corpus']['bytes'] / 1e6:.0f} MB | wall (median) | CPU (tree) | "
+             f"CPU / {cpus} cores | / recipe | / recipe, every core busy throughout |",
+             "|---|---|---|---|---|---|",
+             f"| recipe | {recipe['wall_s']:.2f} s | {recipe['cpu_s']:.1f} s | | | |"]
+    if "recipe_pair" in variants:
+        pair = variants["recipe_pair"]
+        lines.append(f"| two recipes at once ({2 * recipe['wall_s'] / pair['wall_s']:.2f}x one's work per second) | "
+                     f"{pair['wall_s']:.2f} s | {pair['cpu_s']:.1f} s | | | |")
+    for name in ("run_seed", "run"):
+        if name in variants:
+            v = variants[name]
+            busy = v["cpu_s"] / cpus
+            lines.append(f"| {name} | {v['wall_s']:.2f} s | {v['cpu_s']:.1f} s | {busy:.2f} s | "
+                         f"{v['over_recipe']:.2f} | {busy / recipe['wall_s']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -405,11 +440,12 @@ def main(argv: list[str] | None = None) -> None:
     results = [bench_size(int(size), args.repeats, work, args.against) for size in args.sizes.split(",")]
     fixed = bench_fixed_cost(args.repeats, work)
     OUT.mkdir(parents=True, exist_ok=True)
-    machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0]}
     (OUT / "results.json").write_text(json.dumps({"machine": machine, "results": results, "bundled_sample": fixed},
                                                  indent=2) + "\n")
     table = (markdown(results) + "\n" + report_markdown(results) + "\n" + composition_markdown(results) + "\n"
-             + targets_markdown(results) + "\n" + fixed_cost_markdown(fixed))
+             + targets_markdown(results) + "\n" + cores_markdown(results, machine["cpus"]) + "\n"
+             + fixed_cost_markdown(fixed))
     (OUT / "results.md").write_text(table)
     print(table)
 

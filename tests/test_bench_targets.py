@@ -39,7 +39,7 @@ def test_an_earlier_checkout_joins_the_rotation_but_not_the_verdict(tmp_path):
     assert made["run@base"][:2] == ["/base/.venv/bin/trajectory-assets", "run"]
     assert made["run_seed@base"][-2:] == ["--exports", "sft,dpo,grpo"]
     assert made["run@base"][made["run@base"].index("--storage") + 1] == str(tmp_path / "run@base")
-    assert set(commands(Path("/corpus"), tmp_path)) == {"floor", "recipe", "run", "run_seed"}
+    assert set(commands(Path("/corpus"), tmp_path)) == {"floor", "recipe", "recipe_pair", "run", "run_seed"}
     # started in the other checkout: its runs load the code location from where the CLI starts
     from bench.run import measure
 
@@ -108,6 +108,47 @@ def test_a_measured_command_and_its_child_are_both_in_the_peak():
     assert sorted(roles) == ["command", "other"], roles
     assert len(roles["command"]) == len(roles["other"]) == 1
     assert sum(roles["command"] + roles["other"]) == measured["peak_pss_tree"] > 0
+
+
+def test_the_cores_table_gives_what_two_busy_processes_get_and_the_ratio_a_run_s_cpu_allows():
+    from bench.run import cores_markdown
+
+    made = result(1000, recipe=16.0, run=34.0, run_seed=24.0, floor=2.0, pss=800.0)
+    made["variants"]["recipe"]["cpu_s"] = 15.5
+    made["variants"]["recipe_pair"] = {"wall_s": 20.0, "cpu_s": 39.0}
+    made["variants"]["run"]["cpu_s"] = 57.6
+    made["variants"]["run_seed"]["cpu_s"] = 38.4
+    table = cores_markdown([made], cpus=2).splitlines()
+    assert table[0] == ("| at 1000 MB | wall (median) | CPU (tree) | CPU / 2 cores | / recipe | "
+                        "/ recipe, every core busy throughout |")
+    assert table[2:] == [
+        "| recipe | 16.00 s | 15.5 s | | | |",
+        "| two recipes at once (1.60x one's work per second) | 20.00 s | 39.0 s | | | |",
+        "| run_seed | 24.00 s | 38.4 s | 19.20 s | 1.50 | 1.20 |",
+        "| run | 34.00 s | 57.6 s | 28.80 s | 2.12 | 1.80 |",
+    ]
+
+
+def test_measured_cpu_time_counts_the_children_the_command_waited_for():
+    from bench.run import measure
+
+    spin = "import time; end = time.process_time() + 0.4\nwhile time.process_time() < end: pass"
+    measured = measure([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"])
+    assert measured["cpu_s"] >= 0.4  # the child's spinning, not only the parent's start-up
+
+
+def test_the_recipe_pair_makes_the_recipe_s_output_twice(tmp_path):
+    from bench.run import CORPUS
+    from bench.recipe_pair import main
+
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "rollouts.jsonl").write_bytes(sorted(CORPUS.glob("*.jsonl"))[0].read_bytes())
+    assert main(str(source), str(tmp_path / "out")) == 0
+    first, second = ((tmp_path / "out" / copy / "sft.jsonl").read_bytes() for copy in ("a", "b"))
+    assert first == second and first.count(b"\n") > 0
+    (source / "broken.jsonl").write_text("{}\n")  # no output: the recipe raises, and the pair says so
+    assert main(str(source), str(tmp_path / "again")) != 0
 
 
 def test_a_run_of_the_bundled_sample_is_judged_against_importing_the_code_location():
