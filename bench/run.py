@@ -103,7 +103,7 @@ def _process_tree(root: int) -> dict[int, int]:
 # What each process of a `trajectory-assets run` is, from its command line: (role, a part of
 # the command line that marks it). Order matters: the first match wins.
 ROLES = [
-    ("fork server", b"multiprocessing.forkserver"),  # its children are forked runs and steps (below)
+    ("fork server", b"multiprocessing.forkserver"),  # a server started as a new interpreter
     ("log capture", b"watch_orphans"),
     ("other", b""),  # the resource tracker, tail
 ]
@@ -111,14 +111,25 @@ ROLES = [
 
 def _role(pid: int, root: int, tree: dict[int, int], cmdlines: dict[int, bytes]) -> str:
     """What ``pid`` is (``ROLES``); ``tree`` maps each process to its parent, ``cmdlines`` holds
-    command lines as /proc gives them (arguments separated by NULs)."""
+    command lines as /proc gives them (arguments separated by NULs). A fork server is started
+    as a new interpreter (its command line says so) or forked from the CLI (a child of the CLI
+    with its command line); what a server forks has the server's command line."""
     if pid == root:
         return "command"  # the CLI itself (or the recipe, or the floor)
-    line, parent = (cmdlines.get(one, b"").replace(b"\0", b" ") for one in (pid, tree.get(pid, 0)))
-    role = next(role for role, mark in ROLES if mark in line)
-    if role == "fork server" and b"multiprocessing.forkserver" in parent:
-        return "forked run or step"  # forked by the fork server: the same command line
-    return role
+
+    def is_server(one: int) -> bool:
+        line, parent = cmdlines.get(one, b""), tree.get(one, 0)
+        if parent == root and line == cmdlines.get(root):
+            return True  # forked from the CLI
+        mark = b"multiprocessing.forkserver"
+        return mark in line and mark not in cmdlines.get(parent, b"")  # not one of its forks
+
+    if is_server(tree.get(pid, 0)):
+        return "forked run or step"
+    if is_server(pid):
+        return "fork server"
+    line = cmdlines.get(pid, b"").replace(b"\0", b" ")
+    return next(role for role, mark in ROLES[1:] if mark in line)
 
 
 def _cmdline(pid: int) -> bytes:

@@ -77,6 +77,11 @@ def test_each_process_of_a_run_is_named_by_its_role():
     roles = {pid: _role(pid, 1, parents, cmdlines) for pid in parents}
     assert roles == {1: "command", 2: "fork server", 3: "forked run or step", 4: "log capture", 5: "other",
                      6: "other"}
+    # a fork server forked from the CLI: the CLI's command line, in the server and in its forks
+    cmdlines.update({2: cmdlines[1], 3: cmdlines[1]})
+    roles = {pid: _role(pid, 1, parents, cmdlines) for pid in parents}
+    assert roles == {1: "command", 2: "fork server", 3: "forked run or step", 4: "log capture", 5: "other",
+                     6: "other"}
 
 
 def test_the_peak_is_broken_down_by_role_for_each_run_variant():

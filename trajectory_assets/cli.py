@@ -44,7 +44,9 @@ class _Help(argparse.HelpFormatter):
         return super()._get_help_string(action)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, single_call_process: bool = False) -> int:
+    """``single_call_process``: this process exists for this one call (the console script), so
+    its fork server may be forked from it (``runs/processes.py``, ``cli_fork_server``)."""
     parser = argparse.ArgumentParser(prog="trajectory-assets", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="materialize every asset (trajectories, exports, stats)",
@@ -66,19 +68,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
     args = parser.parse_args(argv)
-    return _run(args)
+    return _run(args, single_call_process)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, single_call_process: bool) -> int:
     if not args.verbose:
         warnings.filterwarnings("ignore")  # Dagster's beta/preview notices are for developers
         os.environ["PYTHONWARNINGS"] = "ignore"  # and the fork server's processes'
     from trajectory_assets.runs.processes import Interrupts, stop_fork_server
+    from trajectory_assets.runs.step_imports import set_arrow_purge_delay
+
+    set_arrow_purge_delay()  # before pyarrow loads: the runs and steps forked from this process have it
 
     # first: every thread started from here on blocks SIGINT, which Interrupts takes
     with Interrupts() as interrupts:
         try:
-            return _run_calls(args, interrupts)
+            return _run_calls(args, interrupts, single_call_process)
         except KeyboardInterrupt:
             print("trajectory-assets: interrupted; its runs were canceled", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -86,12 +91,13 @@ def _run(args: argparse.Namespace) -> int:
             stop_fork_server()
 
 
-def _run_calls(args: argparse.Namespace, interrupts) -> int:
+def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.exports.decontamination import BenchmarkError, cached_index
     from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
-    from trajectory_assets.runs.processes import start_fork_server
+    from trajectory_assets.runs.processes import cli_fork_server
+    from trajectory_assets.runs.step_imports import import_what_steps_need
     from trajectory_assets.io.source_files import SourceError, batch_key, work_bytes
     from trajectory_assets.sources import discover_sources
     from trajectory_assets.progress import progress_for
@@ -130,8 +136,11 @@ def _run_calls(args: argparse.Namespace, interrupts) -> int:
         slots = args.workers or _cpu_count()
         runs = {"auto": ingest_runs(len(batches), work_bytes(found), slots), "in-process": 1,
                 "forked": slots}[args.execution]
-        # several runs: the fork server imports the code location while this process does the same
-        forks = start_fork_server() if runs > 1 else None
+        forks = None
+        if runs > 1:  # a fork server: forked from this process once it has imported the code location
+            if single_call_process:
+                import_what_steps_need()
+            forks = cli_fork_server(from_here=single_call_process)
         steps = {"auto": "auto", "in-process": "in_process", "forked": "multiprocess"}[args.execution]
         import dagster as dg
 
@@ -233,7 +242,8 @@ def _fileno(stream) -> int | None:
 
 
 def entry() -> None:
-    """The console script: ``main()``, then an exit that skips tearing the interpreter down.
+    """The console script: ``main()`` in a process of its own (so its fork server is forked
+    from it), then an exit that skips tearing the interpreter down.
 
     Once ``main()`` has returned, every output is closed and every run recorded; what is left
     is freeing, one by one, the objects of the code location, Dagster's storage and the
@@ -243,7 +253,7 @@ def entry() -> None:
     do the flushes of stdout and stderr. ``atexit._run_exitfuncs`` is CPython's own (what
     ``sys.exit`` calls before finalizing); a test runs the CLI as a process and checks its
     whole output and exit code. An exception leaves through the normal path."""
-    code = main()
+    code = main(single_call_process=True)
     import atexit
 
     atexit._run_exitfuncs()

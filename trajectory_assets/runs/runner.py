@@ -7,8 +7,8 @@ server and no run worker:
 
 - **small inputs** (one ingest run is enough, ``run_plan.ingest_runs``): every run in this
   process, one after the other: the ingest run, then the datasets run;
-- **large inputs**: a fork server, started when the CLI starts and preloaded with the code
-  location and the instance's storage modules (``step_preload.py``); the ingest runs (about
+- **large inputs**: a fork server, forked from the CLI once it has imported the code location
+  and the instance's storage modules (``processes.cli_fork_server``); the ingest runs (about
   one per core) are forked from it, and so are the datasets run's steps when the stored
   trajectories are large (``executors.py``; its executor forks from the same server, so two
   export families run at once on two cores).
@@ -336,7 +336,7 @@ def run_pipeline(
     """``runs`` ingest runs over ranges of the batches (a bad batch never blocks the others),
     then the datasets run: the whole datasets job (every export and the stats report), or only the
     given ``assets`` of it. With ``forks`` (a fork server's context, see
-    ``processes.start_fork_server``) the ingest runs are forked, ``slots`` at a time; without,
+    ``processes.cli_fork_server``) the ingest runs are forked, ``slots`` at a time; without,
     they execute in this process, one after the other. The datasets run executes in this process, its steps as
     ``steps`` says (``executors.py``: in_process, multiprocess or auto)."""
     progress = progress or Progress()
@@ -369,7 +369,7 @@ def run_pipeline(
             storage = run_config["resources"]["storage"]["config"]["root"]
             steps = "in_process" if trajectories_fit_in_process(storage, batches) else "multiprocess"
         if steps == "multiprocess" and pipeline.forks is None:
-            pipeline.forks = start_fork_server()
+            pipeline.forks = start_fork_server()  # this process has run the ingest: not forked from it
         execution = {"config": {"steps": steps, "max_concurrent": slots}}
         datasets = pipeline.create(MAIN_JOB, {}, {**run_config, "execution": execution},
                                    None if assets is None else [dg.AssetKey(name) for name in assets])

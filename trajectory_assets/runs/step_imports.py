@@ -1,0 +1,36 @@
+"""What a process sets up before it forks runs or steps: Arrow's allocator setting, the code
+location and the instance's storage modules. A fork server started as a new interpreter does
+it as it starts (``step_preload.py``); the CLI does it before it forks its server from itself
+(``processes.fork_server_from_here``). Apart from ``processes.py``, which the assets' own code
+reaches (through the UI's run launcher), so that importing the code location here does not
+make every asset's code version depend on every module (``code_versions.py``)."""
+
+from __future__ import annotations
+
+import os
+
+# How long Arrow's allocator (mimalloc) keeps memory it freed before handing it back to the
+# system. It reads this when pyarrow loads, so a process that runs steps sets it before its
+# first import of pyarrow, and the processes forked from it have it too. Its own default here
+# is 1000 ms. At 0 (before) every chunk of trajectories read from Parquet faulted its pages in
+# again: on the 1 GB benchmark corpus, each family step alone (seed exports) took 0.2-0.7 s
+# longer than at 10 ms, for 30-45 MiB less at its peak (README, Performance).
+ARROW_PURGE_DELAY_MS = "10"
+
+
+def set_arrow_purge_delay() -> None:
+    """``ARROW_PURGE_DELAY_MS`` for this process's pyarrow, unless the environment sets one."""
+    os.environ.setdefault("MIMALLOC_PURGE_DELAY", ARROW_PURGE_DELAY_MS)
+
+
+def import_what_steps_need() -> None:
+    """The code location, and the instance's storage modules: each step connects to the
+    instance (``DagsterInstance.from_ref``), which imports several hundred of them (SQLAlchemy,
+    Alembic and Dagster's storages), 1.5 to 3 s of CPU per step when its server had not.
+    Opening and closing the instance of ``DAGSTER_HOME`` imports exactly the ones it needs."""
+    import trajectory_assets.definitions  # noqa: F401  (what the steps run)
+    from trajectory_assets.runs.instance import open_instance
+
+    if os.environ.get("DAGSTER_HOME"):
+        with open_instance():  # connects to nothing that stays open
+            pass
