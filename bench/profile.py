@@ -72,7 +72,9 @@ def profile_phases(source: Path, storage: Path) -> Counter:
         os.environ["DAGSTER_HOME"] = home
         start = time.time()
         try:
-            if main(["run", "--source", str(source), "--storage", str(storage)]) != 0:
+            # as the console script runs it: this process has run nothing yet, so the CLI forks
+            # its fork server from it (runs/processes.py)
+            if main(["run", "--source", str(source), "--storage", str(storage)], single_call_process=True) != 0:
                 raise SystemExit("the run failed")
         finally:
             os.environ.pop("DAGSTER_HOME") if previous is None else os.environ.update(DAGSTER_HOME=previous)
