@@ -12,9 +12,10 @@ import os
 # How long Arrow's allocator (mimalloc) keeps memory it freed before handing it back to the
 # system. It reads this when pyarrow loads, so a process that runs steps sets it before its
 # first import of pyarrow, and the processes forked from it have it too. Its own default here
-# is 1000 ms. At 0 (before) every chunk of trajectories read from Parquet faulted its pages in
-# again: on the 1 GB benchmark corpus, each family step alone (seed exports) took 0.2-0.7 s
-# longer than at 10 ms, for 30-45 MiB less at its peak (README, Performance).
+# is 1000 ms. At 0 (before) the steps faulted in again the pages of every chunk they read from
+# Parquet: a run of every export on the 1 GB benchmark corpus took 2.0-2.5 s and 3.8-4.7 s of
+# CPU more than at 10 ms (2.2-2.4 s of it system time), for 8-71 MiB less in each step's
+# working set (README, Performance).
 ARROW_PURGE_DELAY_MS = "10"
 
 
