@@ -1,6 +1,6 @@
 """Two copies of the recipe at once, each into its own folder: what the machine's cores
 give two busy processes. On a machine whose cores share little, the pair takes as long as
-one recipe alone; on this one it does not (the README's Performance section), and a run
+one recipe alone; on this one it does not (docs/performance.md), and a run
 that keeps every core busy is bounded by that, not by its CPU seconds alone.
 Usage: python -m bench.recipe_pair SOURCE_DIR OUT_DIR"""
 

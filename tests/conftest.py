@@ -18,7 +18,7 @@ SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
 
 
-# The tiers of `make test` (README, Tests). Every test not named here is a unit or contract
+# The tiers of `make test` (docs/testing.md). Every test not named here is a unit or contract
 # test: it needs no Dagster instance (a fixture below makes creating one fail), and they all
 # run in under a minute with `make test-fast`. End-to-end tests run the graph through Dagster
 # (the CLI, jobs in process); system tests start real servers and processes (`dagster dev`,

@@ -51,7 +51,7 @@ def release_memory() -> None:
 # A full collection walks every object the loop holds (the plan's frames among them): after
 # each chunk it cost about 30 ms, 0.9 s of a 1 GB SFT step. After every fourth chunk the same
 # step took 0.65 s less for 15-20 MiB more at its peak (interleaved A/B in one session, SFT
-# and DPO at 1 GB, see README Performance).
+# and DPO at 1 GB, commit 137f33e).
 RELEASE_EVERY_CHUNKS = 4
 
 

@@ -114,7 +114,7 @@ def test_every_export_folder_loads_with_load_dataset_alone(run_exports, hf_cache
             assert all(rows.features[name] == datasets.Json() for name in set(rows.features) - set(schema_features))
             written = written_rows(folder / f"{split}.{export.file_format}")
             # datasets' JSON loader re-encodes each line through pandas' ujson when the features hold a
-            # Json field, which keeps 10 decimals of a float (README, Trainer flavors): those folders
+            # Json field, which keeps 10 decimals of a float (docs/exports.md, Trainer flavors): those folders
             # are compared to 1e-9, every other folder exactly
             rel = 1e-9 if export.file_format == "jsonl" and "json" in json.dumps(manifest["features"]) else 0.0
             assert same([without_nulls(row) for row in rows], [without_nulls(row) for row in written], rel), (

@@ -25,7 +25,7 @@ from trajectory_assets.io.storage import Storage
 # Trajectory Parquet (compressed) of every registered batch up to which the datasets run's
 # steps run in its own process: below it, starting a fork server and a process per step
 # costs more than the two cores give back. Measured with `python -m bench.executors`
-# (README, Performance).
+# (docs/performance.md).
 DATASETS_IN_PROCESS_MAX_BYTES = 8 * 1024 * 1024
 STEP_MODES = ("auto", "in_process", "multiprocess")
 

@@ -29,9 +29,9 @@ MAIN_JOB = "build_training_datasets"
 # to redo and that a large backlog still spreads over every run slot
 BATCHES_PER_RUN = 50
 BATCHES_TAG = "trajectory/batches"  # every run that ingests batches names them
-# What ingesting costs in one process, fitted to `python -m bench.executors` (README,
-# Performance; with the instance's pooled SQLite storage): about 0.05 s per batch (Dagster
-# records a materialization and check results per asset and batch; 0.11 s when each event
+# What ingesting costs in one process, fitted to `python -m bench.executors`
+# (docs/performance.md; with the instance's pooled SQLite storage): about 0.05 s per batch
+# (Dagster records a materialization and check results per asset and batch; 0.11 s when each event
 # opened its own connection) plus 0.012 s per MB of JSON lines. One process won the whole call
 # at an estimate of 1.17 s (64 MB in 8 files), forking at 1.94 s (128 MB in 8 files) and 2.4 s
 # (the 47 files of ../shared/corpus/nemo_gym): splitting starts between them.

@@ -15,7 +15,7 @@ import os
 # is 1000 ms. At 0 (before) the steps faulted in again the pages of every chunk they read from
 # Parquet: a run of every export on the 1 GB benchmark corpus took 2.0-2.5 s and 3.8-4.7 s of
 # CPU more than at 10 ms (2.2-2.4 s of it system time), for 8-71 MiB less in each step's
-# working set (README, Performance).
+# working set (docs/performance.md).
 ARROW_PURGE_DELAY_MS = "10"
 
 
