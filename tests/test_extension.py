@@ -44,8 +44,9 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
     return ReadBack(messages=list(row["messages"]))
 
 
-EXPORT = Export("toy_pairs", "sft", render, read_back, SftSchema, SCHEMA, {"messages": ["messages"]}, FIELDS,
-                "A toy: each trajectory's first question and last answer.")
+EXPORT = Export(name="toy_pairs", family="sft", render=render, read_back=read_back, contract=SftSchema,
+                arrow_schema=SCHEMA, lineage={"messages": ["messages"]}, fields=FIELDS,
+                description="A toy: each trajectory's first question and last answer.")
 '''
 
 TOY_SOURCE = '''"""``toy_qa``: one question, its answer and a score per line."""
