@@ -40,8 +40,9 @@ def test_a_change_to_a_conversion_rule_versions_the_ingest_assets_anew(source_tr
     changed = changed_by(source_tree, "trajectory_assets/chat/messages.py")
     assert set(INGEST_ASSETS) <= changed and "stats_report" in changed
     hermes = changed_by(source_tree, "trajectory_assets/sources/hermes.py")
-    # the exports that read Hermes markup with its rules; the others only through the trajectories
-    assert hermes == {*INGEST_ASSETS, "sft_hermes_dataset", "stats_report"}
+    # a format's module declares what the exports and the report ask of its rows (where a GRPO
+    # task goes, its report section): they ask the registry, which imports every format
+    assert hermes == {*INGEST_ASSETS, *EXPORT_ASSETS, "stats_report"}
 
 
 

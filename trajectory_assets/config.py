@@ -119,8 +119,11 @@ class DpoConfig(Curation):
 
 
 class GrpoConfig(Curation):
+    # a source format routes its tasks to one of these settings (SourceFormat.agent_ref_setting);
+    # a format that names none, to this one
     default_agent_ref: str | None = Field(
-        None, description="agent name for NeMo Gym tasks whose rollouts carry no agent_ref; null = skip them"
+        None, description="agent name for NeMo Gym tasks whose rollouts carry no agent_ref, and for tasks of a "
+                          "source format with no agent setting of its own; null = skip them"
     )
     hermes_agent_ref: str | None = Field(
         "hermes_agent", description="agent name for tasks from Hermes trajectories (which name none); null = skip"

@@ -185,13 +185,26 @@ def test_grpo_routes_hermes_and_atif_tasks_only_to_the_agents_the_config_names()
 
 
 
-def test_every_source_format_names_how_its_grpo_tasks_are_routed():
-    """A new source format must say which GrpoConfig field routes its tasks (or be NeMo Gym's own)."""
-    from trajectory_assets.exports.families.grpo import OTHER_SOURCES_AGENT_REF
-    from trajectory_assets.sources import SOURCES
+def test_a_source_format_that_names_no_agent_setting_routes_to_the_default_agent():
+    """A task of a format whose ``FORMAT`` declares no ``agent_ref_setting`` (here one the
+    registry does not know) goes to ``grpo.default_agent_ref``: left out while that is null,
+    never a KeyError; its rollout's own agent names no NeMo Gym agent server."""
+    hermes_task = {"conversations": [{"from": "human", "value": "Fix the test."}, {"from": "gpt", "value": "Fixed."}]}
+    frame = trajectory_frame([hermes_task]).assign(source_format="new_format", agent_name="its_harness")
+    keep = GrpoConfig(zero_variance_groups="keep")
+    skipped = build("grpo", frame, keep, ALL_TRAIN)
+    assert skipped.rows.empty and skipped.excluded == {"no_agent_ref": 1}
+    (row,) = rows_of(build("grpo", frame, keep.model_copy(update={"default_agent_ref": "fallback"}), ALL_TRAIN))
+    assert row["agent_ref"] == {"type": "responses_api_agents", "name": "fallback"}
 
-    assert set(OTHER_SOURCES_AGENT_REF) == {source.name for source in SOURCES} - {"nemo_gym"}
-    assert all(field in GrpoConfig.model_fields for field in OTHER_SOURCES_AGENT_REF.values())
+
+def test_a_source_format_must_name_an_agent_setting_the_config_has():
+    from trajectory_assets.sources import SOURCES
+    from trajectory_assets.sources.format import SourceFormat
+
+    assert all(source.agent_ref_setting in GrpoConfig.model_fields for source in SOURCES)
+    with pytest.raises(ValueError, match="grpo.toy_agent_ref is no agent setting of the config"):
+        SourceFormat(name="toy", shape="a toy", detect=bool, convert=dict, agent_ref_setting="toy_agent_ref")
 
 
 # ---------- split

@@ -1,5 +1,5 @@
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
-from trajectory_assets.report.stats import compute_stats, hermes_stats, render_markdown
+from trajectory_assets.report.stats import compute_stats, render_markdown, source_section
 
 SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "sources_failed": 0,
            "rejected_by_reason": {"invalid_json": 2}, "sources": [{}]}
@@ -51,7 +51,7 @@ def test_hermes_section_counts_flags_reasoning_and_takes_its_tools():
     hermes = trajectories.iloc[:2].assign(source_format="hermes", has_reasoning=[True, False],
                                           quality_flags=["no_reasoning,unanswered_tool_calls", "no_reasoning"])
     both = pd.concat([hermes, trajectories.iloc[2:]], ignore_index=True)
-    section = hermes_stats(both, {"f": {"calls": 1, "failures": 0, "failure_rate": 0.0}})
+    section = source_section(both, "hermes", {"f": {"calls": 1, "failures": 0, "failure_rate": 0.0}})
     assert section["trajectories"] == 2 and section["reasoning_coverage"] == 0.5
     assert section["quality_flags"] == {"no_reasoning": 2, "unanswered_tool_calls": 1}
     assert section["tools"] == {"f": {"calls": 1, "failures": 0, "failure_rate": 0.0}}

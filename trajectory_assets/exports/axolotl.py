@@ -59,9 +59,11 @@ def training_setting(rule: str) -> str:
 
 
 EXPORT = Export(
-    "axolotl", "sft", render, read_back, AxolotlSchema, SCHEMA, SFT_LINEAGE,
-    {**FIELDS, "messages": "the conversation (arguments as JSON objects), each message with `train`: whether it is "
-                           "a training target under sft.train_on"},
-    "Axolotl `chat_template` rows: `messages` with a `train` flag per message (`message_field_training: train`) "
-    "plus `tools`.",
-    group=FLAVORS_GROUP, file_format="jsonl", measures=("reward",), training_setting=training_setting)
+    name="axolotl", family="sft", render=render, read_back=read_back, contract=AxolotlSchema, arrow_schema=SCHEMA,
+    lineage=SFT_LINEAGE,
+    fields={**FIELDS, "messages": "the conversation (arguments as JSON objects), each message with `train`: "
+                                  "whether it is a training target under sft.train_on"},
+    description="Axolotl `chat_template` rows: `messages` with a `train` flag per message "
+                "(`message_field_training: train`) plus `tools`.",
+    group=FLAVORS_GROUP, file_format="jsonl", measures=("reward",), training_setting=training_setting,
+)

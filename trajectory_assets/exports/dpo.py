@@ -38,6 +38,8 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "dpo", "dpo", render, read_back, DpoSchema, SCHEMA, DPO_LINEAGE, FIELDS,
-    "Preference pairs `{prompt, chosen, rejected}` from rollouts of the same task (the seed DPO format).",
-    measures=DPO_MEASURES)
+    name="dpo", family="dpo", render=render, read_back=read_back, contract=DpoSchema, arrow_schema=SCHEMA,
+    lineage=DPO_LINEAGE, fields=FIELDS,
+    description="Preference pairs `{prompt, chosen, rejected}` from rollouts of the same task (the seed DPO format).",
+    measures=DPO_MEASURES,
+)

@@ -3,10 +3,11 @@
 An :class:`Export` is all there is to know about one export: its family (the config
 section that curates it and the step that builds it), its renderer, its Pandera contract,
 the Arrow schema of its rows, where its fields come from and what they hold, how a written
-row reads back as the canonical chat, what its manifest measures and what it is for. The
-registry (``exports/__init__.py``) is the concatenation of the modules' ``EXPORT``; the
-Dagster assets and their checks, the CLI's ``--exports``, the report's viewer, the README's
-export table and the dataset cards all come from it.
+row reads back as the canonical chat, what its manifest measures and what it is for. It is
+built with keywords only: nine of its fields are required, and a name beside each value says
+which is which. The registry (``exports/registry.py``, ``EXPORTS``) is the concatenation of the
+modules' ``EXPORT``; the Dagster assets and their checks, the CLI's ``--exports``, the report's
+viewer, the README's export table and the dataset cards all come from it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class ReadBack:
     calls: list[dict[str, Any]] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Export:
     name: str  # also the folder under exports/ and the CLI's name for it
     family: str  # sft / dpo / grpo

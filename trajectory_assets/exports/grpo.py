@@ -58,7 +58,9 @@ def without_token_data(request: dict[str, Any]) -> dict[str, Any]:
 
 
 EXPORT = Export(
-    "grpo", "grpo", render, read_back, GrpoSchema, SCHEMA, {"responses_create_params": ["request"], **TASK_LINEAGE},
-    {**FIELDS, "responses_create_params": "the request to replay (NeMo Gym's responses_create_params)"},
-    "One NeMo Gym RL input per task `{responses_create_params, agent_ref}` (the seed GRPO format).",
-    measures=("mean_reward",))
+    name="grpo", family="grpo", render=render, read_back=read_back, contract=GrpoSchema, arrow_schema=SCHEMA,
+    lineage={"responses_create_params": ["request"], **TASK_LINEAGE},
+    fields={**FIELDS, "responses_create_params": "the request to replay (NeMo Gym's responses_create_params)"},
+    description="One NeMo Gym RL input per task `{responses_create_params, agent_ref}` (the seed GRPO format).",
+    measures=("mean_reward",),
+)

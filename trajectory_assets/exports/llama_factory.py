@@ -228,10 +228,13 @@ def _index(export: str) -> dict[str, bytes]:
 
 
 EXPORT = Export(
-    "llama_factory", "sft", render, read_back, LlamaFactorySchema, SCHEMA,
-    {"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
-     "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-    {**FIELDS, "system": "the system prompt",
-     "tools": "the tools offered to the model, as LLaMA-Factory's JSON text of bare function objects (empty: none)"},
-    "LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in `dataset_info.json`.",
-    group=FLAVORS_GROUP, index_files=_index, training_setting=SWITCH.setting)
+    name="llama_factory", family="sft", render=render, read_back=read_back, contract=LlamaFactorySchema,
+    arrow_schema=SCHEMA,
+    lineage={"conversations": ["messages"], "system": ["messages"], "tools": ["tools"],
+             "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+    fields={**FIELDS, "system": "the system prompt",
+            "tools": "the tools offered to the model, as LLaMA-Factory's JSON text of bare function objects "
+                     "(empty: none)"},
+    description="LLaMA-Factory ShareGPT with `system` and `tools` columns, registered in `dataset_info.json`.",
+    group=FLAVORS_GROUP, index_files=_index, training_setting=SWITCH.setting,
+)

@@ -56,11 +56,13 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "nemo_rl_dpo", "dpo", render, read_back, NemoRlDpoSchema, SCHEMA,
-    {"context": ["messages"], "completions": ["messages", "reward"],
-     **{k: v for k, v in DPO_LINEAGE.items() if k not in ("prompt", "chosen", "rejected")}},
-    {**FIELDS, "context": "the shared prompt messages (NeMo RL's context)",
-     "completions": "the two ranked completions {rank, completion}; rank 0 is preferred"},
-    "NeMo RL DPO preferences: `context` plus two `completions` `{rank, completion}` (rank 0 preferred, no ties) "
-    "and `tools`.",
-    group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES)
+    name="nemo_rl_dpo", family="dpo", render=render, read_back=read_back, contract=NemoRlDpoSchema,
+    arrow_schema=SCHEMA,
+    lineage={"context": ["messages"], "completions": ["messages", "reward"],
+             **{k: v for k, v in DPO_LINEAGE.items() if k not in ("prompt", "chosen", "rejected")}},
+    fields={**FIELDS, "context": "the shared prompt messages (NeMo RL's context)",
+            "completions": "the two ranked completions {rank, completion}; rank 0 is preferred"},
+    description="NeMo RL DPO preferences: `context` plus two `completions` `{rank, completion}` (rank 0 preferred, "
+                "no ties) and `tools`.",
+    group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES,
+)

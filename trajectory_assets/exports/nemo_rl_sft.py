@@ -51,7 +51,9 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "nemo_rl_sft", "sft", render, read_back, NemoRlSftSchema, SCHEMA, SFT_LINEAGE, FIELDS,
-    "NeMo RL SFT `openai_format`: `messages` (arguments as JSON objects, ending with the assistant's turn) plus "
-    "`tools`; load with `use_preserving_dataset: true`.",
-    group=FLAVORS_GROUP, measures=("reward",), training_setting=SWITCH.setting)
+    name="nemo_rl_sft", family="sft", render=render, read_back=read_back, contract=NemoRlSftSchema,
+    arrow_schema=SCHEMA, lineage=SFT_LINEAGE, fields=FIELDS,
+    description="NeMo RL SFT `openai_format`: `messages` (arguments as JSON objects, ending with the assistant's "
+                "turn) plus `tools`; load with `use_preserving_dataset: true`.",
+    group=FLAVORS_GROUP, measures=("reward",), training_setting=SWITCH.setting,
+)

@@ -53,16 +53,18 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "on_policy_tokens", "sft", render, read_back, TokensSchema, SCHEMA,
-    {"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"], "model": ["model"],
-     "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
-    {**FIELDS,
-     "model": "the model that generated the tokens",
-     "calls": "per model call: its message's index, the prompt's and the generation's token ids, and the log "
-              "probability of each generated token",
-     "contiguous": "whether every call's prompt extends all the tokens before it"},
-    "The SFT trajectories at the token level, for on-policy distillation: per model call the prompt's and the "
-    "generation's token ids and the policy's log probabilities, as NeMo Gym recorded them (`contiguous`: every "
-    "call extends the tokens before it, as NeMo RL needs).",
+    name="on_policy_tokens", family="sft", render=render, read_back=read_back, contract=TokensSchema,
+    arrow_schema=SCHEMA,
+    lineage={"calls": ["token_data"], "contiguous": ["token_data"], "reward": ["reward"], "model": ["model"],
+             "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+    fields={**FIELDS,
+            "model": "the model that generated the tokens",
+            "calls": "per model call: its message's index, the prompt's and the generation's token ids, and the log "
+                     "probability of each generated token",
+            "contiguous": "whether every call's prompt extends all the tokens before it"},
+    description="The SFT trajectories at the token level, for on-policy distillation: per model call the prompt's "
+                "and the generation's token ids and the policy's log probabilities, as NeMo Gym recorded them "
+                "(`contiguous`: every call extends the tokens before it, as NeMo RL needs).",
     group=FLAVORS_GROUP, file_format="parquet", measures=("generated_tokens", "calls"),
-    columns=("token_data", "model", "mask_sample"))
+    columns=("token_data", "model", "mask_sample"),
+)

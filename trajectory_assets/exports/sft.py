@@ -51,6 +51,8 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "sft", "sft", render, read_back, SftSchema, SCHEMA, SFT_LINEAGE, FIELDS,
-    "Supervised fine-tuning conversations in OpenAI Chat Completions form (the NeMo Gym seed SFT format).",
-    measures=("reward",))
+    name="sft", family="sft", render=render, read_back=read_back, contract=SftSchema, arrow_schema=SCHEMA,
+    lineage=SFT_LINEAGE, fields=FIELDS,
+    description="Supervised fine-tuning conversations in OpenAI Chat Completions form (the NeMo Gym seed SFT format).",
+    measures=("reward",),
+)

@@ -111,7 +111,10 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "sft_hermes", "sft", render, read_back, SftHermesSchema, SCHEMA,
-    {"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]}, FIELDS,
-    "The SFT conversations rendered as Hermes Agent ShareGPT (`<think>`, `<tool_call>`, `<tool_response>` markup "
-    "and the function-calling system prompt).")
+    name="sft_hermes", family="sft", render=render, read_back=read_back, contract=SftHermesSchema,
+    arrow_schema=SCHEMA,
+    lineage={"conversations": ["messages", "tools"], "trajectory_id": ["trajectory_id"], "task_key": ["task_key"]},
+    fields=FIELDS,
+    description="The SFT conversations rendered as Hermes Agent ShareGPT (`<think>`, `<tool_call>`, "
+                "`<tool_response>` markup and the function-calling system prompt).",
+)

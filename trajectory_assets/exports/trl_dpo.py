@@ -32,6 +32,9 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "trl_dpo", "dpo", render, read_back, TrlDpoSchema, SCHEMA, DPO_LINEAGE, FIELDS,
-    "TRL explicit-prompt conversational preferences `{prompt, chosen, rejected}` plus `tools` (`trl.DPOTrainer`).",
-    group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES)
+    name="trl_dpo", family="dpo", render=render, read_back=read_back, contract=TrlDpoSchema, arrow_schema=SCHEMA,
+    lineage=DPO_LINEAGE, fields=FIELDS,
+    description="TRL explicit-prompt conversational preferences `{prompt, chosen, rejected}` plus `tools` "
+                "(`trl.DPOTrainer`).",
+    group=FLAVORS_GROUP, file_format="parquet", measures=DPO_MEASURES,
+)

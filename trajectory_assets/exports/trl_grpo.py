@@ -43,9 +43,11 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "trl_grpo", "grpo", render, read_back, TrlGrpoSchema, SCHEMA,
-    {"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"], **TASK_LINEAGE},
-    {**FIELDS, "ground_truth": "what the reward function checks against (the verifier's expected answer), as JSON "
-                               "text"},
-    "TRL prompt-only rows `{prompt}`; every other column reaches the reward functions (`trl.GRPOTrainer`).",
-    group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",))
+    name="trl_grpo", family="grpo", render=render, read_back=read_back, contract=TrlGrpoSchema, arrow_schema=SCHEMA,
+    lineage={"prompt": ["messages", "prompt_length"], "tools": ["tools"], "ground_truth": ["metadata"],
+             **TASK_LINEAGE},
+    fields={**FIELDS, "ground_truth": "what the reward function checks against (the verifier's expected answer), "
+                                      "as JSON text"},
+    description="TRL prompt-only rows `{prompt}`; every other column reaches the reward functions (`trl.GRPOTrainer`).",
+    group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",),
+)

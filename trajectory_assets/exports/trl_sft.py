@@ -40,6 +40,9 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "trl_sft", "sft", render, read_back, TrlSftSchema, SCHEMA, SFT_LINEAGE, FIELDS,
-    "TRL conversational SFT: `messages` (tool-call arguments as JSON objects) plus `tools` (`trl.SFTTrainer`).",
-    group=FLAVORS_GROUP, file_format="parquet", measures=("reward",), training_setting=SWITCH.setting)
+    name="trl_sft", family="sft", render=render, read_back=read_back, contract=TrlSftSchema, arrow_schema=SCHEMA,
+    lineage=SFT_LINEAGE, fields=FIELDS,
+    description="TRL conversational SFT: `messages` (tool-call arguments as JSON objects) plus `tools` "
+                "(`trl.SFTTrainer`).",
+    group=FLAVORS_GROUP, file_format="parquet", measures=("reward",), training_setting=SWITCH.setting,
+)

@@ -142,17 +142,18 @@ def read_back(row: Mapping[str, Any]) -> ReadBack:
 
 
 EXPORT = Export(
-    "verl", "grpo", render, read_back, VerlSchema, SCHEMA,
-    {"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
-     "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
-     "extra_info": ["task_key", "trajectory_id", "reward", "reward_components", "tools", "metadata"]},
-    {**FIELDS,
-     "agent_name": "verl's agent loop: tool_agent for a task that offers tools, else single_turn_agent",
-     "data_source": "verl's reward-function key: the agent",
-     "ability": "verl's task category: the task_type, else the agent",
-     "reward_model": "verl's {style: rule, ground_truth}",
-     "extra_info": "verl's extra fields: split, index, task_key, agent, tools and their kwargs, rollout statistics "
-                   "(reward_components: per objective {count, mean, std}, which compute_score receives in "
-                   "extra_info)"},
-    "verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
-    group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",))
+    name="verl", family="grpo", render=render, read_back=read_back, contract=VerlSchema, arrow_schema=SCHEMA,
+    lineage={"prompt": ["messages", "prompt_length"], "data_source": ["agent_ref", "agent_name"],
+             "agent_name": ["tools"], "ability": ["task_type"], "reward_model": ["metadata"],
+             "extra_info": ["task_key", "trajectory_id", "reward", "reward_components", "tools", "metadata"]},
+    fields={**FIELDS,
+            "agent_name": "verl's agent loop: tool_agent for a task that offers tools, else single_turn_agent",
+            "data_source": "verl's reward-function key: the agent",
+            "ability": "verl's task category: the task_type, else the agent",
+            "reward_model": "verl's {style: rule, ground_truth}",
+            "extra_info": "verl's extra fields: split, index, task_key, agent, tools and their kwargs, rollout "
+                          "statistics (reward_components: per objective {count, mean, std}, which compute_score "
+                          "receives in extra_info)"},
+    description="verl RL Parquet: `data_source`, `prompt`, `ability`, `reward_model`, `extra_info`.",
+    group=FLAVORS_GROUP, file_format="parquet", measures=("mean_reward",),
+)

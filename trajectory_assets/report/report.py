@@ -32,9 +32,10 @@ from trajectory_assets.report.report_data import (
     trajectory_infos,
 )
 from trajectory_assets.report.page import ExportSection, Figure, Page, render_page
-from trajectory_assets.report.stats import STATS_COLUMNS, compute_stats, hermes_stats, render_markdown, task_stats
+from trajectory_assets.report.stats import STATS_COLUMNS, compute_stats, render_markdown, source_section, task_stats
 from trajectory_assets.exports.writer import SCAN_FIELDS
 from trajectory_assets.report.viewer import TEXT_LIMIT, clip, trajectory_refs, view_sample
+from trajectory_assets.sources import REPORT_SECTIONS
 
 # shown in the Markdown (and so inside Dagster's UI) as well as on the page
 MAIN_PLOTS = ("rewards", "pass_rate", "lengths", "tools")
@@ -80,7 +81,8 @@ def build_report(
     facts = message_facts(table, trajectories, prompt_ids)
     # the table keeps the first copy of a record found in several batches
     copies = ingest_summary["records_valid"] - len(trajectories)
-    stats = compute_stats(trajectories, ingest_summary, manifests, hermes_stats(trajectories, facts.tools("hermes")),
+    sections = {name: source_section(trajectories, name, facts.tools(name)) for name in REPORT_SECTIONS}
+    stats = compute_stats(trajectories, ingest_summary, manifests, sections,
                           duplicates_across_batches=copies, tasks=tasks, tools=facts.tools())
 
     scans = [_scan(name, manifests[name], rows, config) for name, rows in exports.items()]

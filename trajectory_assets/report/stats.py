@@ -10,6 +10,7 @@ import pandas as pd
 
 from trajectory_assets.chat.reward_components import objectives
 from trajectory_assets.markdown import table
+from trajectory_assets.sources import REPORT_SECTIONS
 
 STATS_COLUMNS = [
     "trajectory_id", "task_key", "source_format", "source_uri", "source_line", "agent_name", "task_type", "model",
@@ -80,15 +81,16 @@ def flag_counts(quality_flags: pd.Series) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def hermes_stats(trajectories: pd.DataFrame, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Hermes section: reasoning coverage, quality flags, and ``tools`` (tool use per tool
-    of the Hermes rows, by the batch runner's failure rule: ``report_data.message_facts``)."""
-    hermes = trajectories.loc[trajectories["source_format"] == "hermes"]
+def source_section(trajectories: pd.DataFrame, source_format: str, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The section of a source format that has one (``SourceFormat.report_section``): reasoning
+    coverage, quality flags, and ``tools`` (tool use per tool of its rows, by the Hermes batch
+    runner's failure rule: ``report_data.message_facts``)."""
+    rows = trajectories.loc[trajectories["source_format"] == source_format]
     return {
-        "trajectories": len(hermes),
-        "completed": int(hermes["completed"].sum()),
-        "reasoning_coverage": round(int(hermes["has_reasoning"].sum()) / len(hermes), 4) if len(hermes) else None,
-        "quality_flags": flag_counts(hermes["quality_flags"]),
+        "trajectories": len(rows),
+        "completed": int(rows["completed"].sum()),
+        "reasoning_coverage": round(int(rows["has_reasoning"].sum()) / len(rows), 4) if len(rows) else None,
+        "quality_flags": flag_counts(rows["quality_flags"]),
         "tools": tools,
     }
 
@@ -139,13 +141,14 @@ def compute_stats(
     trajectories: pd.DataFrame,
     ingest_summary: dict[str, Any],
     manifests: dict[str, dict[str, Any]],
-    hermes: dict[str, Any] | None = None,
+    sections: dict[str, dict[str, Any]] | None = None,
     duplicates_across_batches: int = 0,
     tasks: dict[str, Any] | None = None,
     tools: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``manifests``: each export's manifest (rows, exclusions and distributions come from it);
-    ``tools``: calls, failed results and error rate per tool, every source format."""
+    ``sections``: the source formats' own sections by name (``source_section``); ``tools``:
+    calls, failed results and error rate per tool, every source format."""
     dpo = manifests.get("dpo")
     stats = {
         "records_read": int(ingest_summary["records_read"]),
@@ -194,7 +197,7 @@ def compute_stats(
         "by_task_type": _breakdown(trajectories, "task_type"),
         "by_model": _breakdown(trajectories, "model"),
         "tools": tools or {},
-        "hermes": hermes or {"trajectories": 0},
+        **{name: (sections or {}).get(name) or {"trajectories": 0} for name in REPORT_SECTIONS},
     }
     decontamination = decontamination_stats(manifests)
     if decontamination is not None:  # only when benchmarks are configured: otherwise stats.json is as it was
@@ -349,17 +352,18 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
         lines += ["", "## Tools (most called)", ""]
         lines += table(["tool", "calls", "failed results", "error rate"],
                        [[name, t["calls"], t["failures"], t["failure_rate"]] for name, t in busiest[:20]])
-    hermes = stats.get("hermes") or {}
-    if hermes.get("trajectories"):
-        lines += [
-            "", "## Hermes", "",
-            f"- trajectories: {hermes['trajectories']} (completed {hermes['completed']}), "
-            f"reasoning coverage: {hermes['reasoning_coverage']:.1%}",
-            "",
-            *table(["quality flag", "trajectories"], [[f, n] for f, n in hermes["quality_flags"].items()]),
-            "",
-            *table(["tool", "calls", "failures", "failure rate"],
-                    [[name, t["calls"], t["failures"], t["failure_rate"]] for name, t in hermes["tools"].items()]),
-        ]
+    for name, title in REPORT_SECTIONS.items():
+        section = stats.get(name) or {}
+        if section.get("trajectories"):
+            lines += [
+                "", f"## {title}", "",
+                f"- trajectories: {section['trajectories']} (completed {section['completed']}), "
+                f"reasoning coverage: {section['reasoning_coverage']:.1%}",
+                "",
+                *table(["quality flag", "trajectories"], [[f, n] for f, n in section["quality_flags"].items()]),
+                "",
+                *table(["tool", "calls", "failures", "failure rate"],
+                       [[tool, t["calls"], t["failures"], t["failure_rate"]] for tool, t in section["tools"].items()]),
+            ]
     return "\n".join(lines) + "\n"
 

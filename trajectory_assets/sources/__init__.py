@@ -11,6 +11,8 @@ converts it.
 ('_materialized_inputs',)
 >>> [side.pattern for side in SIDE_FILES][:2]
 ['{stem}_aggregate_metrics.json', '{stem}_reward_profiling.jsonl']
+>>> REPORT_SECTIONS
+{'hermes': 'Hermes'}
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import atif, hermes, nemo_gym
 from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 from trajectory_assets.io.source_files import SourceFile, discover
-from trajectory_assets.sources.format import InputsFile, SourceFormat, parse_json_line
+from trajectory_assets.sources.format import DEFAULT_AGENT_REF_SETTING, InputsFile, SourceFormat, parse_json_line
 
 # the source formats, in the order a record is offered to them
 SOURCES: tuple[SourceFormat, ...] = (
@@ -38,6 +40,22 @@ INPUTS_SUFFIXES: tuple[str, ...] = tuple(source.inputs_file.suffix for source in
 SIDE_FILES: tuple[SideFile, ...] = tuple(side for source in SOURCES for side in source.side_files)
 # how the formats whose records are folders of files lay them out (``FolderRecords``)
 FOLDER_RECORDS: tuple[FolderRecords, ...] = tuple(source.folder_records for source in SOURCES if source.folder_records)
+# format name -> the title of the stats report's section of its own (``SourceFormat.report_section``)
+REPORT_SECTIONS: dict[str, str] = {source.name: source.report_section for source in SOURCES if source.report_section}
+
+
+def agent_ref_routing(source_format: str) -> tuple[str, bool]:
+    """Where the GRPO tasks of the format of that name go, as its ``FORMAT`` declares: (the
+    ``grpo`` setting naming their agent, whether a record's own agent comes first). A name no
+    format has (a table stored by another checkout) routes as a format that declares nothing.
+
+    >>> agent_ref_routing("nemo_gym"), agent_ref_routing("hermes"), agent_ref_routing("gone")
+    (('default_agent_ref', True), ('hermes_agent_ref', False), ('default_agent_ref', False))
+    """
+    source = SOURCES_BY_NAME.get(source_format)
+    if source is None:
+        return DEFAULT_AGENT_REF_SETTING, False
+    return source.agent_ref_setting, source.agent_ref_from_record
 
 
 def discover_sources(paths: list[str]) -> list[SourceFile]:

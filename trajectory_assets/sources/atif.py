@@ -782,6 +782,9 @@ FORMAT = SourceFormat(
     shape="a Harbor ATIF trajectory (schema_version, agent, steps)",
     detect=looks_like_atif,
     convert=convert_atif,
+    # Harbor's agents (terminus-2, claude-code, ...) are harnesses, no NeMo Gym agent servers:
+    # a task goes to the agent the config names, none by default
+    agent_ref_setting="atif_agent_ref",
     # a Harbor job folder: <job>/<trial>/agent/trajectory.json beside <trial>/result.json
     folder_records=FolderRecords(main=MAIN, belongs=belongs_to_trial),
 )

@@ -5,7 +5,8 @@ A source format is one module of ``trajectory_assets/sources/`` that defines ``F
 one line in ``SOURCES`` (``sources/__init__.py``). Everything else asks the registry: the
 conversion of a line (the first format whose ``detect`` accepts a record converts it),
 discovery (which files are a source's inputs file and side files), ingest (joining an inputs file's rows to
-the records) and the report (the formats' names).
+the records), the exports (which agent a GRPO task goes to) and the report (the formats'
+names, and the section a format has of its own). No export or report module names a format.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
+from trajectory_assets.config import GrpoConfig
 from trajectory_assets.io.file_layouts import FolderRecords, SideFile
 
 
@@ -32,6 +34,10 @@ class InputsFile:
     # a row of it -> (the key of the record it belongs to, what it gives that record);
     # None: the row is not an input row (counted as skipped)
     row: Callable[[Any], tuple[Hashable, dict[str, Any]] | None]
+
+
+# where the GRPO tasks of a format that names no setting of its own go
+DEFAULT_AGENT_REF_SETTING = "default_agent_ref"
 
 
 def _refuses_nothing(record: dict[str, Any]) -> Rejection | None:
@@ -56,6 +62,22 @@ class SourceFormat:
     # a format whose record is a folder of files (a Harbor trial), not a line: how to find
     # them; discovery then hands each record over as one JSON object (``io.source_files``)
     folder_records: FolderRecords | None = None
+    # GRPO: the ``grpo`` setting (``config.GrpoConfig``) naming the NeMo Gym agent server its
+    # tasks go to (a row's ``agent_ref``); null there leaves them out, counted as
+    # ``no_agent_ref``. A format that names none goes to ``grpo.default_agent_ref`` (null by default)
+    agent_ref_setting: str = DEFAULT_AGENT_REF_SETTING
+    # its records name a NeMo Gym agent themselves (a rollout's ``agent_ref``, else its agent's
+    # name), which comes before the setting; a Hermes or Harbor agent is no NeMo Gym agent server
+    agent_ref_from_record: bool = False
+    # the title of a section of its own in the stats report (its trajectories' completion,
+    # reasoning coverage, quality flags and tool use; in stats.json under its name); None: none
+    report_section: str | None = None
+
+    def __post_init__(self) -> None:
+        settings = [name for name in GrpoConfig.model_fields if name.endswith("_agent_ref")]
+        if self.agent_ref_setting not in settings:
+            raise ValueError(f"source format {self.name}: grpo.{self.agent_ref_setting} is no agent setting "
+                             f"of the config ({', '.join(settings)})")
 
 
 def parse_json_line(raw: bytes) -> tuple[Any, int]:

@@ -452,6 +452,10 @@ FORMAT = SourceFormat(
     shape="a Hermes trajectory (conversations)",
     detect=looks_like_hermes,
     convert=convert_hermes,
+    # a Hermes agent is no NeMo Gym agent server: its tasks go to the one the config names
+    agent_ref_setting="hermes_agent_ref",
+    # reasoning coverage, quality flags and tool use by the batch runner's failure rule
+    report_section="Hermes",
     # agent/trajectory.py writes each trajectory's exploration tree (no conversation in it) to
     # ``Path(file).with_name(f"{path.stem}.exploration.jsonl")``: <stem>.exploration.jsonl beside
     # <stem>.jsonl, <stem>.jsonl.exploration.jsonl beside the gzip files newer versions write by

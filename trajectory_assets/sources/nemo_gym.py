@@ -768,6 +768,9 @@ FORMAT = SourceFormat(
     detect=looks_like_rollout,
     convert=convert_rollout,
     refuse=failure_rejection,
+    # a rollout names the NeMo Gym agent that ran it (agent_ref, else its agent's name); a task
+    # whose rollout names none goes to grpo.default_agent_ref
+    agent_ref_setting="default_agent_ref", agent_ref_from_record=True,
     # the collector writes <stem>_materialized_inputs.jsonl beside <stem>.jsonl: the input rows,
     # with what the verifier was given (expected_answer, ...)
     inputs_file=InputsFile("_materialized_inputs", input_row),

@@ -30,9 +30,8 @@ from trajectory_assets.exports.families.frames import (
 )
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
+from trajectory_assets.sources import agent_ref_routing
 
-# the GrpoConfig field naming the NeMo Gym agent that runs the tasks of a source of other agents
-OTHER_SOURCES_AGENT_REF = {"hermes": "hermes_agent_ref", "atif": "atif_agent_ref"}
 PLAN = [*PLAN_COLUMNS, "agent_name", "agent_ref", "source_format", "reward_components"]
 PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "tools", "task_inputs", "metadata"]
 
@@ -62,13 +61,7 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
     tasks = kept.drop_duplicates("task_key").set_index("task_key", drop=False).join(aggregates)
     # no learning signal: two or more rewarded rollouts, all with the same reward
     tasks["zero_variance"] = (tasks["rewarded"] >= 2) & (tasks["reward_std"] == 0)
-    agent_refs = []
-    for first in tasks.itertuples(index=False):
-        if first.source_format == "nemo_gym":  # its own agent_ref, else its agent's name, else the default
-            agent_refs.append(_agent_ref(first.agent_ref, first.agent_name, config.default_agent_ref))
-        else:  # a Hermes or Harbor agent is no NeMo Gym agent server: the one the config names
-            agent_refs.append(_agent_ref(None, None, getattr(config, OTHER_SOURCES_AGENT_REF[first.source_format])))
-    tasks["agent_ref"] = agent_refs
+    tasks["agent_ref"] = _agent_refs(tasks, config)
     no_agent = tasks["agent_ref"].isna()
     if no_agent.any():
         excluded["no_agent_ref"] += int(no_agent.sum())
@@ -77,6 +70,21 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
         excluded["zero_variance_group"] += int(tasks["zero_variance"].sum())
         tasks = tasks.loc[~tasks["zero_variance"]]
     return balance(tasks.reset_index(drop=True), config, "task_key", excluded), excluded
+
+
+def _agent_refs(tasks: pd.DataFrame, config: GrpoConfig) -> list[dict[str, Any] | None]:
+    """Each task's agent, as its source format routes it (``SourceFormat.agent_ref_setting``):
+    the agent its first rollout names, where the format's records name one, else the agent
+    the format's ``grpo`` setting names (None: none, the task is left out)."""
+    routes = {name: agent_ref_routing(name) for name in tasks["source_format"].unique()}
+    agent_refs = []
+    for first in tasks.itertuples(index=False):
+        setting, from_record = routes[first.source_format]
+        if from_record:
+            agent_refs.append(_agent_ref(first.agent_ref, first.agent_name, getattr(config, setting)))
+        else:
+            agent_refs.append(_agent_ref(None, None, getattr(config, setting)))
+    return agent_refs
 
 
 def _by_task(task_keys: pd.Series, values: pd.Series) -> dict[str, list]:
