@@ -60,8 +60,8 @@ def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float
     from trajectory_assets import layout
     from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
     from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.exports.decontamination import ingest_flags
-    from trajectory_assets.ingest import ingest
+    from trajectory_assets.ingest.decontamination import ingest_flags
+    from trajectory_assets.ingest.conversion import ingest
     from trajectory_assets.io.source_files import SourceFile, batch_key
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.redaction.redactor import Redactor
@@ -109,7 +109,7 @@ def setup_alone(decontamination) -> dict[str, float]:
     import pyarrow as pa
 
     import trajectory_assets.ingest  # noqa: F401  (what ingest_all imports before its clock starts)
-    from trajectory_assets.exports import decontamination as module
+    from trajectory_assets.ingest import decontamination as module
 
     parts = {}
     start = clock()
@@ -134,7 +134,7 @@ def in_fresh_process(function, *args):
 
 def evaluation_set(path: Path, storage: Path, batches: list[str], items: int, seed: int = 11) -> dict:
     """Writes ``items`` benchmark rows {question, instance_id} as JSON lines; returns what it holds."""
-    from trajectory_assets.exports.decontamination import turn_texts, words
+    from trajectory_assets.ingest.decontamination import turn_texts, words
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories
 
@@ -184,7 +184,7 @@ def measure(storage: Path, benchmark: Path, batches: list[str]) -> dict:
     from trajectory_assets.config import PipelineConfig
     import pyarrow as pa
 
-    from trajectory_assets.exports.decontamination import build_index, contaminated, scan_columns, turn_texts
+    from trajectory_assets.ingest.decontamination import build_index, contaminated, scan_columns, turn_texts
     from trajectory_assets.exports.families import dpo, grpo, sft
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories

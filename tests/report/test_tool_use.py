@@ -4,7 +4,7 @@ from tests.conftest import call_item, make_rollout, message_item, output_item, w
 from trajectory_assets import layout
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.exports.families.frames import FrameTable
-from trajectory_assets.ingest import ingest
+from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.io.source_files import discover
 from trajectory_assets.io.storage import Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories

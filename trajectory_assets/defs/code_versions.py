@@ -22,7 +22,7 @@ COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # decontamination flags with the fingerprint of the rules and benchmarks that made them, and
 # the export steps recompute stale ones, so a change to those rules re-ingests nothing
 VERSIONED_APART: dict[str, tuple[str, ...]] = {
-    name: ("trajectory_assets.exports.decontamination",) for name in INGEST_ASSETS}
+    name: ("trajectory_assets.ingest.decontamination",) for name in INGEST_ASSETS}
 
 
 def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> dict[str, str]:

@@ -19,9 +19,9 @@ from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import column_descriptions as trajectory_column_descriptions
 from schemas.validation import cast_columns, declared_dtypes, validate
 from trajectory_assets import layout
-from trajectory_assets.exports.decontamination import ingest_flags
+from trajectory_assets.ingest.decontamination import ingest_flags
 from trajectory_assets.report.tool_use import ToolUseRecorder
-from trajectory_assets.ingest import QUARANTINE_FIELDS, ingest
+from trajectory_assets.ingest.conversion import QUARANTINE_FIELDS, ingest
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
