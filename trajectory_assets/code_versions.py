@@ -61,13 +61,11 @@ def imported_modules(root: Path, module: str) -> set[str]:
     return found
 
 
-def closure(root: Path, modules: Iterable[str], skipped: Iterable[str] = (),
-            imports: dict[str, set[str]] | None = None) -> list[str]:
-    """``modules``, what they import and the packages they are in, sorted; not ``skipped``
-    nor what only they import. ``imports``: each module's imports, read once for every
-    closure that shares the dict (one tree, one moment)."""
+def closure(root: Path, modules: Iterable[str], imports: dict[str, set[str]] | None = None) -> list[str]:
+    """``modules``, what they import and the packages they are in, sorted. ``imports``: each
+    module's imports, read once for every closure that shares the dict (one tree, one moment)."""
     imports = {} if imports is None else imports
-    followed: set[str] = set(skipped)
+    followed: set[str] = set()
     pending = list(modules)
     while pending:
         module = pending.pop()
@@ -76,7 +74,6 @@ def closure(root: Path, modules: Iterable[str], skipped: Iterable[str] = (),
             if module not in imports:
                 imports[module] = imported_modules(root, module)
             pending += imports[module]
-    followed -= set(skipped)
     packages = {".".join(m.split(".")[:i]) for m in followed for i in range(1, m.count(".") + 1)}
     return sorted(followed | {p for p in packages if module_file(root, p)})
 
@@ -95,8 +92,7 @@ def config_hash(config: dict, sections: Iterable[str]) -> str:
 
 
 def code_version(modules: Iterable[str], sections: Iterable[str], config: dict, root: Path = PROJECT_ROOT,
-                 skipped: Iterable[str] = (), imports: dict[str, set[str]] | None = None) -> str:
-    """``<release>+<source hash>.<config hash>``; ``skipped``: modules (and what only they
-    import) whose part of the output carries a version of its own; ``imports`` as ``closure``'s."""
-    return (f"{__version__}+{source_hash(root, closure(root, modules, skipped, imports))}."
+                 imports: dict[str, set[str]] | None = None) -> str:
+    """``<release>+<source hash>.<config hash>``; ``imports`` as ``closure``'s."""
+    return (f"{__version__}+{source_hash(root, closure(root, modules, imports))}."
             f"{config_hash(config, sections)}")

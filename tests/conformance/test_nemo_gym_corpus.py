@@ -194,7 +194,8 @@ def test_ingest_records_for_every_batch_the_tool_use_its_conversations_hold(corp
     from trajectory_assets import layout
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories
-    from trajectory_assets.report.tool_use import TOOL_USE_RULE, counted
+    from trajectory_assets.ingest.tool_use import TOOL_USE_RULE
+    from trajectory_assets.report.tool_use import counted
 
     _, storage = corpus_run
     store = Storage(str(storage))
