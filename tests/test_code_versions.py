@@ -99,3 +99,16 @@ def test_imports_are_read_from_the_source_function_level_ones_included():
     assert "trajectory_assets.exports.families.sft" in modules and "schemas.sft" in modules
     assert "trajectory_assets.exports" in modules  # the package's __init__ runs first
     assert "trajectory_assets.exports.registry" not in modules and "trajectory_assets.report.page" not in modules
+
+
+def test_imports_are_statements_not_text_that_looks_like_one(tmp_path):
+    package = tmp_path / "trajectory_assets"
+    package.mkdir()
+    for name in ("__init__", "a", "b", "c", "d"):
+        (package / f"{name}.py").write_text("")
+    (package / "main.py").write_text(
+        '"""Docs quoting code:\nfrom trajectory_assets.a import x\n"""\n'
+        "import os, trajectory_assets.b as b\n"
+        "def f():\n    from trajectory_assets import (\n        c,  # a module of the package\n        d,\n    )\n")
+    assert imported_modules(tmp_path, "trajectory_assets.main") == {
+        "trajectory_assets", "trajectory_assets.b", "trajectory_assets.c", "trajectory_assets.d"}

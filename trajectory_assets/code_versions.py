@@ -7,8 +7,8 @@ report's page leaves the trajectories fresh, a change to a conversion rule marks
 assets (and so everything built from them) stale, a change to one export's renderer marks
 that export and the report that shows it.
 
-The modules are found by reading the source (every ``import`` line, function-level ones
-included) from the asset's own modules through ``trajectory_assets`` and ``schemas``. A
+The modules are found by parsing the source (every ``import`` statement, function-level ones
+included, read with ``ast`` as tests/test_layout_rules.py reads them) from the asset's own modules through ``trajectory_assets`` and ``schemas``. A
 package's ``__init__.py`` is hashed with any module under it (Python runs it first), but
 what it imports is followed only when a module imports the package itself: the sources'
 registry lives in ``sources/__init__.py``, and an export that reads Hermes markup with
@@ -22,8 +22,8 @@ in the UI (the CLI loads it on every call).
 
 from __future__ import annotations
 
+import ast
 import hashlib
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -32,7 +32,6 @@ import orjson
 from trajectory_assets import PROJECT_ROOT, __version__
 
 PACKAGES = ("trajectory_assets", "schemas")
-IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(\([^)]*\)|[^\n#]+)|import\s+([\w., ]+))", re.M)
 
 
 def module_file(root: Path, module: str) -> Path | None:
@@ -50,13 +49,14 @@ def imported_modules(root: Path, module: str) -> set[str]:
     if path is None:
         return set()
     found: set[str] = set()
-    for match in IMPORT.finditer(path.read_text()):
-        if match.group(3):  # import a.b, c
-            names = [name.strip().split(" as ")[0] for name in match.group(3).split(",")]
-        else:  # from a.b import c, d: c may be a module of package a.b
-            base = match.group(1)
-            names = [base] + [f"{base}.{name.strip().split(' as ')[0]}"
-                              for name in match.group(2).strip("()").split(",") if name.strip()]
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):  # import a.b, c
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # from a.b import c, d: c may be a module of package a.b
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:  # the package imports nothing relatively
+            continue
         found.update(name for name in names if name.split(".")[0] in PACKAGES and module_file(root, name))
     return found
 
