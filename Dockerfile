@@ -23,7 +23,7 @@ RUN uv pip install --system --no-cache --no-deps -e . && python -m compileall -q
 # texts. numba's cache is keyed by the CPU it compiled for: for a generic x86-64 / arm64 CPU,
 # the build machine's cache serves every node
 ENV NUMBA_CPU_NAME=generic
-RUN python -c "from trajectory_assets.exports.decontamination import words; words('compile the pass')"
+RUN python -c "from trajectory_assets.ingest.decontamination import words; words('compile the pass')"
 
 EXPOSE 3030
 CMD ["dagster", "api", "grpc", "-h", "0.0.0.0", "-p", "3030", "-m", "trajectory_assets.definitions", "-a", "defs"]

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from schemas.trajectory import TrajectorySchema
 from schemas.validation import ARROW_STRING, contract_frame, validate
-from trajectory_assets.ingest import BATCH_ROWS
+from trajectory_assets.ingest.conversion import BATCH_ROWS
 
 
 def mean_ms(call, repeats: int) -> float:

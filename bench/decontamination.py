@@ -6,14 +6,17 @@ Builds a corpus of ``--size`` MB (bench/corpus.py, as ``bench.run`` does) and an
 set of ``--items`` items: questions of 40-160 words drawn from the words the corpus's own
 turns use (so nearly every window of a trajectory is made of benchmark words and gets
 hashed: the slow case), plus the user prompts of a few of the corpus's template rollouts (so
-real matches are found) and, as ids, SWE-bench ``instance_id`` s its rollouts carry. Then, in
-this process, one batch after the other (``ingest.ingest`` with the default redaction, as
-each ingest step does):
+real matches are found) and, as ids, SWE-bench ``instance_id`` s its rollouts carry. Beside
+that worst case, a realistic one: an evaluation set as large, of made-up words the corpus does
+not use (``unrelated_set``), as most evaluation sets are unrelated to the rollouts trained on.
+Then, one batch after the other (``ingest/batch.py``'s ``ingest_batch`` with the default
+redaction, as each ingest step does):
 
 - **ingest** without decontamination, then **ingest with it** (``IngestFlags`` fed each
   trajectory as it is converted, its flags written beside the batch): the time spent in
   decontamination is timed inside (the index, built once per process, included), and the
-  difference of the two ingests is shown too;
+  difference of the two ingests is shown too; then ingest with the unrelated set, timed the
+  same way;
 - **the family steps**: each family's plan with and without the index, the flags stored at
   ingest being current: what decontamination adds to a datasets run;
 - **a batch without flags**: every stored trajectory checked by reading it again
@@ -55,48 +58,53 @@ clock = time.perf_counter
 
 
 def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float, float, int]:
-    """Every file of ``source`` ingested into ``storage`` as the ingest steps do, with the
-    benchmarks' flags if ``decontamination`` names any: (seconds, of which in decontamination, rows)."""
-    from trajectory_assets import layout
-    from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+    """Every file of ``source`` ingested into ``storage`` as the ingest steps do
+    (``batch.ingest_batch``, its source record written first: that is the raw asset's work),
+    with the benchmarks' flags if ``decontamination`` names any: (seconds, of which in
+    decontamination, rows)."""
     from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.exports.decontamination import ingest_flags
-    from trajectory_assets.ingest import ingest
+    from trajectory_assets.ingest.batch import ingest_batch, write_source_record
+    from trajectory_assets.ingest.decontamination import ingest_flags
     from trajectory_assets.io.source_files import SourceFile, batch_key
     from trajectory_assets.io.storage import Storage
-    from trajectory_assets.redaction.redactor import Redactor
+    from trajectory_assets import layout
 
     config = PipelineConfig()
     store = Storage(str(storage))
+    keys = []
+    for path in sorted(source.glob("*.jsonl")):
+        keys.append(batch_key(path.name))
+        write_source_record(keys[-1], store, SourceFile(str(path), path.name))
     rows = 0
     inside = 0.0
     start = clock()
-    redactor = Redactor.from_config(config.redaction)
-    for path in sorted(source.glob("*.jsonl")):
-        key = batch_key(path.name)
+    for key in keys:
         began = clock()
-        flags = ingest_flags(decontamination) if decontamination is not None else None
+        flags = TimedFlags(ingest_flags(decontamination)) if decontamination is not None else None
         inside += clock() - began
-
-        def observe(trajectory_id, trajectory):
-            nonlocal inside
-            began = clock()
-            flags.add(trajectory_id, trajectory)
-            inside += clock() - began
-
-        with (store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
-              store.open_write(layout.batch_quarantine(key)) as quarantine):
-            summary = ingest([SourceFile(str(path), path.name)], parquet.write_table,
-                             lambda rejected: quarantine.write(b"".join(orjson.dumps(r) + b"\n" for r in rejected)),
-                             redactor=redactor, options=config.conversion,
-                             on_trajectory=None if flags is None else observe)
-        if flags is not None:
-            began = clock()
-            store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
-            inside += clock() - began
-        store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict()))
-        rows += summary.records_valid
+        ingest_batch(key, store, config, flags=flags)
+        inside += 0.0 if flags is None else flags.seconds
+        rows += store.read_json(layout.batch_summary(key))["records_valid"]
     return clock() - start, inside, rows
+
+
+class TimedFlags:
+    """Decontamination's recorder (``IngestFlags``), timed: the seconds spent in it."""
+
+    def __init__(self, flags) -> None:
+        self.flags = flags
+        self.seconds = 0.0
+
+    def add(self, trajectory_id, trajectory) -> None:
+        began = clock()
+        self.flags.add(trajectory_id, trajectory)
+        self.seconds += clock() - began
+
+    def result(self) -> dict:
+        began = clock()
+        result = self.flags.result()
+        self.seconds += clock() - began
+        return result
 
 
 def setup_alone(decontamination) -> dict[str, float]:
@@ -108,8 +116,8 @@ def setup_alone(decontamination) -> dict[str, float]:
     n-gram tables built."""
     import pyarrow as pa
 
-    import trajectory_assets.ingest  # noqa: F401  (what ingest_all imports before its clock starts)
-    from trajectory_assets.exports import decontamination as module
+    import trajectory_assets.ingest.batch  # noqa: F401  (what ingest_all imports before its clock starts)
+    from trajectory_assets.ingest import decontamination as module
 
     parts = {}
     start = clock()
@@ -134,7 +142,7 @@ def in_fresh_process(function, *args):
 
 def evaluation_set(path: Path, storage: Path, batches: list[str], items: int, seed: int = 11) -> dict:
     """Writes ``items`` benchmark rows {question, instance_id} as JSON lines; returns what it holds."""
-    from trajectory_assets.exports.decontamination import turn_texts, words
+    from trajectory_assets.ingest.decontamination import turn_texts, words
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories
 
@@ -169,7 +177,24 @@ def evaluation_set(path: Path, storage: Path, batches: list[str], items: int, se
                      "instance_id": f"synthetic-{len(rows)}"})
     path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     return {"items": len(rows), "planted_prompts": len(prompts), "planted_ids": min(3, len(instance_ids)),
-            "vocabulary": len(words_list), "bytes": path.stat().st_size}
+            "vocabulary": len(words_list), "bytes": path.stat().st_size}, vocabulary
+
+
+def unrelated_set(path: Path, vocabulary: set[str], items: int, seed: int = 13) -> dict:
+    """Writes ``items`` benchmark rows of made-up words (consonant-vowel syllables) the corpus's
+    turns do not use, as long as ``evaluation_set``'s: an evaluation set unrelated to the corpus,
+    as most are. Hardly any window of a trajectory is then made of benchmark words."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+    words_list: list[str] = []
+    while len(words_list) < 20_000:
+        word = "".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))
+        if word not in vocabulary:
+            words_list.append(word)
+    rows = [{"question": " ".join(rng.choice(words_list) for _ in range(rng.randint(40, 160))),
+             "instance_id": f"unrelated-{n}"} for n in range(items)]
+    path.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return {"items": len(rows), "vocabulary": len(set(words_list)), "bytes": path.stat().st_size}
 
 
 def benchmark_config(benchmark: Path):
@@ -184,7 +209,7 @@ def measure(storage: Path, benchmark: Path, batches: list[str]) -> dict:
     from trajectory_assets.config import PipelineConfig
     import pyarrow as pa
 
-    from trajectory_assets.exports.decontamination import build_index, contaminated, scan_columns, turn_texts
+    from trajectory_assets.ingest.decontamination import build_index, contaminated, scan_columns, turn_texts
     from trajectory_assets.exports.families import dpo, grpo, sft
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories
@@ -237,8 +262,13 @@ def main(argv: list[str] | None = None) -> None:
         plain_s, _, rows = in_fresh_process(ingest_all, work / "source", work / "plain")
         batches = sorted(path.name[: -len(".parquet")]
                          for path in (work / "plain" / "trajectories" / "batches").glob("*.parquet"))
-        benchmark = evaluation_set(work / "benchmark.jsonl", work / "plain", batches, args.items)
+        benchmark, vocabulary = evaluation_set(work / "benchmark.jsonl", work / "plain", batches, args.items)
+        unrelated = unrelated_set(work / "unrelated.jsonl", vocabulary, args.items)
         shutil.rmtree(work / "plain")
+        unrelated_s, unrelated_inside_s, _ = in_fresh_process(
+            ingest_all, work / "source", work / "unrelated", benchmark_config(work / "unrelated.jsonl"))
+        unrelated_setup_s = sum(in_fresh_process(setup_alone, benchmark_config(work / "unrelated.jsonl")).values())
+        shutil.rmtree(work / "unrelated")
         config = benchmark_config(work / "benchmark.jsonl")
         with_s, inside_s, _ = in_fresh_process(ingest_all, work / "source", work / "storage", config)
         setup = in_fresh_process(setup_alone, config)
@@ -258,6 +288,11 @@ def main(argv: list[str] | None = None) -> None:
         "matched_at_ingest": flagged,
         **measured,
         "ratio_at_ingest": round(inside_s / plain_s, 4),
+        "unrelated": {**unrelated, "ingest_with_decontamination_s": round(unrelated_s, 3),
+                      "in_decontamination_s": round(unrelated_inside_s, 3),
+                      "setup_s": round(unrelated_setup_s, 3),
+                      "ratio_at_ingest": round(unrelated_inside_s / plain_s, 4),
+                      "ratio_texts": round((unrelated_inside_s - unrelated_setup_s) / plain_s, 4)},
         "ratio_setup": round(setup_s / plain_s, 4),
         "ratio_texts": round((inside_s - setup_s) / plain_s, 4),
         "ratio_families": round(families_s / plain_s, 4),
@@ -278,6 +313,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{setup_s:.2f} | {result['ratio_setup']:.3f} |")
     print(f"| - the rest: the texts and ids checked, the flags written | {inside_s - setup_s:.2f} | "
           f"{result['ratio_texts']:.3f} |")
+    print(f"| unrelated evaluation set ({unrelated['items']} items of words the corpus does not use): in "
+          f"decontamination | {unrelated_inside_s:.2f} | {unrelated_inside_s / plain_s:.3f} |")
+    print(f"| - the set-up, once per process (alone) | {unrelated_setup_s:.2f} | {unrelated_setup_s / plain_s:.3f} |")
+    print(f"| - the rest: the texts and ids checked, the flags written | {unrelated_inside_s - unrelated_setup_s:.2f} | "
+          f"{result['unrelated']['ratio_texts']:.3f} |")
     for name, family in measured["families"].items():
         print(f"| {name} plan: added, flags current ({family['plan_s']:.2f} -> "
               f"{family['plan_with_decontamination_s']:.2f} s; {family['left_out']} left out) | "

@@ -113,7 +113,7 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
     from trajectory_assets.exports import writer
     from trajectory_assets.exports.families import dpo, grpo, sft
     from trajectory_assets.exports.registry import family_exports
-    from trajectory_assets.ingest import read_summary
+    from trajectory_assets.io.batch_summary import read_summary
     from trajectory_assets.io import export_files
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories

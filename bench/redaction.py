@@ -42,7 +42,7 @@ from bench.corpus import build_corpus
 from bench.run import CORPUS, OUT
 from trajectory_assets.redaction import redactor as redaction
 from trajectory_assets.redaction.redactor import Redactor
-from trajectory_assets.ingest import ingest
+from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.source_files import SourceFile
 

@@ -171,7 +171,7 @@ def trajectory_frame(rows: list[dict[str, Any]], source_id: str = "src.jsonl"):
 
     from trajectory_assets.jsonutil import dumps, sha256_hex
     from trajectory_assets.sources import convert_record
-    from trajectory_assets.ingest import trajectory_row
+    from trajectory_assets.ingest.conversion import trajectory_row
     from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
     from trajectory_assets.io.source_files import SourceFile
 

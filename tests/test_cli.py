@@ -154,12 +154,17 @@ def test_missing_source_exits_non_zero_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_invalid_config_exits_non_zero_with_the_field_named(tmp_path):
+@pytest.mark.parametrize("text, field", [
+    ("dpo:\n  pairing: random\n", "dpo.pairing"),
+    # checked by the redactor, not when the config loads (redaction.redactor.check_rules)
+    ("redaction:\n  extra_rules:\n    acme: '(acme_)?'\n", "redaction.extra_rules.acme"),
+])
+def test_invalid_config_exits_non_zero_with_the_field_named(tmp_path, text, field):
     config = tmp_path / "c.yaml"
-    config.write_text("dpo:\n  pairing: random\n")
+    config.write_text(text)
     result = cli("run", "--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--config", str(config))
     assert result.returncode == 2
-    assert "dpo.pairing" in result.stderr and "Traceback" not in result.stderr
+    assert field in result.stderr and "Traceback" not in result.stderr
 
 
 def test_an_unusable_tokenizer_exits_non_zero_with_one_line_before_any_run(tmp_path):
@@ -408,7 +413,7 @@ def test_decontamination_leaves_benchmark_items_out_of_every_export_and_names_th
 
 def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_change(tmp_path):
     from trajectory_assets.config import load_config
-    from trajectory_assets.exports.decontamination import build_index
+    from trajectory_assets.ingest.decontamination import build_index
     from trajectory_assets.exports.families import grpo
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories

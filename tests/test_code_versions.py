@@ -49,9 +49,16 @@ def test_a_change_to_a_conversion_rule_versions_the_ingest_assets_anew(source_tr
 def test_a_change_to_the_decontamination_rules_re_ingests_nothing(source_tree):
     """Ingest stores the flags with the rules' fingerprint and the export steps recompute stale
     ones: the exports and the report are versioned anew, the trajectories stay fresh."""
-    assert changed_by(source_tree, "trajectory_assets/exports/decontamination.py") == {*EXPORT_ASSETS, "stats_report"}
+    assert changed_by(source_tree, "trajectory_assets/ingest/decontamination.py") == {*EXPORT_ASSETS, "stats_report"}
     # what ingest imports besides it still counts: a conversion rule (above), the storage
     assert set(INGEST_ASSETS) <= changed_by(source_tree, "trajectory_assets/io/storage.py")
+
+def test_a_change_to_redaction_versions_the_ingest_assets_only(source_tree):
+    """Only ingest redacts: the config's rules are checked by the redactor where it is used,
+    so the exports and the report, which read the config, do not import it."""
+    assert changed_by(source_tree, "trajectory_assets/redaction/redactor.py") == set(INGEST_ASSETS)
+    assert changed_by(source_tree, "trajectory_assets/redaction/secret_rules.py") == set(INGEST_ASSETS)
+
 
 def test_a_change_to_one_renderer_versions_that_export_and_what_reads_it(source_tree):
     assert changed_by(source_tree, "trajectory_assets/exports/verl.py") == {"verl_dataset", "stats_report"}
@@ -87,9 +94,22 @@ def test_every_asset_has_a_version_made_of_the_release_its_code_and_its_config()
 
 
 def test_imports_are_read_from_the_source_function_level_ones_included():
-    imported = imported_modules(PROJECT_ROOT, "trajectory_assets.config")
-    assert "trajectory_assets.redaction.redactor" in imported  # imported inside a validator
+    imported = imported_modules(PROJECT_ROOT, "trajectory_assets.cli")
+    assert "trajectory_assets.redaction.redactor" in imported  # imported inside a function
     modules = closure(PROJECT_ROOT, ["trajectory_assets.exports.sft"])
     assert "trajectory_assets.exports.families.sft" in modules and "schemas.sft" in modules
     assert "trajectory_assets.exports" in modules  # the package's __init__ runs first
     assert "trajectory_assets.exports.registry" not in modules and "trajectory_assets.report.page" not in modules
+
+
+def test_imports_are_statements_not_text_that_looks_like_one(tmp_path):
+    package = tmp_path / "trajectory_assets"
+    package.mkdir()
+    for name in ("__init__", "a", "b", "c", "d"):
+        (package / f"{name}.py").write_text("")
+    (package / "main.py").write_text(
+        '"""Docs quoting code:\nfrom trajectory_assets.a import x\n"""\n'
+        "import os, trajectory_assets.b as b\n"
+        "def f():\n    from trajectory_assets import (\n        c,  # a module of the package\n        d,\n    )\n")
+    assert imported_modules(tmp_path, "trajectory_assets.main") == {
+        "trajectory_assets", "trajectory_assets.b", "trajectory_assets.c", "trajectory_assets.d"}

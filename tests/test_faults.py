@@ -143,14 +143,14 @@ def test_a_storage_error_in_a_batch_is_retried_and_the_batch_completes(tmp_path,
 
 
 def test_a_bug_fails_the_batch_at_once_with_a_one_line_reason(tmp_path, monkeypatch):
-    import trajectory_assets.defs.ingest as ingest_defs
+    import trajectory_assets.ingest.batch as batch
 
     write_jsonl(tmp_path / "in" / "a.jsonl", [make_rollout([message_item("ok")])])
 
     def broken(*args, **kwargs):
         raise KeyError("no_such_column")
 
-    monkeypatch.setattr(ingest_defs, "ingest", broken)
+    monkeypatch.setattr(batch, "ingest", broken)
     started = time.monotonic()
     result, retries, reason = run_ingest(tmp_path / "in", tmp_path / "out", "in/a.jsonl")
     assert not result.success and retries == []  # the same code on the same bytes fails the same way

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.conftest import make_rollout, message_item
 from tests.fixtures.hostile import write_hostile_folder
 from trajectory_assets.cli import main
-from trajectory_assets.ingest import ingest
+from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.io.source_files import batch_key, discover
 from trajectory_assets.sources import INPUTS_SUFFIXES
 

@@ -67,23 +67,42 @@ def test_the_private_api_check_sees_a_use():
     assert "create_run_for_job" in uses and any(name.startswith("dagster._core") for name in uses)
 
 
-# Data flows downhill (ARCHITECTURE.md): a room never imports the rooms above it.
-NOT_IMPORTED_BY = {
-    "io": ("sources", "exports", "report", "ingest", "redaction", "defs", "runs"),
-    "chat": ("sources", "exports", "report", "ingest", "redaction", "defs", "runs", "io"),
-    "sources": ("exports", "report", "ingest", "defs", "runs"),
-    "redaction": ("sources", "exports", "report", "ingest", "defs", "runs"),
-    "exports": ("report", "ingest", "defs", "runs"),
-    "report": ("defs", "runs"),
-}
+# Data flows downhill (ARCHITECTURE.md): a room imports only the rooms on the levels below its
+# own, never one above it or beside it. The Dagster rooms at the top import each other.
+DOWNHILL = (("defs", "runs"), ("report",), ("exports",), ("ingest",), ("sources", "redaction"), ("io",), ("chat",))
+NOT_IMPORTED_BY = {room: tuple(other for above in DOWNHILL[:level + 1] for other in above if other != room)
+                   for level, rooms in enumerate(DOWNHILL) if level for room in rooms}
+# the package's shared modules beside the rooms (config, layout, jsonutil...), which every room
+# may import, import none of the rooms
+SHARED = sorted(path for path in PACKAGE.glob("*.py") if not path.name.startswith(DAGSTER_ROOMS)
+                and path.name not in ("__init__.py", "code_versions.py"))
+
+
+def uphill_imports(path: Path, rooms: tuple[str, ...]) -> set[str]:
+    above = tuple(f"trajectory_assets.{name}" for name in rooms)
+    return {f"{path.relative_to(PACKAGE)}: {name}" for name in imported_modules(path)
+            if name.startswith(above) and name.split(".")[1] in rooms}
 
 
 @pytest.mark.parametrize("room", sorted(NOT_IMPORTED_BY))
 def test_data_flows_downhill(room):
-    above = tuple(f"trajectory_assets.{name}" for name in NOT_IMPORTED_BY[room])
-    uphill = {f"{path.relative_to(PACKAGE)}: {name}" for path in (PACKAGE / room).rglob("*.py")
-              for name in imported_modules(path) if name.startswith(above)}
+    uphill = set().union(*(uphill_imports(path, NOT_IMPORTED_BY[room]) for path in (PACKAGE / room).rglob("*.py")))
     assert not uphill, sorted(uphill)
+
+
+def test_every_room_has_its_level():
+    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    assert rooms == {room for level in DOWNHILL for room in level}
+
+
+def test_the_check_sees_an_uphill_import():
+    assert uphill_imports(PACKAGE / "defs" / "ingest.py", NOT_IMPORTED_BY["ingest"])
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda path: path.name)
+def test_the_shared_modules_import_no_room(path):
+    rooms = tuple(room for level in DOWNHILL for room in level)
+    assert not uphill_imports(path, rooms)
 
 
 def test_the_contracts_import_nothing_from_the_package():

@@ -94,7 +94,8 @@ def _run(args: argparse.Namespace, single_call_process: bool) -> int:
 def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) -> int:
     from trajectory_assets import PROJECT_ROOT, layout
     from trajectory_assets.config import ConfigError, load_config
-    from trajectory_assets.exports.decontamination import BenchmarkError, cached_index
+    from trajectory_assets.ingest.decontamination import BenchmarkError, cached_index
+    from trajectory_assets.redaction.redactor import check_rules
     from trajectory_assets.exports.token_budget import TokenizerError, check_tokenizer
     from trajectory_assets.runs.processes import cli_fork_server
     from trajectory_assets.runs.step_imports import import_what_steps_need
@@ -118,6 +119,7 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         assets = [EXPORTS_BY_NAME[name].asset_name for name in exports] + ["stats_report"]
     try:
         config = load_config(args.config)
+        check_rules(config.redaction)  # the ingest steps check them again before they redact
         if config.tokenizer is not None:
             check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
         cached_index(config.decontamination)  # every benchmark readable, with its fields (kept for in-process runs)

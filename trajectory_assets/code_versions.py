@@ -7,8 +7,8 @@ report's page leaves the trajectories fresh, a change to a conversion rule marks
 assets (and so everything built from them) stale, a change to one export's renderer marks
 that export and the report that shows it.
 
-The modules are found by reading the source (every ``import`` line, function-level ones
-included) from the asset's own modules through ``trajectory_assets`` and ``schemas``. A
+The modules are found by parsing the source (every ``import`` statement, function-level ones
+included, read with ``ast`` as tests/test_layout_rules.py reads them) from the asset's own modules through ``trajectory_assets`` and ``schemas``. A
 package's ``__init__.py`` is hashed with any module under it (Python runs it first), but
 what it imports is followed only when a module imports the package itself: the sources'
 registry lives in ``sources/__init__.py``, and an export that reads Hermes markup with
@@ -22,8 +22,8 @@ in the UI (the CLI loads it on every call).
 
 from __future__ import annotations
 
+import ast
 import hashlib
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -32,7 +32,6 @@ import orjson
 from trajectory_assets import PROJECT_ROOT, __version__
 
 PACKAGES = ("trajectory_assets", "schemas")
-IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+(\([^)]*\)|[^\n#]+)|import\s+([\w., ]+))", re.M)
 
 
 def module_file(root: Path, module: str) -> Path | None:
@@ -50,24 +49,23 @@ def imported_modules(root: Path, module: str) -> set[str]:
     if path is None:
         return set()
     found: set[str] = set()
-    for match in IMPORT.finditer(path.read_text()):
-        if match.group(3):  # import a.b, c
-            names = [name.strip().split(" as ")[0] for name in match.group(3).split(",")]
-        else:  # from a.b import c, d: c may be a module of package a.b
-            base = match.group(1)
-            names = [base] + [f"{base}.{name.strip().split(' as ')[0]}"
-                              for name in match.group(2).strip("()").split(",") if name.strip()]
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):  # import a.b, c
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # from a.b import c, d: c may be a module of package a.b
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:  # the package imports nothing relatively
+            continue
         found.update(name for name in names if name.split(".")[0] in PACKAGES and module_file(root, name))
     return found
 
 
-def closure(root: Path, modules: Iterable[str], skipped: Iterable[str] = (),
-            imports: dict[str, set[str]] | None = None) -> list[str]:
-    """``modules``, what they import and the packages they are in, sorted; not ``skipped``
-    nor what only they import. ``imports``: each module's imports, read once for every
-    closure that shares the dict (one tree, one moment)."""
+def closure(root: Path, modules: Iterable[str], imports: dict[str, set[str]] | None = None) -> list[str]:
+    """``modules``, what they import and the packages they are in, sorted. ``imports``: each
+    module's imports, read once for every closure that shares the dict (one tree, one moment)."""
     imports = {} if imports is None else imports
-    followed: set[str] = set(skipped)
+    followed: set[str] = set()
     pending = list(modules)
     while pending:
         module = pending.pop()
@@ -76,7 +74,6 @@ def closure(root: Path, modules: Iterable[str], skipped: Iterable[str] = (),
             if module not in imports:
                 imports[module] = imported_modules(root, module)
             pending += imports[module]
-    followed -= set(skipped)
     packages = {".".join(m.split(".")[:i]) for m in followed for i in range(1, m.count(".") + 1)}
     return sorted(followed | {p for p in packages if module_file(root, p)})
 
@@ -95,8 +92,7 @@ def config_hash(config: dict, sections: Iterable[str]) -> str:
 
 
 def code_version(modules: Iterable[str], sections: Iterable[str], config: dict, root: Path = PROJECT_ROOT,
-                 skipped: Iterable[str] = (), imports: dict[str, set[str]] | None = None) -> str:
-    """``<release>+<source hash>.<config hash>``; ``skipped``: modules (and what only they
-    import) whose part of the output carries a version of its own; ``imports`` as ``closure``'s."""
-    return (f"{__version__}+{source_hash(root, closure(root, modules, skipped, imports))}."
+                 imports: dict[str, set[str]] | None = None) -> str:
+    """``<release>+<source hash>.<config hash>``; ``imports`` as ``closure``'s."""
+    return (f"{__version__}+{source_hash(root, closure(root, modules, imports))}."
             f"{config_hash(config, sections)}")

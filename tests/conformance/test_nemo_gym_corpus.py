@@ -83,11 +83,11 @@ def test_streaming_in_tiny_chunks_changes_no_output(corpus_run, tmp_path, monkey
     import pyarrow.parquet as pq
 
     from tests.conftest import written_files
-    from trajectory_assets import ingest
+    from trajectory_assets.ingest import conversion
     from trajectory_assets.io import trajectory_table
 
     folder, storage = corpus_run
-    monkeypatch.setattr(ingest, "BATCH_ROWS", 2)
+    monkeypatch.setattr(conversion, "BATCH_ROWS", 2)
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 3)
     assert main(["run", "--source", str(folder), "--storage", str(tmp_path)]) == 0
     default, tiny = written_files(storage), written_files(tmp_path)
@@ -194,7 +194,8 @@ def test_ingest_records_for_every_batch_the_tool_use_its_conversations_hold(corp
     from trajectory_assets import layout
     from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.trajectory_table import StoredTrajectories
-    from trajectory_assets.report.tool_use import TOOL_USE_RULE, counted
+    from trajectory_assets.ingest.tool_use import TOOL_USE_RULE
+    from trajectory_assets.report.tool_use import counted
 
     _, storage = corpus_run
     store = Storage(str(storage))

@@ -114,5 +114,5 @@ def test_numba_is_imported_only_where_a_benchmark_index_is_used():
     """numba costs about 0.1 s to import, and more on its first call: no process pays it unless it checks texts."""
     assert _modules_after_import("import trajectory_assets.definitions; import trajectory_assets.exports.registry",
                                  ("numba",)) == []
-    assert _modules_after_import("from trajectory_assets.exports.decontamination import words; words('x')",
+    assert _modules_after_import("from trajectory_assets.ingest.decontamination import words; words('x')",
                                  ("numba",)) == ["numba"]

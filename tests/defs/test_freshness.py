@@ -83,4 +83,7 @@ def test_an_edited_module_marks_stale_what_it_computes_and_what_is_built_from_it
         assert stale(with_code_versions(defs, asset_code_versions(None, root=source)), instance) == set()
         assert stale_after_editing("trajectory_assets/report/page.py", instance) == {"stats_report"}
         assert stale_after_editing("trajectory_assets/chat/messages.py", instance) == set(assets)
+        # only ingest redacts: the exports and the report stay fresh until the batches are ingested again
+        assert stale_after_editing("trajectory_assets/redaction/redactor.py", instance) == {
+            "raw_rollouts", "validated_trajectories", "quarantined_records"}
         assert stale_after_editing("trajectory_assets/exports/verl.py", instance) == {"verl_dataset", "stats_report"}

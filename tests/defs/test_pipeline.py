@@ -340,16 +340,16 @@ def test_each_batch_of_a_ranged_run_has_its_own_data_version_lineage_and_checks(
 
 
 def test_a_failing_batch_does_not_stop_the_others_in_its_run(tmp_path, monkeypatch):
-    import trajectory_assets.defs.ingest as ingest_defs
+    import trajectory_assets.ingest.batch as batch
 
-    real_ingest = ingest_defs.ingest
+    real_ingest = batch.ingest
 
     def ingest_failing_on_b(sources, *args, **kwargs):
         if sources[0].uri.endswith("b.jsonl"):
             raise KeyError("no_such_column")
         return real_ingest(sources, *args, **kwargs)
 
-    monkeypatch.setattr(ingest_defs, "ingest", ingest_failing_on_b)
+    monkeypatch.setattr(batch, "ingest", ingest_failing_on_b)
     files = {f"{name}.jsonl": [make_rollout(request_input=name)] for name in ("a", "b", "c")}
     _, context, instance, keys, result = ranged_ingest(tmp_path, files)
     try:
@@ -420,17 +420,3 @@ def test_a_failed_check_is_not_retried_away_by_a_storage_fault_in_the_same_run(t
         assert f"batch {keys['b.jsonl']}: connection reset by peer" in failure.description
     finally:
         context.__exit__(None, None, None)
-
-
-def test_the_trajectory_contract_check_reports_the_ingest_result():
-    """Rows that failed the contract in ingest are quarantined; the check passes only when
-    the file holds exactly the rows that passed it."""
-    from trajectory_assets.defs.ingest import _trajectory_contract
-
-    summary = {"contract_rows_checked": 5, "contract_violations": 1}
-    passed, metadata, _ = _trajectory_contract(summary, {"trajectory_rows_written": 4})
-    assert passed and metadata["quarantined_as_contract_violation"] == 1 and metadata["rows_passed"] == 4
-    passed, _, description = _trajectory_contract(summary, {"trajectory_rows_written": 5})
-    assert not passed and "exactly the rows" in description
-    passed, _, description = _trajectory_contract({}, {"trajectory_rows_written": 0})
-    assert not passed and "materialize the batch again" in description

@@ -142,7 +142,7 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
     assert done.returncode == 0, done.stderr
     assert {path.name.split("-")[0] for path in tmp_path.rglob("*.nbi")} == {"ngram_kernel.scan"}
     # a pod's process, later: it loads the pass from that cache, compiling nothing
-    loaded = subprocess.run([sys.executable, "-c", "from trajectory_assets.exports import decontamination as d, "
+    loaded = subprocess.run([sys.executable, "-c", "from trajectory_assets.ingest import decontamination as d, "
                              "ngram_kernel as k; d.words('x'); print(*[(sum(f.stats.cache_hits.values()), "
                              "sum(f.stats.cache_misses.values())) for f in (k.scan,)])"],
                             capture_output=True, text=True, cwd=PROJECT_ROOT, env=env)

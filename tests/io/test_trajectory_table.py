@@ -4,7 +4,7 @@ import pytest
 
 from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
-from trajectory_assets.ingest import ingest
+from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.source_files import discover
 from trajectory_assets.sources import INPUTS_SUFFIXES

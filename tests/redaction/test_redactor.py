@@ -20,8 +20,9 @@ from tests.conftest import CORPUS
 from trajectory_assets.redaction import redactor as redaction
 from trajectory_assets.redaction import secret_rules as rules
 from trajectory_assets.redaction.redactor import (
-    AFTER, AhoCorasickPrefilter, HyperscanPrefilter, Redactor, required_literals, rule_problem,
+    AFTER, AhoCorasickPrefilter, HyperscanPrefilter, Redactor, check_rules, required_literals, rule_problem,
 )
+from trajectory_assets.config import ConfigError, RedactionConfig
 from trajectory_assets.sources import convert_record
 
 REDACTOR = Redactor()
@@ -243,6 +244,22 @@ def test_extra_rules_replace_in_house_tokens():
 ])
 def test_a_user_rule_the_prefilter_cannot_find_is_refused(pattern, problem):
     assert problem in rule_problem(pattern)
+
+
+@pytest.mark.parametrize("rules, message", [
+    ({"Acme Token": "acme_[a-z]{8}"}, "redaction.extra_rules: rule name 'Acme Token' must be lowercase"),
+    ({"acme": "[A-Z]{3}-[0-9]{6}"}, "redaction.extra_rules.acme '[A-Z]{3}-[0-9]{6}' has no literal"),
+    ({"acme": "acme_(x"}, "not a valid regex"),
+    ({"acme": "(acme_)?"}, "matches empty text"),
+])
+def test_the_config_s_rules_are_checked_where_they_are_used(rules, message):
+    """The config loads (every asset reads it); the redactor refuses the rule, naming it."""
+    config = RedactionConfig(extra_rules=rules)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_rules(config)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Redactor.from_config(config)
+    check_rules(RedactionConfig(extra_rules={"acme_token": "acme_[a-z0-9]{32}"}))
 
 
 # -- built on detect-secrets ----------------------------------------------------------------------

@@ -4,11 +4,12 @@ from tests.conftest import call_item, make_rollout, message_item, output_item, w
 from trajectory_assets import layout
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.exports.families.frames import FrameTable
-from trajectory_assets.ingest import ingest
+from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.io.source_files import discover
 from trajectory_assets.io.storage import Storage
 from trajectory_assets.io.trajectory_table import StoredTrajectories
-from trajectory_assets.report.tool_use import TOOL_USE_RULE, ToolUseRecorder, tool_use_of
+from trajectory_assets.ingest.tool_use import TOOL_USE_RULE, ToolUseRecorder
+from trajectory_assets.report.tool_use import tool_use_of
 from trajectory_assets.sources import INPUTS_SUFFIXES
 
 CALLED = [make_rollout([call_item("search", "{}", "c"), output_item("c", "error: down"), message_item("x")],

@@ -55,7 +55,7 @@ class Trajectory:
 
 
 # One row of the validated-trajectories table per Trajectory: the columns of every batch's
-# Parquet file (``ingest.py`` builds the rows, ``io/trajectory_table.py`` reads them).
+# Parquet file (``ingest/conversion.py`` builds the rows, ``io/trajectory_table.py`` reads them).
 TRAJECTORY_ARROW_SCHEMA = pa.schema(
     [
         ("trajectory_id", pa.string()),

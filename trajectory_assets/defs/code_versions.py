@@ -12,19 +12,14 @@ from trajectory_assets.exports.registry import EXPORTS
 INGEST_ASSETS = ("raw_rollouts", "validated_trajectories", "quarantined_records")
 # asset -> (the modules that compute it, the config sections it reads)
 COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    **{name: (("trajectory_assets.defs.ingest",), ("conversion", "redaction")) for name in INGEST_ASSETS},
+    # the pure module that writes and checks a batch's files (the asset in defs/ingest.py reports
+    # them); it does not import decontamination, whose flags carry a version of their own
+    **{name: (("trajectory_assets.ingest.batch",), ("conversion", "redaction")) for name in INGEST_ASSETS},
     **{export.asset_name: ((export.render.__module__, "trajectory_assets.exports.writer"),
                            (export.family, "split", "tokenizer", "card", "decontamination"))
        for export in EXPORTS},
     "stats_report": (("trajectory_assets.defs.reports",), ("report", "grpo")),
 }
-# asset -> modules it imports whose part of its output is versioned apart: ingest stores the
-# decontamination flags with the fingerprint of the rules and benchmarks that made them, and
-# the export steps recompute stale ones, so a change to those rules re-ingests nothing
-VERSIONED_APART: dict[str, tuple[str, ...]] = {
-    name: ("trajectory_assets.exports.decontamination",) for name in INGEST_ASSETS}
-
-
 def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> dict[str, str]:
     """Every asset's code version under the config in ``config_file``. A config that does not
     load is hashed as its error: the runs fail on it with a clear message, not the code
@@ -35,8 +30,7 @@ def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> 
         config = {"config_error": str(error)}
     computed_by = COMPUTED_BY if computed_by is None else computed_by
     imports: dict[str, set[str]] = {}  # the assets share most of their modules: each is read once
-    return {asset: code_version(modules, sections, config, skipped=VERSIONED_APART.get(asset, ()), imports=imports,
-                                **kwargs)
+    return {asset: code_version(modules, sections, config, imports=imports, **kwargs)
             for asset, (modules, sections) in computed_by.items()}
 
 

@@ -22,12 +22,12 @@ from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
-from trajectory_assets.exports.decontamination import BenchmarkError, BenchmarkIndex, cached_index
+from trajectory_assets.ingest.decontamination import BenchmarkError, BenchmarkIndex, cached_index
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.registry import EXPORT_FAMILIES, family_exports
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
 from trajectory_assets.exports.writer import Broken, CheckOutcome, Written, check_names, write_family
-from trajectory_assets.ingest import read_summary
+from trajectory_assets.io.batch_summary import read_summary
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 
 CHECK_DESCRIPTIONS = {

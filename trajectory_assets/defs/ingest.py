@@ -10,18 +10,14 @@ a run's start-up is paid once for many files; the step reports each batch's even
 import warnings
 
 import dagster as dg
-import orjson
-import pandas as pd
-import pyarrow.parquet as pq
 
 from schemas.quarantine import QuarantineSchema
 from schemas.raw_rollouts import RawRolloutSchema
 from schemas.trajectory import column_descriptions as trajectory_column_descriptions
-from schemas.validation import cast_columns, declared_dtypes, validate
 from trajectory_assets import layout
-from trajectory_assets.exports.decontamination import ingest_flags
-from trajectory_assets.report.tool_use import ToolUseRecorder
-from trajectory_assets.ingest import QUARANTINE_FIELDS, ingest
+from trajectory_assets.config import ConfigError
+from trajectory_assets.ingest import batch
+from trajectory_assets.ingest.decontamination import ingest_flags
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
@@ -33,16 +29,8 @@ from trajectory_assets.defs.retries import (
     storage_faults_only,
 )
 from trajectory_assets.runs.run_plan import BATCHES_PER_RUN
-from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
-from trajectory_assets.io.source_files import (
-    SourceError,
-    SourceFile,
-    batch_key,
-    describe_batch,
-    source_fingerprint,
-    source_from_record,
-)
+from trajectory_assets.io.source_files import SourceError, SourceFile, batch_key
 from trajectory_assets.io.storage import Storage, StorageError
 from trajectory_assets.sources import SOURCES, discover_sources
 
@@ -173,10 +161,14 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
     raw_record = _write_source_record(context, key, sources, store) if RAW in assets else None
     ingested = bool(assets & {TRAJECTORIES, QUARANTINE})
     if ingested:
-        _ingest_batch(key, store, settings)
+        config = settings.load()
+        try:
+            batch.ingest_batch(key, store, config, flags=ingest_flags(config.decontamination))
+        except ConfigError as error:  # a redaction rule the redactor cannot use: the same config fails again
+            raise dg.Failure(description=str(error), allow_retries=False) from None
     reads_summary = ingested or NOTHING_LOST in checks or TRAJECTORY_CONTRACT in checks
     summary = store.read_json(layout.batch_summary(key)) if reads_summary else {}
-    counts = _counts(key, store, summary) if summary else {}
+    counts = batch.batch_counts(key, store, summary) if summary else {}
     results = _check_batch(key, store, checks, summary, counts)
 
     if raw_record is not None:
@@ -205,111 +197,28 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
 
 def _write_source_record(context: dg.AssetExecutionContext, key: str, sources: RolloutSources,
                          store: Storage) -> dict:
-    """raw_rollouts: the batch's files, their SHA-256 and its data version (``describe_batch``),
-    and (for the materialization only) the files' fingerprint, which lets the batch sensor
-    know unchanged files without reading them. A file that cannot be opened (a broken symlink, no permission, a missing object) is
-    recorded with its error; a passing storage fault is raised, for the retry policy."""
-    source = find_batch_source(sources, key)
-    # taken before the bytes are read: a file that changes meanwhile gets another fingerprint
-    fingerprint = source_fingerprint(source)
-    record = describe_batch(source)
+    """raw_rollouts (``batch.write_source_record``): a file that cannot be opened (a broken
+    symlink, no permission, a missing object) is recorded with its error and logged; a passing
+    storage fault is raised, for the retry policy."""
+    record = batch.write_source_record(key, store, find_batch_source(sources, key))
     for problem in (record["error"], record["inputs_error"]):
         if problem:
-            context.log.warning(f"{source.uri}: {problem}")
-    store.write_bytes(layout.batch_source(key), orjson.dumps(record, option=orjson.OPT_INDENT_2))
-    return {**record, "fingerprint": fingerprint}
-
-
-def _ingest_batch(key: str, store: Storage, settings: PipelineSettings) -> None:
-    """Writes the batch's trajectories, quarantine and summary. A source that cannot be
-    opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error."""
-    config = settings.load()
-    redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
-    recorded = store.read_json(layout.batch_source(key))
-    # a side file that could not be read is left out (its error is in the raw record); a batch
-    # of folder records reads exactly the files that were hashed
-    source = source_from_record(recorded)
-    # a record of the batch's earlier contents must never stand beside its new trajectories
-    store.remove(layout.batch_tool_use(key))
-    with (
-        store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
-        store.open_write(layout.batch_quarantine(key)) as quarantine,
-    ):
-        def write_rejections(rows):
-            quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
-
-        # what is found in the conversations as they are converted is stored beside the batch,
-        # so later steps need not read the messages again: tool use (the report) and, with
-        # benchmarks configured, their matches (the exports)
-        tools = ToolUseRecorder()
-        flags = ingest_flags(config.decontamination)
-
-        def on_trajectory(trajectory_id, trajectory):
-            tools.add(trajectory_id, trajectory)
-            if flags is not None:
-                flags.add(trajectory_id, trajectory)
-
-        summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
-                         options=config.conversion, on_trajectory=on_trajectory)
-    if flags is not None:
-        store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
-    store.write_bytes(layout.batch_tool_use(key), orjson.dumps(tools.result()))
-    store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
-
-
-def _counts(key: str, store: Storage, summary: dict) -> dict:
-    """The batch's counts as ingest recorded them, and the rows its files really hold."""
-    with store.open_read(layout.batch_trajectories(key)) as handle:
-        rows_written = pq.ParquetFile(handle).metadata.num_rows
-    return {
-        "records_read": summary["records_read"],
-        "records_valid": summary["records_valid"],
-        "records_rejected": summary["records_rejected"],
-        "sources_failed": summary["sources_failed"],
-        "trajectory_rows_written": rows_written,
-        "quarantine_rows_written": store.read_bytes(layout.batch_quarantine(key)).count(b"\n"),
-    }
+            context.log.warning(f"{record['uri']}: {problem}")
+    return record
 
 
 def _check_batch(key: str, store: Storage, checks, summary: dict, counts: dict) -> dict:
-    """The selected checks on the batch's stored files: check -> (passed, metadata, description)."""
+    """The selected checks on the batch's stored files (``ingest/batch.py``): check -> (passed,
+    metadata, description)."""
     results = {}
     if RAW_CONTRACT in checks:
-        record = store.read_json(layout.batch_source(key))
-        dtypes = declared_dtypes(RawRolloutSchema)
-        frame = cast_columns(pd.DataFrame([record], columns=list(dtypes)), dtypes)
-        result = validate(RawRolloutSchema, frame)
+        result = batch.raw_contract(key, store)
         results[RAW_CONTRACT] = (result.passed, contract_metadata(result), None)
     if NOTHING_LOST in checks:
-        reconciled = (
-            counts["records_read"] == counts["records_valid"] + counts["records_rejected"]
-            and counts["trajectory_rows_written"] == counts["records_valid"]
-            and counts["quarantine_rows_written"] == counts["records_rejected"] + counts["sources_failed"]
-        )
-        results[NOTHING_LOST] = (reconciled, counts, None if reconciled else
-                                 "counts do not reconcile: records were lost or double counted")
+        results[NOTHING_LOST] = batch.nothing_lost(counts)
     if TRAJECTORY_CONTRACT in checks:
-        results[TRAJECTORY_CONTRACT] = _trajectory_contract(summary, counts)
+        results[TRAJECTORY_CONTRACT] = batch.trajectory_contract(summary, counts)
     if QUARANTINE_CONTRACT in checks:
-        rows = store.read_jsonl(layout.batch_quarantine(key))
-        frame = cast_columns(pd.DataFrame(rows, columns=list(QUARANTINE_FIELDS)), declared_dtypes(QuarantineSchema))
-        result = validate(QuarantineSchema, frame)
+        result = batch.quarantine_contract(key, store)
         results[QUARANTINE_CONTRACT] = (result.passed, contract_metadata(result), None)
     return results
-
-
-def _trajectory_contract(summary: dict, counts: dict) -> tuple[bool, dict, str | None]:
-    """The contract ran once per row in ingest, before each row was written (its failures
-    went to the quarantine); the file passes when it holds exactly the rows that passed.
-    Trajectory ids are hashes of distinct records (byte-identical copies are quarantined as
-    ``duplicate_record``), so the per-block checks also make the id unique in the file."""
-    checked = summary.get("contract_rows_checked")
-    if checked is None:
-        return False, {}, "the batch summary predates the contract result: materialize the batch again"
-    passed_rows = checked - summary["contract_violations"]
-    passed = passed_rows == counts["trajectory_rows_written"]
-    metadata = {"rows_checked": checked, "rows_passed": passed_rows,
-                "quarantined_as_contract_violation": summary["contract_violations"],
-                "rows_in_file": counts["trajectory_rows_written"]}
-    return passed, metadata, None if passed else "the file does not hold exactly the rows that passed the contract"
-

@@ -14,7 +14,7 @@ from trajectory_assets.defs.batches import registered_batches
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
-from trajectory_assets.ingest import read_summary
+from trajectory_assets.io.batch_summary import read_summary
 from trajectory_assets.io.export_files import StoredExport
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 

@@ -36,7 +36,7 @@ from trajectory_assets.exports import (
     trl_sft,
     verl,
 )
-from trajectory_assets.exports.decontamination import BenchmarkIndex
+from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.families.frames import ExportFrame, FrameTable, TrajectoryTable, collect

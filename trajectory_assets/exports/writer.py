@@ -24,7 +24,7 @@ from schemas.validation import ChunkedContract, ContractResult
 from trajectory_assets import layout
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.card import render_card, training_of
-from trajectory_assets.exports.decontamination import BenchmarkIndex, manifest_block
+from trajectory_assets.ingest.decontamination import BenchmarkIndex, manifest_block
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, TrajectoryTable
 from trajectory_assets.exports.manifest import build_manifest, describe

@@ -42,6 +42,7 @@ try:
 except ImportError:  # no wheel for this machine (it has them for x86_64): Aho-Corasick instead
     hyperscan = None
 
+from trajectory_assets.config import ConfigError, RedactionConfig
 from trajectory_assets.redaction import secret_rules as rules
 
 PLACEHOLDER = b"[REDACTED:%s]"
@@ -677,10 +678,12 @@ class Redactor:
     """
 
     @classmethod
-    def from_config(cls, config) -> "Redactor":
+    def from_config(cls, config: RedactionConfig) -> "Redactor":
         """The redactor a `RedactionConfig` describes (whose `enabled` the caller checks); one
         per process and config (building one compiles every rule, which a run of many
-        batches would otherwise pay per batch)."""
+        batches would otherwise pay per batch). A rule it cannot use is a ``ConfigError``
+        (``check_rules``)."""
+        check_rules(config)
         return _redactor(cls, config.emails, tuple(config.allowlist),
                          tuple(sorted((config.extra_rules or {}).items())))
 
@@ -775,6 +778,23 @@ class Redactor:
             elif finish == len(window.text) and window.end < len(data):
                 raw_end = _extend(data, raw_end, VALUE_BYTES)  # a value cut by the window
             yield Finding(*_snap_utf8(data, raw_start, raw_end), kind, rule.rank)
+
+
+RULE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def check_rules(config: RedactionConfig) -> None:
+    """Raises a ``ConfigError`` naming the first of the config's ``extra_rules`` that cannot be a
+    rule: its name must make a placeholder, its regex pass ``rule_problem``. Checked here, not
+    when the config loads: every asset reads the config, and only ingest redacts, so an edit to
+    the redactor versions only the ingest assets anew (``code_versions.py``)."""
+    for name, pattern in config.extra_rules.items():
+        if not RULE_NAME.fullmatch(name):
+            raise ConfigError(f"redaction.extra_rules: rule name {name!r} must be lowercase letters, digits and _ "
+                              f"(at most 40), since it becomes the placeholder [REDACTED:{name}]")
+        problem = rule_problem(pattern)
+        if problem:
+            raise ConfigError(f"redaction.extra_rules.{name} {pattern!r} {problem}")
 
 
 def rule_problem(pattern: str) -> str | None:

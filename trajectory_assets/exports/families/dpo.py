@@ -17,7 +17,7 @@ from trajectory_assets.chat.messages import divergence_point, is_context_summary
 from trajectory_assets.chat.reward_components import comparable, dominates, margins, objectives
 from trajectory_assets.config import DpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance, carries_flag
-from trajectory_assets.exports.decontamination import BenchmarkIndex
+from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,

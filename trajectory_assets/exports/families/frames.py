@@ -51,7 +51,7 @@ from trajectory_assets.exports.curation import (
     filter_trajectories,
     near_duplicates,
 )
-from trajectory_assets.exports.decontamination import BenchmarkIndex, contaminated_trajectories, reason
+from trajectory_assets.ingest.decontamination import BenchmarkIndex, contaminated_trajectories, reason
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 from trajectory_assets.jsonutil import sha256_hex

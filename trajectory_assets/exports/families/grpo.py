@@ -16,7 +16,7 @@ from trajectory_assets.chat.messages import is_context_summary
 from trajectory_assets.chat.reward_components import objectives, summarize
 from trajectory_assets.config import GrpoConfig, SplitConfig
 from trajectory_assets.exports.curation import balance
-from trajectory_assets.exports.decontamination import BenchmarkIndex
+from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,

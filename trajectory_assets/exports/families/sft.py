@@ -15,7 +15,7 @@ import pandas as pd
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES, TrainingRule, trained_messages
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.curation import balance, carries_flag
-from trajectory_assets.exports.decontamination import BenchmarkIndex
+from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,

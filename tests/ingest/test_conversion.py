@@ -6,7 +6,7 @@ import json
 import pyarrow as pa
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
-from trajectory_assets.ingest import ingest
+from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.io.source_files import discover
 from trajectory_assets.sources import INPUTS_SUFFIXES
 
@@ -110,7 +110,7 @@ def test_a_crash_inside_conversion_becomes_a_quarantine_row(tmp_path, monkeypatc
 
 
 def test_contract_violations_are_quarantined_with_the_failed_checks(tmp_path, monkeypatch):
-    import trajectory_assets.ingest as ingest
+    import trajectory_assets.ingest.conversion as ingest
 
     real_row = ingest.trajectory_row
 

@@ -113,8 +113,8 @@ def code_points() -> tuple[np.ndarray, ...]:
       Plane outside the emoji blocks): a text holding one goes through ``unicode_rules`` whole.
 
     Checked against Arrow's own Unicode rules, code point by code point
-    (tests/exports/test_decontamination.py)."""
-    from trajectory_assets.exports.ngram_kernel import MAPPED, SEPARATOR, SIMPLE, UNICODE, byte_tables
+    (tests/ingest/test_decontamination.py)."""
+    from trajectory_assets.ingest.ngram_kernel import MAPPED, SEPARATOR, SIMPLE, UNICODE, byte_tables
 
     classes = np.full(0x20000, UNICODE, np.uint8)
     classes[:0x80] = SIMPLE  # (ASCII is never looked up)
@@ -199,7 +199,7 @@ def normalise(texts: pa.Array) -> Normalised:
 def _scan(texts: pa.Array, emit: bool, index: tuple) -> tuple[np.ndarray, ...]:
     """``ngram_kernel.scan`` of ``texts``; the texts it marks as needing the Unicode rules go
     through them and are scanned again (with ``emit``, all the texts: their words stay in order)."""
-    from trajectory_assets.exports import ngram_kernel
+    from trajectory_assets.ingest import ngram_kernel
 
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()

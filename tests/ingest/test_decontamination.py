@@ -28,7 +28,7 @@ from trajectory_assets.config import (
     SplitConfig,
     load_config,
 )
-from trajectory_assets.exports.decontamination import (
+from trajectory_assets.ingest.decontamination import (
     MIN_WORDS,
     BenchmarkError,
     BenchmarkIndex,
@@ -393,7 +393,7 @@ def _by_arrow_alone(texts: list[str]) -> list[list[str]]:
     ``\\p{Nd}`` number regex, datatrove's punctuation beyond ASCII and the Unicode spaces to
     spaces, NFD without combining marks; then the ASCII punctuation to spaces, a split on
     ASCII whitespace."""
-    from trajectory_assets.exports.decontamination import _NUMBERS, _SEPARATORS, _UNICODE_SPACES
+    from trajectory_assets.ingest.decontamination import _NUMBERS, _SEPARATORS, _UNICODE_SPACES
 
     array = pa.array(texts, pa.string())
     ascii_only = pc.string_is_ascii(array)
@@ -415,8 +415,8 @@ def test_every_code_point_the_fast_pass_handles_comes_out_as_the_unicode_rules_m
     points is a letter they leave alone, a break, or one they replace by the same letters
     wherever it stands: checked here for every such code point, alone, inside a word, between
     digits and after an uppercase letter, against the rules in Arrow's string kernels alone."""
-    from trajectory_assets.exports import ngram_kernel
-    from trajectory_assets.exports.decontamination import _NO_INDEX, Normalised, _buffers, code_points
+    from trajectory_assets.ingest import ngram_kernel
+    from trajectory_assets.ingest.decontamination import _NO_INDEX, Normalised, _buffers, code_points
 
     rules = code_points()
     classes = rules[2]
@@ -496,7 +496,7 @@ def test_text_matches_are_every_window_a_plain_search_finds(benchmarks, texts, n
 def test_the_flags_fingerprint_follows_the_rules_source(tmp_path, monkeypatch):
     """Stored flags are recomputed after any edit of the rules' module (ingest's code version
     does not follow it: tests/test_code_versions.py)."""
-    from trajectory_assets.exports import decontamination
+    from trajectory_assets.ingest import decontamination
 
     assert [path.name for path in decontamination.RULES_FILES] == ["decontamination.py", "ngram_kernel.py"]
     assert decontamination.RULES_SHA256 == hashlib.sha256(
@@ -510,7 +510,7 @@ def test_the_flags_fingerprint_follows_the_rules_source(tmp_path, monkeypatch):
 def test_a_trajectory_matching_two_benchmarks_is_named_by_the_first_at_ingest_and_by_a_scan(tmp_path):
     """Its id names the second benchmark, its text the first: the first names it, whichever test
     ran first (ingest once stopped at the id)."""
-    from trajectory_assets.exports.decontamination import IngestFlags
+    from trajectory_assets.ingest.decontamination import IngestFlags
     from trajectory_assets.jsonutil import dumps
     from trajectory_assets.sources import convert_record
 
@@ -540,8 +540,8 @@ def test_the_pass_compiles_in_memory_where_numba_can_write_no_cache():
              "    assert 'no locator available' in str(error)\n"
              "else:\n    raise AssertionError('numba cached without a folder')\n"
              "warnings.simplefilter('ignore')\n"
-             "from trajectory_assets.exports import ngram_kernel\n"
-             "from trajectory_assets.exports.decontamination import words\n"
+             "from trajectory_assets.ingest import ngram_kernel\n"
+             "from trajectory_assets.ingest.decontamination import words\n"
              "print(words('Café 1,000'), type(ngram_kernel.scan._cache).__name__)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
