@@ -6,7 +6,8 @@ FROM python:3.11-slim
 
 WORKDIR /opt/trajectory-assets
 # dependencies first (the layer is reused while the lock file stays the same), pinned by the
-# lock, bytecode compiled at install time (the code location imports in ~2 s instead of ~4.5 s)
+# runtime lock (the test tools are in requirements-dev.lock, never in the image), bytecode
+# compiled at install time (the code location imports in ~2 s instead of ~4.5 s)
 COPY requirements.lock ./
 # Hyperscan is redaction's fast prefilter where it has a wheel (x86_64; as `make setup` does):
 # without it the Aho-Corasick fallback finds the same, 3-4x slower

@@ -15,7 +15,12 @@ import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
-CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
+# ../shared (its corpus of real files, the format notes), found through this one place: the
+# folder beside the checkout, or the one SHARED_VARIABLE names. Naming a folder that does not
+# exist says it is absent on purpose (.ci/run's lone-clone pass): see shared_data.
+SHARED_VARIABLE = "TRAJECTORY_ASSETS_SHARED"
+SHARED = Path(os.environ.get(SHARED_VARIABLE) or PROJECT_ROOT.parent / "shared")
+CORPUS = SHARED / "corpus"
 
 
 # The tiers of `make test` (docs/testing.md). Every test not named here is a unit or contract
@@ -72,6 +77,22 @@ def no_instance_in_unit_tests(request, monkeypatch):
 def in_ci() -> bool:
     """Whether CI is set: there, a test whose tools or data are missing fails instead of skipping."""
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def shared_data(relative: str) -> Path:
+    """``SHARED / relative`` (e.g. "corpus/hermes") for a test that reads it. Absent, the test
+    skips with the reason; with CI set it fails instead, since CI runs with ../shared beside the
+    clone and a missing folder is a broken setup, unless SHARED_VARIABLE is set: then the
+    folder was hidden on purpose."""
+    path = SHARED / relative
+    if path.exists():
+        return path
+    if os.environ.get(SHARED_VARIABLE):
+        pytest.skip(f"{path} is absent ({SHARED_VARIABLE} names {SHARED})")
+    if in_ci():
+        pytest.fail(f"CI is set but {path} is absent (set {SHARED_VARIABLE} to a missing folder to run "
+                    "without ../shared on purpose)", pytrace=False)
+    pytest.skip(f"{path} is absent: ../shared is not beside this checkout")
 
 
 def temporary_dagster_home(folder: Path) -> Path:

@@ -134,12 +134,12 @@ def test_the_cores_table_gives_what_two_busy_processes_get_and_the_ratio_a_run_s
 
 
 def test_the_recipe_pair_makes_the_recipe_s_output_twice(tmp_path):
-    from bench.run import CORPUS
     from bench.recipe_pair import main
+    from tests.conftest import SAMPLE
 
     source = tmp_path / "source"
     source.mkdir()
-    (source / "rollouts.jsonl").write_bytes(sorted(CORPUS.glob("*.jsonl"))[0].read_bytes())
+    (source / "rollouts.jsonl").write_bytes((SAMPLE / "weather" / "rollouts.jsonl").read_bytes())
     assert main(str(source), str(tmp_path / "out")) == 0
     first, second = ((tmp_path / "out" / copy / "sft.jsonl").read_bytes() for copy in ("a", "b"))
     assert first == second and first.count(b"\n") > 0

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import CORPUS
+from tests.conftest import shared_data
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
 
@@ -13,9 +13,7 @@ MARKUP = ("<think>", "</think>", "<tool_call>", "<tool_response>", "<tools>")
 
 @pytest.fixture(scope="module")
 def hermes_run(tmp_path_factory):
-    folder = CORPUS / "hermes"
-    if not folder.is_dir():
-        pytest.skip(f"conformance corpus not present at {folder}")
+    folder = shared_data("corpus/hermes")
     storage = tmp_path_factory.mktemp("hermes")
     assert main(["run", "--source", str(folder), "--storage", str(storage)]) == 0
     return folder, storage

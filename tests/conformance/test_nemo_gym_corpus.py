@@ -22,12 +22,9 @@ def corpus_run(tmp_path_factory, request):
 
 @pytest.fixture(scope="module")
 def corpus_nemo_gym():
-    from tests.conftest import CORPUS
+    from tests.conftest import shared_data
 
-    folder = CORPUS / "nemo_gym"
-    if not folder.is_dir():
-        pytest.skip(f"conformance corpus not present at {folder}")
-    return folder
+    return shared_data("corpus/nemo_gym")
 
 
 def test_every_record_is_accounted_for(corpus_run):

@@ -10,7 +10,7 @@ credential, so the list is empty: the redactor before this one replaced 5 values
 
 import pytest
 
-from tests.conftest import CORPUS
+from tests.conftest import shared_data
 from trajectory_assets.redaction.redactor import Redactor
 
 # (file, line number, type, the text replaced): every redaction over the corpus
@@ -19,10 +19,9 @@ EXPECTED_REDACTIONS: list[tuple[str, int, str, str]] = []
 
 @pytest.fixture(scope="module")
 def corpus_lines():
-    if not CORPUS.is_dir():
-        pytest.skip(f"conformance corpus not present at {CORPUS}")
-    return [(path.relative_to(CORPUS).as_posix(), number, line)
-            for path in sorted(CORPUS.rglob("*.jsonl"))
+    corpus = shared_data("corpus")
+    return [(path.relative_to(corpus).as_posix(), number, line)
+            for path in sorted(corpus.rglob("*.jsonl"))
             for number, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
 
 

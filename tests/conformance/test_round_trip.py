@@ -32,13 +32,11 @@ MARKUP_EXPORTS = {"sft_hermes", "llama_factory"}
 
 @pytest.fixture(scope="module")
 def corpus_run(tmp_path_factory) -> Path:
-    from tests.conftest import CORPUS
+    from tests.conftest import shared_data
 
-    if not CORPUS.is_dir():
-        pytest.skip(f"conformance corpus not present at {CORPUS}")
     storage = tmp_path_factory.mktemp("round_trip")
-    assert main(["run", "--source", str(CORPUS / "nemo_gym"), "--source", str(CORPUS / "hermes"),
-                 "--storage", str(storage)]) == 0
+    sources = [shared_data("corpus/nemo_gym"), shared_data("corpus/hermes")]
+    assert main(["run", "--source", str(sources[0]), "--source", str(sources[1]), "--storage", str(storage)]) == 0
     return storage
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import CORPUS, make_rollout, message_item, trajectory_frame
+from tests.conftest import make_rollout, shared_data, message_item, trajectory_frame
 from trajectory_assets.chat.reward_components import dominates
 from trajectory_assets.config import DpoConfig, GrpoConfig, SplitConfig
 from trajectory_assets.exports.registry import build
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
-MULTIREWARD = CORPUS / "nemo_gym/resources_servers__example_tool_call_multireward__example_rollouts.jsonl"
+MULTIREWARD = "corpus/nemo_gym/resources_servers__example_tool_call_multireward__example_rollouts.jsonl"
 
 
 def scored(index, answer, **components):
@@ -98,7 +98,7 @@ def test_grpo_rows_summarize_each_objective_over_the_task_rollouts():
 
 
 def test_the_multireward_corpus_file_reaches_every_task_export(tmp_path: Path):
-    rows = [json.loads(line) for line in MULTIREWARD.read_text().splitlines()]
+    rows = [json.loads(line) for line in shared_data(MULTIREWARD).read_text().splitlines()]
     frame = trajectory_frame(rows)
     tasks = rows_of(build("grpo", frame, GrpoConfig(zero_variance_groups="keep"), ALL_TRAIN))
     assert len(tasks) == 5

@@ -63,13 +63,9 @@ def sample_exports(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def corpus_exports(tmp_path_factory) -> Path:
     """The exports of a real run over ../shared/corpus (NeMo Gym and Hermes files)."""
-    from tests.conftest import CORPUS
+    from tests.conftest import shared_data
 
-    if not CORPUS.is_dir():
-        if in_ci():  # CI runs with ../shared beside the clone: a missing corpus is a broken setup
-            pytest.fail(f"CI is set but the conformance corpus is not at {CORPUS}")
-        pytest.skip(f"conformance corpus not present at {CORPUS}")
-    return _cli_run(tmp_path_factory, CORPUS)
+    return _cli_run(tmp_path_factory, shared_data("corpus"))
 
 
 @pytest.fixture(params=["sample", "corpus"])
