@@ -60,6 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajectory_assets.chat.hermes_markup import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 from trajectory_assets.chat.messages import prompt_key
 from trajectory_assets.chat.token_data import TOKEN_KEYS, are_log_probs, are_token_ids
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
@@ -98,9 +99,6 @@ TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "summary_text"
 KNOWN_PART_TYPES = TEXT_PART_TYPES | {"refusal", "input_image"}
 CONTEXT_ROLES = {"system": "system", "developer": "system", "user": "user"}
 FINISHED_STATUSES = frozenset({None, "completed"})
-# literal <think>/<tool_call>/<tool_response> tags in the text: a Hermes rendering of it
-# would parse back into calls the model never made
-HERMES_MARKUP_FLAG = "hermes_markup_in_content"
 QUALITY_FLAGS = (
     "unparseable_tool_call",  # a call whose arguments string is not JSON
     HERMES_MARKUP_FLAG,
@@ -109,8 +107,6 @@ QUALITY_FLAGS = (
     "malformed_token_data",  # token ids / log probs of the wrong shape (kept in metadata)
     "verification_skipped",  # the agent skipped the verifier: its reward is a placeholder (kept in metadata)
 )
-HERMES_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _REASON_UNSAFE = re.compile(r"[^a-z0-9_]+")
 
 
@@ -414,30 +410,6 @@ def convert_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, list[Any]]:
     return (converted or None), unconverted
 
 
-def split_inline_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning, visible text) of assistant text from a reasoning model served without a
-    reasoning parser, as vLLM's ``deepseek_r1`` parser splits it.
-
-    >>> split_inline_reasoning("<think>2+2=4</think>\\nIt is 4.")
-    ('2+2=4', 'It is 4.')
-    >>> split_inline_reasoning("2+2=4\\n</think>\\n\\nIt is 4.")  # template opened <think>
-    ('2+2=4', 'It is 4.')
-    >>> split_inline_reasoning("<think>cut off mid-thought")  # never closed: all reasoning
-    ('cut off mid-thought', '')
-    >>> split_inline_reasoning("Use <think> tags.")  # not at the start: plain text
-    (None, 'Use <think> tags.')
-    """
-    stripped = text.lstrip()
-    if stripped.startswith(THINK_OPEN):
-        reasoning, closed, rest = stripped[len(THINK_OPEN):].partition(THINK_CLOSE)
-    else:
-        # R1-style chat templates put <think> into the prompt, so the text opens inside it
-        reasoning, closed, rest = text.partition(THINK_CLOSE)
-        if not closed or THINK_OPEN in reasoning:
-            return None, text
-    return reasoning.strip(), rest.lstrip() if closed else ""
-
-
 @dataclass
 class _Turn:
     """What the model produced since the last item it did not produce."""
@@ -682,17 +654,6 @@ def reasoning_text(item: dict[str, Any]) -> str:
             if any(texts):
                 return "\n\n".join(t for t in texts if t)
     return ""
-
-
-def has_hermes_markup(message: dict[str, Any]) -> bool:
-    texts = [message.get("content"), message.get("reasoning_content")]
-    texts += [call["function"]["arguments"] for call in message.get("tool_calls") or []]
-    for text in texts:
-        if isinstance(text, list):  # content parts
-            text = "\n".join(p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(text, str) and "<" in text and any(tag in text for tag in HERMES_TAGS):
-            return True
-    return False
 
 
 def _text_only(content: Any) -> str:
