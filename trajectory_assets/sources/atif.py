@@ -63,15 +63,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajectory_assets.chat.hermes_markup import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 from trajectory_assets.chat.messages import prompt_key
+from trajectory_assets.chat.responses import responses_request
 from trajectory_assets.chat.token_data import are_log_probs, are_token_ids
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.io.file_layouts import FolderRecords
 from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
-from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line, responses_request
-from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
+from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line
 
 SOURCE_FORMAT = "atif"
 DEFAULT_OPTIONS = ConversionConfig()

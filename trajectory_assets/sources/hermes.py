@@ -21,9 +21,10 @@ from typing import Any
 
 from trajectory_assets.chat.hermes_markup import read_hermes_chat
 from trajectory_assets.chat.messages import is_context_summary, prompt_key, unanswered_tool_calls
+from trajectory_assets.chat.responses import responses_request
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.io.file_layouts import SideFile
-from trajectory_assets.sources.format import SourceFormat, responses_request
+from trajectory_assets.sources.format import SourceFormat
 
 SOURCE_FORMAT = "hermes"
 QUALITY_FLAGS = (
