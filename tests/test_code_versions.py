@@ -39,9 +39,13 @@ def test_a_change_to_the_report_leaves_the_trajectories_and_exports_as_they_are(
 def test_a_change_to_a_conversion_rule_versions_the_ingest_assets_anew(source_tree):
     changed = changed_by(source_tree, "trajectory_assets/chat/messages.py")
     assert set(INGEST_ASSETS) <= changed and "stats_report" in changed
-    hermes = changed_by(source_tree, "trajectory_assets/sources/hermes.py")
-    # the exports that read Hermes markup with its rules; the others only through the trajectories
-    assert hermes == {*INGEST_ASSETS, "sft_hermes_dataset", "stats_report"}
+    # the exports that read a markup with its codec; the others only through the trajectories
+    markup = changed_by(source_tree, "trajectory_assets/chat/hermes_markup.py")
+    assert markup == {*INGEST_ASSETS, "sft_hermes_dataset", "grpo_dataset", "stats_report"}  # grpo: inline <think>
+    assert changed_by(source_tree, "trajectory_assets/chat/responses.py") == {*INGEST_ASSETS, "grpo_dataset",
+                                                                              "stats_report"}
+    # what a source adds to its codec's reading is the trajectories' alone
+    assert changed_by(source_tree, "trajectory_assets/sources/hermes.py") == {*INGEST_ASSETS, "stats_report"}
 
 
 
