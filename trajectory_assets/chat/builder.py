@@ -99,7 +99,8 @@ class ChatBuilder:
 
     def function_call(self, call_id: str, name: str, arguments: Any) -> dict[str, Any]:
         """A canonical tool call (``arguments`` through :meth:`arguments_text`)."""
-        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": self.arguments_text(arguments)}}
+        return {"id": call_id, "type": "function",
+                "function": {"name": name, "arguments": self.arguments_text(arguments)}}
 
     def checked_tokens(self, where: str, prompt: Any, generation: Any, log_probs: Any) -> dict[str, Any] | None:
         """A model call's token data as :func:`token_call` checks it; when it is malformed,

@@ -211,7 +211,8 @@ class HermesChat(ChatBuilder):
         if "</think>" in visible:  # stray closing tag in visible text
             self.flags.add("unbalanced_think_tags")
             visible = visible.replace("</think>", "")
-        calls = [self._call(raw_call, position, number) for number, raw_call in enumerate(TOOL_CALL_BLOCK.findall(visible))]
+        calls = [self._call(raw_call, position, number)
+                 for number, raw_call in enumerate(TOOL_CALL_BLOCK.findall(visible))]
         self.append(assistant_message(TOOL_CALL_BLOCK.sub("", visible).strip(), paragraphs(reasoning_parts),
                                       [call.call for call in calls]))
         self._latest = calls
@@ -304,7 +305,8 @@ class HermesChat(ChatBuilder):
         for index, response in enumerate(responses):
             call = matched[index]
             if call is None:
-                self.keep("unmatched_tool_response", "unmatched_tool_responses", {"turn": position, "raw": response.raw})
+                self.keep("unmatched_tool_response", "unmatched_tool_responses",
+                          {"turn": position, "raw": response.raw})
                 continue
             call.open = False
             if response.named_id:

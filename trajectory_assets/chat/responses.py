@@ -151,7 +151,8 @@ class ResponsesChat(ChatBuilder):
         if turn is not None:
             texts = [text for text in turn.texts if text]
             if any(isinstance(text, list) for text in texts):
-                content: Any = [part for text in texts for part in (text if isinstance(text, list) else [text_part(text)])]
+                content: Any = [part for text in texts
+                                for part in (text if isinstance(text, list) else [text_part(text)])]
             else:
                 content = "\n".join(texts)
             for tokens in turn.tokens:
