@@ -429,7 +429,8 @@ class _Chat(ChatBuilder):
                           {"where": label, "tool_call_id": calls.calls[call_id], "content": content})
                 continue
             calls.answered.add(call_id)
-            self.append({"role": "tool", "tool_call_id": calls.calls[call_id], "content": content if has_content else ""})
+            self.append({"role": "tool", "tool_call_id": calls.calls[call_id],
+                         "content": content if has_content else ""})
         for message in unlinked:  # after the step's tool messages: the next prompt the model got
             self.unlinked.append({"step_id": step.get("step_id"), "message_index": len(self.messages)})
             self.flags.add("unlinked_observation")
