@@ -39,10 +39,12 @@ def test_a_change_to_the_report_leaves_the_trajectories_and_exports_as_they_are(
 def test_a_change_to_a_conversion_rule_versions_the_ingest_assets_anew(source_tree):
     changed = changed_by(source_tree, "trajectory_assets/chat/messages.py")
     assert set(INGEST_ASSETS) <= changed and "stats_report" in changed
-    hermes = changed_by(source_tree, "trajectory_assets/sources/hermes.py")
     # a format's module declares what the exports and the report ask of its rows (where a GRPO
-    # task goes, its report section): they ask the registry, which imports every format
-    assert hermes == {*INGEST_ASSETS, *EXPORT_ASSETS, "stats_report"}
+    # task goes, its report section): they ask the registry, which imports every format, and
+    # with it every codec the formats read with
+    for module in ("sources/hermes.py", "chat/hermes_markup.py", "chat/responses.py"):
+        assert changed_by(source_tree, f"trajectory_assets/{module}") == {*INGEST_ASSETS, *EXPORT_ASSETS,
+                                                                           "stats_report"}, module
 
 
 

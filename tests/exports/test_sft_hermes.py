@@ -4,7 +4,7 @@ import pytest
 
 from trajectory_assets.exports.sft_hermes import render_hermes
 from trajectory_assets.exports.unrepresentable import Unrepresentable
-from trajectory_assets.sources.hermes import read_conversations
+from trajectory_assets.chat.hermes_markup import read_conversations
 
 USER = {"role": "user", "content": "Count the circles."}
 

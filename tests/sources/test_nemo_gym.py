@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from tests.conftest import call_item, make_rollout, message_item, output_item
 from trajectory_assets.config import ConversionConfig
 from schemas.shapes import role_shape
-from trajectory_assets.sources.nemo_gym import convert_rollout, convert_tools, task_key_for
+from trajectory_assets.chat.responses import convert_tools
+from trajectory_assets.sources.nemo_gym import convert_rollout, task_key_for
 from trajectory_assets.chat.trajectory import Rejection
 from schemas.shapes import ROLE_SHAPE_PATTERN
 

@@ -12,6 +12,7 @@ import orjson
 import pyarrow as pa
 
 from schemas.grpo import GrpoSchema
+from trajectory_assets.chat.responses import read_request
 from trajectory_assets.chat.token_data import TOKEN_KEYS
 from trajectory_assets.exports.columns import FIELDS, TASK_LINEAGE, TASK_SUMMARY
 from trajectory_assets.exports.export import Export, ReadBack
@@ -19,7 +20,6 @@ from trajectory_assets.exports.families.grpo import TaskItem
 from trajectory_assets.exports.template import json_value
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 from trajectory_assets.io.arrow_rows import JSON
-from trajectory_assets.sources.nemo_gym import read_request
 
 SCHEMA = pa.schema([("responses_create_params", JSON), ("agent_ref", JSON), *TASK_SUMMARY])
 

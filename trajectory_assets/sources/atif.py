@@ -63,15 +63,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajectory_assets.chat.builder import ChatBuilder, assistant_message, content_from_parts, image_part, text_part
+from trajectory_assets.chat.hermes_markup import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
 from trajectory_assets.chat.messages import prompt_key
-from trajectory_assets.chat.token_data import are_log_probs, are_token_ids
+from trajectory_assets.chat.responses import responses_request
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.io.file_layouts import FolderRecords
-from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
-from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line, responses_request
-from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
+from trajectory_assets.jsonutil import canonical, sha256_hex
+from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line
 
 SOURCE_FORMAT = "atif"
 DEFAULT_OPTIONS = ConversionConfig()
@@ -305,20 +306,18 @@ class _Step:
     answered: set[str] = field(default_factory=set)
 
 
-class _Chat:
+class _Chat(ChatBuilder):
+    """The chat of ATIF steps; ``kept``: unmatched results, malformed token data."""
+
     def __init__(self, options: ConversionConfig) -> None:
+        super().__init__()
         self.options = options
-        self.messages: list[dict[str, Any]] = []
-        self.token_data: list[dict[str, Any]] = []
-        self.flags: set[str] = set()
-        self.kept: dict[str, list[dict[str, Any]]] = {}  # unmatched results, malformed token data
         self.untrained: set[int] = set()
         self.steps: list[dict[str, Any]] = []  # what each step keeps that has no place in the chat
         self.unlinked: list[dict[str, Any]] = []
         self.resets: list[dict[str, Any]] = []
         self.aggregated_tokens: list[dict[str, Any]] = []
         self.refs: list[dict[str, Any]] = []  # subagent refs, where they were
-        self._ids: set[str] = set()
 
     def add_trajectory(self, trajectory: dict[str, Any], where: str,
                        sidechains: dict[str, list[dict[str, Any]]] | None = None) -> None:
@@ -350,7 +349,7 @@ class _Chat:
         if source == "system":
             self._system(content, step, where)
         elif source == "user":
-            self.messages.append({"role": "user", "content": content})
+            self.append({"role": "user", "content": content})
         else:
             self._agent(step, content, where, calls)
         self._observation(step, where, calls)
@@ -362,35 +361,23 @@ class _Chat:
             self.resets.append({"where": where, "step_id": step.get("step_id"), "message_index": len(self.messages) + 1,
                                 **extra["context_management"]})
             self.flags.add("context_reset")
-        if all(m["role"] == "system" for m in self.messages):
-            text = content if isinstance(content, str) else _text_of(content)
-            if self.messages:  # several leading system steps: one system message
-                self.messages[0]["content"] = "\n\n".join(t for t in (self.messages[0]["content"], text) if t)
-            else:
-                self.messages.append({"role": "system", "content": text})
-            return
+        if self.add_system(content if isinstance(content, str) else _text_of(content)):
+            return  # several leading system steps: one system message
         self.flags.add("system_step_as_user")
-        self.messages.append({"role": "user", "content": content})
+        self.append({"role": "user", "content": content})
 
     def _agent(self, step: dict[str, Any], content: Any, where: str, calls: _Step) -> None:
-        message: dict[str, Any] = {"role": "assistant", "content": content}
         reasoning = step.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            message["reasoning_content"] = reasoning
-        elif reasoning is None and isinstance(content, str) and self.options.inline_reasoning:
+        if reasoning is None and isinstance(content, str) and self.options.inline_reasoning:
             inline, visible = split_inline_reasoning(content)
             if inline is not None:
-                message["content"] = visible
-                if inline:
-                    message["reasoning_content"] = inline
+                reasoning, content = inline, visible
         tool_calls = step.get("tool_calls")
         if tool_calls is not None and not isinstance(tool_calls, list):
             raise Rejection("invalid_structure", f"{where}.tool_calls is not a list")
         entries = [self._call(call, f"{where}.tool_calls[{n}]", calls) for n, call in enumerate(tool_calls or [])]
-        if entries:
-            message["tool_calls"] = entries
         index = len(self.messages)
-        self.messages.append(message)
+        self.append(assistant_message(content, reasoning if isinstance(reasoning, str) else None, entries))
         if step.get("is_copied_context") is True:
             self.untrained.add(index)
             self.flags.add("copied_context")
@@ -405,20 +392,12 @@ class _Chat:
         call_id = call.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
             raise Rejection("invalid_structure", f"{where} has no tool_call_id")
-        arguments = call.get("arguments", {})
-        if isinstance(arguments, str):  # not ATIF (an object), but seen: kept as written
-            if not parses_as_json(arguments):
-                self.flags.add("unparseable_tool_call")
-        else:
-            arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
-        # a chat holds one call per id: an id an earlier step used gets a suffix
-        message_id = call_id if call_id not in self._ids else next(
-            f"{call_id}_{n}" for n in range(2, len(self._ids) + 3) if f"{call_id}_{n}" not in self._ids)
         if call_id in calls.calls:
             raise Rejection("invalid_structure", f"{where}: tool_call_id {call_id!r} twice in one step")
-        self._ids.add(message_id)
-        calls.calls[call_id] = message_id
-        return {"id": message_id, "type": "function", "function": {"name": call["function_name"], "arguments": arguments}}
+        # a chat holds one call per id: an id an earlier step used gets a suffix
+        calls.calls[call_id] = self.unique_call_id(call_id)
+        # arguments given as a string (not ATIF, which writes an object, but seen) are kept as written
+        return self.function_call(calls.calls[call_id], call["function_name"], call.get("arguments", {}))
 
     def _observation(self, step: dict[str, Any], where: str, calls: _Step) -> None:
         observation = step.get("observation")
@@ -446,17 +425,16 @@ class _Chat:
             if call_id not in calls.calls:
                 raise Rejection("orphan_tool_output", f"{label} answers call {call_id!r}, which its step did not make")
             if call_id in calls.answered:
-                self.flags.add("unmatched_tool_response")
-                self.kept.setdefault("unmatched_tool_responses", []).append(
-                    {"where": label, "tool_call_id": calls.calls[call_id], "content": content})
+                self.keep("unmatched_tool_response", "unmatched_tool_responses",
+                          {"where": label, "tool_call_id": calls.calls[call_id], "content": content})
                 continue
             calls.answered.add(call_id)
-            self.messages.append({"role": "tool", "tool_call_id": calls.calls[call_id],
-                                  "content": content if has_content else ""})
+            self.append({"role": "tool", "tool_call_id": calls.calls[call_id],
+                         "content": content if has_content else ""})
         for message in unlinked:  # after the step's tool messages: the next prompt the model got
             self.unlinked.append({"step_id": step.get("step_id"), "message_index": len(self.messages)})
             self.flags.add("unlinked_observation")
-            self.messages.append(message)
+            self.append(message)
 
     def _tokens(self, step: dict[str, Any], where: str, index: int) -> None:
         metrics = step.get("metrics")
@@ -467,13 +445,8 @@ class _Chat:
         if isinstance(step.get("llm_call_count"), int) and step["llm_call_count"] > 1:
             # several calls' ids in one list: no call can be trained from them alone
             self.aggregated_tokens.append({"where": where, "message_index": index, **entry})
-        elif (are_token_ids(prompt) and are_token_ids(generation) and generation
-              and are_log_probs(log_probs, len(generation))):
-            self.token_data.append({"message_index": index, **entry,
-                                    "generation_log_probs": [float(value) for value in log_probs]})
-        else:
-            self.flags.add("malformed_token_data")
-            self.kept.setdefault("malformed_token_data", []).append({"where": where, **entry})
+        elif (call := self.checked_tokens(where, prompt, generation, log_probs)) is not None:
+            self.token_data.append({"message_index": index, **call})
 
     def _keep_step(self, step: dict[str, Any], where: str, version: str, messages: range) -> None:
         """Everything of a step the chat does not hold, so nothing is lost."""
@@ -551,17 +524,15 @@ def _content(value: Any, where: str) -> Any:
     for number, part in enumerate(value):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
-            parts.append({"type": "text", "text": part["text"]})
+            parts.append(text_part(part["text"]))
         elif kind == "image" and isinstance(part.get("source"), dict) and isinstance(part["source"].get("path"), str):
-            parts.append({"type": "image_url", "image_url": {"url": part["source"]["path"]}})
+            parts.append(image_part(part["source"]["path"]))
         elif kind == "audio":
             raise Rejection("unsupported_content", f"{where}[{number}] is an audio part: trajectories hold text and "
                                                    "images only")
         else:
             raise Rejection("invalid_structure", f"{where}[{number}] is not a text or image content part")
-    if all(part["type"] == "text" for part in parts):
-        return "\n".join(part["text"] for part in parts)
-    return parts
+    return content_from_parts(parts)
 
 
 def _text_of(content: list[dict[str, Any]]) -> str:

@@ -118,19 +118,3 @@ def count_of(value: Any) -> int | None:
     """
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
-
-def responses_request(prompt: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """A NeMo Gym ``responses_create_params`` for a chat prompt, so RL rows can come from a
-    source that records none: each message's role and text; the Chat Completions tools in the
-    Responses API's flat form. A prompt that replays an earlier run's turns (ATIF's copied
-    context) keeps their text, not their calls and results: the request replays the context,
-    not the tools.
-
-    >>> responses_request([{"role": "user", "content": "Hi"}], [{"type": "function", "function": {"name": "f"}}])
-    {'input': [{'role': 'user', 'content': 'Hi'}], 'tools': [{'type': 'function', 'name': 'f'}]}
-    """
-    request: dict[str, Any] = {"input": [{"role": m["role"], "content": m["content"]} for m in prompt
-                                         if m["role"] != "tool"]}
-    if tools:
-        request["tools"] = [{"type": "function", **tool["function"]} for tool in tools]
-    return request

@@ -1,6 +1,7 @@
 """NeMo Gym rollout rows (``ng_collect_rollouts`` / ``gym eval run``) -> canonical trajectories.
 
-The turn structure is NeMo Gym's own: its model servers read a conversation with
+The turn structure is NeMo Gym's own (the reading is ``chat/responses.py``, which the
+``grpo`` export reads its rows back with): its model servers read a conversation with
 ``ResponsesConverter.responses_to_chat_completion_create_params``
 (``nemo_gym/responses_converter.py``), fed the request input followed by the output items.
 Everything the model produced between two items it did not produce is **one** assistant
@@ -57,14 +58,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from trajectory_assets.chat.hermes_markup import HERMES_MARKUP_FLAG, has_hermes_markup
 from trajectory_assets.chat.messages import prompt_key
-from trajectory_assets.chat.token_data import TOKEN_KEYS, are_log_probs, are_token_ids
+from trajectory_assets.chat.responses import ResponsesChat, continues_turn, convert_tools, request_input
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
+from trajectory_assets.jsonutil import canonical, sha256_hex
 from trajectory_assets.io.file_layouts import SideFile
 from trajectory_assets.sources.format import InputsFile, SourceFormat, count_of
 
@@ -93,14 +94,7 @@ KNOWN_KEYS = frozenset(
 COLLECTOR_INPUT_KEYS = frozenset({"responses_create_params", "agent_ref", "_ng_task_index", "_ng_rollout_index",
                                   "_ng_rollout_id", "_ng_attempt_index"})
 FAILURE_CLASS_KEY = "_ng_failure_class"
-TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
-# parts whose type is known: one without its payload is broken structure, not an unknown part
-KNOWN_PART_TYPES = TEXT_PART_TYPES | {"refusal", "input_image"}
-CONTEXT_ROLES = {"system": "system", "developer": "system", "user": "user"}
 FINISHED_STATUSES = frozenset({None, "completed"})
-# literal <think>/<tool_call>/<tool_response> tags in the text: a Hermes rendering of it
-# would parse back into calls the model never made
-HERMES_MARKUP_FLAG = "hermes_markup_in_content"
 QUALITY_FLAGS = (
     "unparseable_tool_call",  # a call whose arguments string is not JSON
     HERMES_MARKUP_FLAG,
@@ -109,8 +103,6 @@ QUALITY_FLAGS = (
     "malformed_token_data",  # token ids / log probs of the wrong shape (kept in metadata)
     "verification_skipped",  # the agent skipped the verifier: its reward is a placeholder (kept in metadata)
 )
-HERMES_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _REASON_UNSAFE = re.compile(r"[^a-z0-9_]+")
 
 
@@ -178,7 +170,7 @@ def convert_rollout(
     verification_skipped = record.get("verification_skipped") is True
     reward = None if verification_skipped else _reward(record)
 
-    input_items, instructions = _request_input(request)
+    input_items, instructions = request_input(request)
 
     transcripts = _per_step_transcripts(output, options)
     conversation, input_length, stream = _read_conversation(instructions, input_items, output, transcripts, options)
@@ -193,7 +185,7 @@ def convert_rollout(
         raise Rejection("no_model_output", "the model produced no assistant turn (empty output)")
     if prompt_length > input_length:
         # the prompt came from the output: the request an RL row replays must hold it
-        request = {**request, "input": stream[: conversation.first_item[prompt_length]]}
+        request = {**request, "input": stream[: conversation.origins[prompt_length]]}
 
     tools, unconverted_tools = convert_tools(request.get("tools"))
     prompt = messages[:prompt_length]
@@ -254,47 +246,23 @@ def convert_rollout(
     )
 
 
-def read_request(request: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """A request (``responses_create_params``) as (canonical messages, tools), by the rules a
-    rollout's input is read with (the ``grpo`` export reads its rows back with them).
-
-    >>> read_request({"instructions": "Be brief.", "input": "2+2?"})
-    ([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': '2+2?'}], None)
-    """
-    input_items, instructions = _request_input(request)
-    conversation = _Conversation(DEFAULT_OPTIONS, instructions)
-    conversation.add_items(input_items, "responses_create_params.input")
-    conversation.end_turn()
-    return conversation.messages, convert_tools(request.get("tools"))[0]
-
-
-def _request_input(request: dict[str, Any]) -> tuple[list[Any], str | None]:
-    """(the request's input items, its instructions)."""
-    raw_input = request.get("input")
-    if isinstance(raw_input, str):
-        input_items: list[Any] = [{"type": "message", "role": "user", "content": raw_input}]
-    elif isinstance(raw_input, list):
-        input_items = raw_input
-    else:
-        raise Rejection("invalid_structure", "responses_create_params.input is neither a string nor a list")
-    instructions = request.get("instructions")
-    if instructions is not None:
-        _expect(instructions, str, "responses_create_params.instructions")
-    return input_items, instructions
-
-
 def _read_conversation(
     instructions: str | None,
     input_items: list[Any],
     output: list[Any],
     transcripts: list[list[Any]] | None,
     options: ConversionConfig,
-) -> tuple[_Conversation, int, list[Any]]:
+) -> tuple[ResponsesChat, int, list[Any]]:
     """(the conversation, how many of its messages came from the input, the item stream
-    that ``_Conversation.first_item`` indexes)."""
+    that its ``origins`` index)."""
+
+    def with_request() -> ResponsesChat:
+        chat = ResponsesChat(instructions, inline_reasoning=options.inline_reasoning)
+        chat.add_items(input_items, "responses_create_params.input")
+        return chat
+
     if transcripts is None:
-        conversation = _Conversation(options, instructions)
-        conversation.add_items(input_items, "responses_create_params.input")
+        conversation = with_request()
         input_length = _close_request(conversation, output, options)
         conversation.add_items(output, "output", offset=len(input_items), tokens=True)
         conversation.end_turn()
@@ -303,23 +271,21 @@ def _read_conversation(
     where = f"output[{len(transcripts) - 1}]"
     # A transcript is the model's whole context at that step, so it starts with the
     # request's own input (Aviary writes agent_state.input): then it is the conversation.
-    request_only = _Conversation(options, instructions)
-    request_only.add_items(input_items, "responses_create_params.input")
+    request_only = with_request()
     input_length = request_only.end_turn()
-    alone = _Conversation(options, instructions)
+    alone = ResponsesChat(instructions, inline_reasoning=options.inline_reasoning)
     alone.add_items(final, where, tokens=True)
     alone.end_turn()
     if alone.messages[:input_length] == request_only.messages:
         return alone, input_length, final
-    conversation = _Conversation(options, instructions)
-    conversation.add_items(input_items, "responses_create_params.input")
+    conversation = with_request()
     input_length = _close_request(conversation, final, options)
     conversation.add_items(final, where, offset=len(input_items), tokens=True)
     conversation.end_turn()
     return conversation, input_length, [*input_items, *final]
 
 
-def _close_request(conversation: _Conversation, output: list[Any], options: ConversionConfig) -> int:
+def _close_request(conversation: ResponsesChat, output: list[Any], options: ConversionConfig) -> int:
     """Ends the request input's part of the conversation; returns how many messages it holds.
 
     NeMo Gym's converter reads the input followed by the output as one stream, so model items
@@ -328,24 +294,15 @@ def _close_request(conversation: _Conversation, output: list[Any], options: Conv
     items are a turn of their own, in the prompt.
 
     >>> from trajectory_assets.config import ConversionConfig
-    >>> merged = _Conversation(ConversionConfig())
+    >>> merged = ResponsesChat()
     >>> merged.add_items([{"role": "user", "content": "q"}, {"type": "reasoning", "summary": []}], "input")
     >>> _close_request(merged, [{"type": "function_call", "name": "f", "call_id": "c"}], ConversionConfig())
     1
     """
-    continues = bool(output) and isinstance(output[0], dict) and _continues_turn(output[0])
+    continues = bool(output) and isinstance(output[0], dict) and continues_turn(output[0])
     if options.request_boundary == "merge" and continues:
         return len(conversation.messages)  # the open turn goes on in the output
     return conversation.end_turn()
-
-
-def _continues_turn(item: dict[str, Any]) -> bool:
-    """Whether ``_Conversation._add_item`` keeps the model's turn open for this item: all but
-    a message of another role and a tool or environment result (``*_output``)."""
-    item_type = item.get("type")
-    if item_type in (None, "message"):
-        return item.get("role") == "assistant"
-    return not (isinstance(item_type, str) and item_type.endswith("_output"))
 
 
 def _per_step_transcripts(output: list[Any], options: ConversionConfig) -> list[list[Any]] | None:
@@ -389,320 +346,6 @@ def agent_name(agent_ref: Any) -> str | None:
     if isinstance(agent_ref, str) and agent_ref:
         return agent_ref
     return None
-
-
-def convert_tools(tools: Any) -> tuple[list[dict[str, Any]] | None, list[Any]]:
-    """Responses-shape tools -> Chat Completions tools. Returns (converted, unconverted)."""
-    if tools is None:
-        return None, []
-    if not isinstance(tools, list):
-        raise Rejection("invalid_structure", "responses_create_params.tools is not a list")
-    converted: list[dict[str, Any]] = []
-    unconverted: list[Any] = []
-    for tool in tools:
-        if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
-            converted.append({"type": "function", "function": tool["function"]})
-        elif isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("name"), str):
-            function = {"name": tool["name"]}
-            for key in ("description", "parameters", "strict"):
-                if tool.get(key) is not None:
-                    function[key] = tool[key]
-            converted.append({"type": "function", "function": function})
-        else:
-            # built-in tools (web search, MCP, computer use) have no Chat Completions form
-            unconverted.append(tool)
-    return (converted or None), unconverted
-
-
-def split_inline_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning, visible text) of assistant text from a reasoning model served without a
-    reasoning parser, as vLLM's ``deepseek_r1`` parser splits it.
-
-    >>> split_inline_reasoning("<think>2+2=4</think>\\nIt is 4.")
-    ('2+2=4', 'It is 4.')
-    >>> split_inline_reasoning("2+2=4\\n</think>\\n\\nIt is 4.")  # template opened <think>
-    ('2+2=4', 'It is 4.')
-    >>> split_inline_reasoning("<think>cut off mid-thought")  # never closed: all reasoning
-    ('cut off mid-thought', '')
-    >>> split_inline_reasoning("Use <think> tags.")  # not at the start: plain text
-    (None, 'Use <think> tags.')
-    """
-    stripped = text.lstrip()
-    if stripped.startswith(THINK_OPEN):
-        reasoning, closed, rest = stripped[len(THINK_OPEN):].partition(THINK_CLOSE)
-    else:
-        # R1-style chat templates put <think> into the prompt, so the text opens inside it
-        reasoning, closed, rest = text.partition(THINK_CLOSE)
-        if not closed or THINK_OPEN in reasoning:
-            return None, text
-    return reasoning.strip(), rest.lstrip() if closed else ""
-
-
-@dataclass
-class _Turn:
-    """What the model produced since the last item it did not produce."""
-
-    first_item: int  # position of its first item in the item stream
-    texts: list[Any] = field(default_factory=list)  # str, or a list of parts when images are present
-    reasoning: list[str] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    named: list[tuple[str, str]] = field(default_factory=list)  # (named id, message id) per call
-    tokens: list[dict[str, Any]] = field(default_factory=list)
-
-
-class _Conversation:
-    """Folds a stream of Responses-API items into Chat Completions messages, NeMo Gym's way."""
-
-    def __init__(self, options: ConversionConfig, instructions: str | None = None) -> None:
-        self.options = options
-        self.messages: list[dict[str, Any]] = []
-        self.first_item: list[int] = []  # per message, where in the item stream it started
-        self.unknown: list[dict[str, Any]] = []  # whole unknown items and content parts, with where/type
-        self.flags: set[str] = set()
-        self.kept: dict[str, list[dict[str, Any]]] = {}  # tool outputs with no place in the chat
-        self.token_data: list[dict[str, Any]] = []
-        self._turn: _Turn | None = None
-        # Calls as (the id the source named, the id the message holds). Agents reuse ids
-        # (the first call of every turn, or two calls of one turn): the message ids are made
-        # unique, and an output naming an id answers the first open call that named it.
-        self._named: set[str] = set()  # every id the source named so far
-        self._ids: set[str] = set()  # every id the messages hold
-        self._open: list[tuple[str, str]] = []  # calls of the latest assistant message not answered yet
-        self._unanswered: list[tuple[str, str]] = []  # every call not answered yet, oldest first
-        if instructions:
-            self._context("system", instructions, -1)
-
-    def end_turn(self) -> int:
-        """Close the model's turn (if one is open); returns the number of messages."""
-        turn, self._turn = self._turn, None
-        if turn is not None:
-            texts = [text for text in turn.texts if text]
-            if any(isinstance(text, list) for text in texts):
-                content: Any = [part for text in texts
-                                for part in (text if isinstance(text, list) else [{"type": "text", "text": text}])]
-            else:
-                content = "\n".join(texts)
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            reasoning = "\n\n".join(text for text in turn.reasoning if text)
-            if reasoning:
-                message["reasoning_content"] = reasoning
-            if turn.calls:
-                message["tool_calls"] = turn.calls
-            for tokens in turn.tokens:
-                self.token_data.append({"message_index": len(self.messages), **tokens})
-            self._append(message, turn.first_item)
-            self._open = list(turn.named)
-        return len(self.messages)
-
-    def add_items(self, items: list[Any], where: str, *, offset: int = 0, tokens: bool = False) -> None:
-        for position, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise Rejection("invalid_structure", f"{where}[{position}] is not an object")
-            self._add_item(item, f"{where}[{position}]", offset + position, tokens)
-
-    def _add_item(self, item: dict[str, Any], where: str, index: int, tokens: bool) -> None:
-        item_type = item.get("type")
-        if item_type in (None, "message"):
-            role = item.get("role")
-            if role == "assistant":
-                self._assistant_message(item, where, index)
-            elif role == "tool":  # a chat-shaped tool result, as NeMo Gym accepts in input
-                self._tool_output(item.get("tool_call_id"), item.get("content"), where, index)
-            elif isinstance(role, str) and role in CONTEXT_ROLES:
-                self._context(CONTEXT_ROLES[role], content_of(item.get("content"), where, self.unknown), index)
-            else:
-                raise Rejection("unknown_role", f"{where} has role {role!r}")
-        elif item_type == "reasoning":
-            self._model_turn(index).reasoning.append(reasoning_text(item))
-        elif item_type == "function_call":
-            self._call(item.get("name"), item.get("arguments"), item.get("call_id") or item.get("id"), where, index)
-        elif item_type == "function_call_output":
-            self._tool_output(item.get("call_id"), item.get("output"), where, index)
-        else:
-            self.unknown.append({"where": where, "type": item_type, "item": item})
-            if isinstance(item_type, str) and item_type.endswith("_output"):
-                self.end_turn()  # an environment result (computer_call_output, ...) ends the turn
-            return
-        if tokens and item_type != "function_call_output" and item.get("role") in (None, "assistant"):
-            self._tokens(item, where, index)
-
-    def _model_turn(self, index: int) -> _Turn:
-        if self._turn is None:
-            self._turn = _Turn(first_item=index)
-        return self._turn
-
-    def _assistant_message(self, item: dict[str, Any], where: str, index: int) -> None:
-        content = content_of(item.get("content"), where, self.unknown)
-        turn = self._model_turn(index)
-        if isinstance(content, str) and self.options.inline_reasoning:
-            reasoning, content = split_inline_reasoning(content)
-            if reasoning is not None:
-                turn.reasoning.append(reasoning)
-        turn.texts.append(content)
-        calls = item.get("tool_calls")  # chat-shaped turns carry their calls inline
-        if calls is not None:
-            if not isinstance(calls, list):
-                raise Rejection("invalid_structure", f"{where}.tool_calls is not a list")
-            for number, call in enumerate(calls):
-                function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict):
-                    raise Rejection("invalid_structure", f"{where}.tool_calls[{number}] has no function")
-                self._call(function.get("name"), function.get("arguments"), call.get("id"),
-                           f"{where}.tool_calls[{number}]", index)
-
-    def _call(self, name: Any, arguments: Any, call_id: Any, where: str, index: int) -> None:
-        if not isinstance(name, str) or not name:
-            raise Rejection("invalid_structure", f"{where} is a function call without a name")
-        if call_id is not None and not isinstance(call_id, str):
-            raise Rejection("invalid_structure", f"{where} has a non-string call id")
-        named = call_id or f"call_{len(self._named)}"  # a call naming no id is answered in order
-        message_id = named if named not in self._ids else next(
-            f"{named}_{n}" for n in range(2, len(self._ids) + 3) if f"{named}_{n}" not in self._ids)
-        if arguments is None:
-            arguments = "{}"
-        elif not isinstance(arguments, str):
-            arguments = dumps(arguments).decode()  # trainers expect one type: a JSON string
-        elif not parses_as_json(arguments):
-            self.flags.add("unparseable_tool_call")  # kept as is, flagged for filters
-        turn = self._model_turn(index)
-        turn.calls.append({"id": message_id, "type": "function", "function": {"name": name, "arguments": arguments}})
-        turn.named.append((named, message_id))
-        self._named.add(named)
-        self._ids.add(message_id)
-        self._unanswered.append((named, message_id))
-
-    def _tool_output(self, call_id: Any, output: Any, where: str, index: int) -> None:
-        self.end_turn()
-        if call_id is None:  # no id given: it answers the turn's calls in order
-            pending = self._open or self._unanswered
-            call_id = pending[0][0] if pending else None
-        if call_id not in self._named:
-            raise Rejection("orphan_tool_output", f"{where} answers call {call_id!r}, which was never made")
-        if isinstance(output, (dict, int, float, bool)):
-            content: Any = dumps(output).decode()
-        else:
-            content = content_of(output, where, self.unknown)
-        call = next((c for c in self._open if c[0] == call_id), None)
-        if call is not None:
-            self._open.remove(call)
-            self._unanswered.remove(call)
-            self._append({"role": "tool", "tool_call_id": call[1], "content": content}, index)
-            return
-        call = next((c for c in self._unanswered if c[0] == call_id), None)
-        if call is not None:
-            # the model went on without this result: a tool message here would claim it saw it
-            self._unanswered.remove(call)
-            self._keep("late_tool_response", "late_tool_responses",
-                       {"where": where, "tool_call_id": call[1], "content": content})
-        else:
-            self._keep("unmatched_tool_response", "unmatched_tool_responses",
-                       {"where": where, "tool_call_id": call_id, "content": content})
-
-    def _keep(self, flag: str, key: str, entry: dict[str, Any]) -> None:
-        """Flag the trajectory and keep what has no place in the chat in its metadata."""
-        self.flags.add(flag)
-        self.kept.setdefault(key, []).append(entry)
-
-    def _context(self, role: str, content: Any, index: int) -> None:
-        self.end_turn()
-        self._open = []
-        if role != "system":
-            self._append({"role": role, "content": content}, index)
-            return
-        text = content if isinstance(content, str) else _text_only(content)
-        if any(m["role"] != "system" for m in self.messages):
-            raise Rejection("misplaced_system_message", "a system/developer message follows other turns")
-        if self.messages:  # several leading system/developer messages merge into one
-            self.messages[0]["content"] = _join_text(self.messages[0]["content"], text)
-        else:
-            self._append({"role": "system", "content": text}, index)
-
-    def _append(self, message: dict[str, Any], first_item: int) -> None:
-        self.messages.append(message)
-        self.first_item.append(first_item)
-
-    def _tokens(self, item: dict[str, Any], where: str, index: int) -> None:
-        if not any(key in item for key in TOKEN_KEYS) or not item.get("generation_token_ids"):
-            return  # no token data, or an empty generation: nothing to train on (NeMo RL skips it)
-        prompt, generation, log_probs = (item.get(key) for key in TOKEN_KEYS)
-        if are_token_ids(prompt) and are_token_ids(generation) and are_log_probs(log_probs, len(generation)):
-            self._model_turn(index).tokens.append(
-                {"prompt_token_ids": prompt, "generation_token_ids": generation,
-                 "generation_log_probs": [float(value) for value in log_probs]})
-        else:
-            self._keep("malformed_token_data", "malformed_token_data",
-                       {"where": where, **{key: item.get(key) for key in TOKEN_KEYS}})
-
-
-
-def content_of(value: Any, where: str, unknown: list[dict[str, Any]] | None = None) -> Any:
-    """Responses content (string or parts) -> Chat content: a string, or a list of parts
-    when images are present (text parts are joined with newlines).
-
-    A part of an unknown type is left out and kept whole in ``unknown`` (rejected when no
-    list is given)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list):
-        raise Rejection("invalid_structure", f"{where}.content is neither a string nor a list")
-    parts: list[dict[str, Any]] = []
-    for position, part in enumerate(value):
-        if isinstance(part, str):
-            parts.append({"type": "text", "text": part})
-            continue
-        if not isinstance(part, dict):
-            raise Rejection("invalid_structure", f"{where}.content holds a {type(part).__name__}")
-        part_type = part.get("type")
-        if part_type in TEXT_PART_TYPES and isinstance(part.get("text"), str):
-            parts.append({"type": "text", "text": part["text"]})
-        elif part_type == "refusal" and isinstance(part.get("refusal"), str):
-            parts.append({"type": "text", "text": part["refusal"]})
-        elif part_type == "input_image":
-            url = part.get("image_url") or part.get("file_id") or ""
-            parts.append({"type": "image_url", "image_url": {"url": url}})
-        elif part_type in KNOWN_PART_TYPES or unknown is None:
-            raise Rejection("invalid_structure", f"{where}.content has an unsupported part {part_type!r}")
-        else:
-            unknown.append({"where": f"{where}.content[{position}]", "type": part_type, "part": part})
-    if all(part["type"] == "text" for part in parts):
-        return "\n".join(part["text"] for part in parts)
-    return parts
-
-
-def reasoning_text(item: dict[str, Any]) -> str:
-    """Readable reasoning of a ``reasoning`` item: its summary, else its content."""
-    for key in ("summary", "content"):
-        pieces = item.get(key)
-        if isinstance(pieces, list):
-            texts = [p["text"] for p in pieces if isinstance(p, dict) and isinstance(p.get("text"), str)]
-            if any(texts):
-                return "\n\n".join(t for t in texts if t)
-    return ""
-
-
-def has_hermes_markup(message: dict[str, Any]) -> bool:
-    texts = [message.get("content"), message.get("reasoning_content")]
-    texts += [call["function"]["arguments"] for call in message.get("tool_calls") or []]
-    for text in texts:
-        if isinstance(text, list):  # content parts
-            text = "\n".join(p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(text, str) and "<" in text and any(tag in text for tag in HERMES_TAGS):
-            return True
-    return False
-
-
-def _text_only(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
-    return str(content)
-
-
-def _join_text(first: str, second: str) -> str:
-    return f"{first}\n\n{second}" if first and second else first or second
 
 
 def _reward(record: dict[str, Any]) -> float:
