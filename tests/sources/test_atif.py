@@ -10,7 +10,7 @@ import pytest
 from nat.atif import Trajectory as HarborTrajectory
 
 from schemas.shapes import ROLE_SHAPE_PATTERN, role_shape
-from tests.fixtures.harbor_jobs import ATIF, atif_files
+from tests.fixtures.harbor_jobs import ATIF, atif_files, built_files
 from trajectory_assets.chat.messages import unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection
 from trajectory_assets.config import ConversionConfig
@@ -63,6 +63,15 @@ def trial(files, main="agent/trajectory.json", name="job/trial"):
             "files": {path: value if isinstance(value, str) else json.dumps(value) for path, value in files.items()}}
 
 
+def sole_call_result(step) -> str | None:
+    """The call a step's one result answers when it names none: the step's only call."""
+    results = [r for r in (step.get("observation") or {}).get("results", []) if r.get("content") is not None]
+    calls = step.get("tool_calls") or []
+    if len(calls) == 1 and len(results) == 1 and not results[0].get("source_call_id"):
+        return calls[0]["tool_call_id"]
+    return None
+
+
 def rejection(record) -> Rejection:
     with pytest.raises(Rejection) as caught:
         convert(record)
@@ -107,16 +116,18 @@ def test_every_fixture_converts_and_loses_nothing(path):
                 c["arguments"] for c in step.get("tool_calls") or []]
             if step.get("reasoning_content"):
                 assert assistant["reasoning_content"] == step["reasoning_content"]
-        # every result with content is a message: a tool message answering its call by id,
-        # else the user turn it was
+        # every result with content is a message: a tool message answering its call by id (or
+        # the step's only call, when the step's one result names none), else the user turn it was
         tools = [m for m in mine if m["role"] == "tool"]
-        assert [m["tool_call_id"] for m in tools] == [r["source_call_id"] for r in with_content if r.get("source_call_id")]
-        assert [m["content"] for m in tools] == [r["content"] for r in with_content if r.get("source_call_id")]
-        unlinked = [r for r in with_content if not r.get("source_call_id")]
+        sole = sole_call_result(step)
+        assert [m["tool_call_id"] for m in tools] == [r.get("source_call_id") or sole for r in with_content
+                                                      if r.get("source_call_id") or sole]
+        assert [m["content"] for m in tools] == [r["content"] for r in with_content if r.get("source_call_id") or sole]
+        unlinked = [r for r in with_content if not (r.get("source_call_id") or sole)]
         assert [m["content"] for m in mine[len(mine) - len(unlinked):]] == [r["content"] for r in unlinked]
     calls = {c["tool_call_id"] for step in steps for c in step.get("tool_calls") or []}
-    answered = {r["source_call_id"] for step in steps for r in (step.get("observation") or {}).get("results", [])
-                if r.get("source_call_id")}
+    answered = {r.get("source_call_id") or sole_call_result(step) for step in steps
+                for r in (step.get("observation") or {}).get("results", [])}
     assert unanswered_tool_calls(messages) == len(calls - answered)
     assert converted.reward is None  # a bare trajectory holds no reward: never 0
 
@@ -180,15 +191,59 @@ def test_3_a_call_without_result_stays_unanswered_with_no_placeholder():
 
 
 def test_4_a_result_without_source_call_id_is_the_next_user_turn_after_the_step_tool_messages():
-    step = agent("", call("k1", keys="ls"), call("k2", keys="pwd"), results=[result("shared terminal output")])
-    converted = convert(atif(user(), step, agent("done")))
-    assert [m["role"] for m in converted.messages] == ["user", "assistant", "user", "assistant"]
-    assert converted.messages[2]["content"] == "shared terminal output"
-    assert converted.metadata["atif"]["unlinked_results"] == [{"step_id": 2, "message_index": 2}]
-    assert "unlinked_observation" in converted.quality_flags
     parse_error = convert(atif(user(), agent("{bad json", results=[result("Previous response had parsing errors")]),
                                agent("{}")))
     assert parse_error.messages[2] == {"role": "user", "content": "Previous response had parsing errors"}
+    assert parse_error.metadata["atif"]["unlinked_results"] == [{"step_id": 2, "message_index": 2}]
+    assert "unlinked_observation" in parse_error.quality_flags
+
+
+def test_4_the_one_result_of_a_step_with_one_call_answers_it_as_harbor_links_them_since_2087():
+    # harbor#2087: terminus-2 links a single command's screen to its call, swe-agent its observation
+    converted = convert(atif(user(), agent("THOUGHT: list\n```bash\nls\n```", call("call_2_1", command="ls"),
+                                           results=[result("a.txt")]), agent("done")))
+    assert converted.messages[2] == {"role": "tool", "tool_call_id": "call_2_1", "content": "a.txt"}
+    assert unanswered_tool_calls(converted.messages) == 0
+    assert converted.metadata["atif"]["sole_call_results"] == [
+        {"step_id": 2, "tool_call_id": "call_2_1", "message_index": 2}]
+    assert "sole_call_result" in converted.quality_flags and "unlinked_observation" not in converted.quality_flags
+
+
+def test_4_calls_sharing_one_result_are_written_as_harbor_s_exporter_writes_them_and_the_result_is_the_next_turn():
+    step = agent("Analysis: go\nPlan: two keys", call("k1", keys="ls"), call("k2", keys="pwd"),
+                 results=[result("shared terminal output")])
+    converted = convert(atif(user(), step, agent("done")))
+    assert [m["role"] for m in converted.messages] == ["user", "assistant", "user", "assistant"]
+    assert converted.messages[1] == {"role": "assistant", "content": (
+        'Analysis: go\nPlan: two keys\n<tool_call>\n{"name": "bash", "arguments": {"keys": "ls"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "bash", "arguments": {"keys": "pwd"}}\n</tool_call>')}
+    assert converted.messages[2]["content"] == "shared terminal output"
+    assert unanswered_tool_calls(converted.messages) == 0
+    kept = converted.metadata["atif"]["calls_as_text"]
+    assert kept == [{"step_id": 2, "message_index": 1, "tool_calls": step["tool_calls"]}]
+    assert {"calls_as_text", "unlinked_observation", "hermes_markup_in_content"} <= set(converted.quality_flags)
+
+
+def test_4_a_call_answered_by_id_leaves_the_step_s_other_results_user_turns():
+    step = agent("", call("a"), call("b"), results=[result("A out", "a"), result("screen")])
+    converted = convert(atif(user(), step))
+    assert [(m["role"], m.get("tool_call_id")) for m in converted.messages] == [
+        ("user", None), ("assistant", None), ("tool", "a"), ("user", None)]
+    assert unanswered_tool_calls(converted.messages) == 1  # b: no result names it, and a result named a call
+
+
+@pytest.mark.parametrize("path", built_files(), ids=lambda path: path.name)
+def test_the_shapes_built_from_harbor_s_converters_answer_every_call_and_keep_every_result(path):
+    trajectory = json.loads(path.read_text())
+    HarborTrajectory.model_validate(trajectory)
+    converted = convert_record(path.read_bytes(), source_id="built")
+    assert unanswered_tool_calls(converted.messages) == 0
+    texts = [m["content"] for m in converted.messages if m["role"] in ("tool", "user")]
+    results = [r["content"] for step in trajectory["steps"] for r in (step.get("observation") or {}).get("results", [])]
+    assert results and all(r in texts for r in results)
+    agent_text = [m["content"] for m in converted.messages if m["role"] == "assistant"]
+    assert all(any(step["message"] in text for text in agent_text) for step in trajectory["steps"]
+               if step["source"] == "agent")  # the model's own text is the target
 
 
 def test_5_a_second_result_for_one_call_is_kept_aside_and_one_for_another_step_call_is_rejected():

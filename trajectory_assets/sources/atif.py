@@ -57,6 +57,7 @@ NeMo Gym's harbor_agent and Data Designer, and why):
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 import re
@@ -85,6 +86,8 @@ STEP_SOURCES = ("system", "user", "agent")
 QUALITY_FLAGS = (
     "system_step_as_user",  # a system step after the conversation began, written as a user message
     "unlinked_observation",  # a result with no source_call_id, written as a user message
+    "sole_call_result",  # a step's one result with no source_call_id answers its one call
+    "calls_as_text",  # a step's calls share unlinked results: written as Harbor's <tool_call> text
     "unmatched_tool_response",  # a second result for an answered call (kept in metadata)
     "copied_context",  # steps replayed from an earlier segment: context, never training targets
     "non_llm_step",  # agent steps with llm_call_count 0: deterministic dispatch, never targets
@@ -315,6 +318,8 @@ class _Chat:
         self.untrained: set[int] = set()
         self.steps: list[dict[str, Any]] = []  # what each step keeps that has no place in the chat
         self.unlinked: list[dict[str, Any]] = []
+        self.sole_call_links: list[dict[str, Any]] = []  # results a step's only call took (no source_call_id)
+        self.calls_as_text: list[dict[str, Any]] = []  # steps whose calls share results: written as text
         self.resets: list[dict[str, Any]] = []
         self.aggregated_tokens: list[dict[str, Any]] = []
         self.refs: list[dict[str, Any]] = []  # subagent refs, where they were
@@ -353,7 +358,7 @@ class _Chat:
             self.messages.append({"role": "user", "content": content})
         else:
             self._agent(step, content, where, calls)
-        self._observation(step, where, calls)
+        self._observation(step, where, calls, self.messages[first] if source == "agent" else None)
         self._keep_step(step, where, version, range(first, len(self.messages)))
 
     def _system(self, content: Any, step: dict[str, Any], where: str) -> None:
@@ -420,7 +425,8 @@ class _Chat:
         calls.calls[call_id] = message_id
         return {"id": message_id, "type": "function", "function": {"name": call["function_name"], "arguments": arguments}}
 
-    def _observation(self, step: dict[str, Any], where: str, calls: _Step) -> None:
+    def _observation(self, step: dict[str, Any], where: str, calls: _Step,
+                     assistant: dict[str, Any] | None) -> None:
         observation = step.get("observation")
         if observation is None:
             return
@@ -453,10 +459,44 @@ class _Chat:
             calls.answered.add(call_id)
             self.messages.append({"role": "tool", "tool_call_id": calls.calls[call_id],
                                   "content": content if has_content else ""})
+        if unlinked and calls.calls and not calls.answered and assistant is not None:
+            unlinked = self._unlinked_results(step, calls, assistant, unlinked)
         for message in unlinked:  # after the step's tool messages: the next prompt the model got
             self.unlinked.append({"step_id": step.get("step_id"), "message_index": len(self.messages)})
             self.flags.add("unlinked_observation")
             self.messages.append(message)
+
+    def _unlinked_results(self, step: dict[str, Any], calls: _Step, assistant: dict[str, Any],
+                          unlinked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """An agent step whose results name none of its calls (terminus-2 before harbor#2087,
+        mini-swe-agent, swe-agent, any converter that drops the ids). One call and one result:
+        the result answers that call, as Harbor's producers link them since harbor#2087
+        (terminus-2's ``_terminal_observation_source_call_id``, swe-agent). Several calls
+        sharing one result (terminus-2's keystroke batch and its one terminal screen): no
+        result answers one call rather than another, so the step is written as Harbor's trace
+        exporter writes every step (``traces_utils._extract_single_episode_conversation``):
+        the calls as ``<tool_call>`` text after the model's message, not as chat calls (kept in
+        ``metadata.atif.calls_as_text``), and the results as the next user turn. Returns the
+        results left for the user turn."""
+        if len(calls.calls) == 1 and len(unlinked) == 1:
+            (call_id, message_id), = calls.calls.items()
+            calls.answered.add(call_id)
+            self.flags.add("sole_call_result")
+            self.sole_call_links.append({"step_id": step.get("step_id"), "tool_call_id": message_id,
+                                         "message_index": len(self.messages)})
+            self.messages.append({"role": "tool", "tool_call_id": message_id, "content": unlinked[0]["content"]})
+            return []
+        written = [harbor_tool_call_text(call) for call in step["tool_calls"]]
+        content = assistant["content"]
+        if isinstance(content, list):
+            assistant["content"] = [*content, {"type": "text", "text": "\n".join(written)}]
+        else:
+            assistant["content"] = "\n".join([content, *written] if content else written)
+        del assistant["tool_calls"]
+        self.flags.add("calls_as_text")
+        self.calls_as_text.append({"step_id": step.get("step_id"), "message_index": self.messages.index(assistant),
+                                   "tool_calls": step["tool_calls"]})
+        return unlinked
 
     def _tokens(self, step: dict[str, Any], where: str, index: int) -> None:
         metrics = step.get("metrics")
@@ -521,11 +561,26 @@ class _Chat:
                 meta[key] = main[key]
         if self.unlinked:
             meta["unlinked_results"] = self.unlinked
+        if self.sole_call_links:
+            meta["sole_call_results"] = self.sole_call_links
+        if self.calls_as_text:
+            meta["calls_as_text"] = self.calls_as_text
         if self.resets:
             meta["context_resets"] = self.resets
         if self.aggregated_tokens:
             meta["aggregated_token_data"] = self.aggregated_tokens
         return meta
+
+
+def harbor_tool_call_text(call: dict[str, Any]) -> str:
+    """An ATIF tool call as Harbor's trace exporter writes it into an assistant's text
+    (``traces_utils._extract_single_episode_conversation``).
+
+    >>> harbor_tool_call_text({"tool_call_id": "c", "function_name": "bash_command", "arguments": {"keystrokes": "ls"}})
+    '<tool_call>\\n{"name": "bash_command", "arguments": {"keystrokes": "ls"}}\\n</tool_call>'
+    """
+    written = json.dumps({"name": call.get("function_name"), "arguments": call.get("arguments", {})}, ensure_ascii=False)
+    return f"<tool_call>\n{written}\n</tool_call>"
 
 
 def _prompt_length(messages: list[dict[str, Any]], first_agent: int, untrained: set[int]) -> int:
