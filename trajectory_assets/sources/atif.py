@@ -25,12 +25,18 @@ NeMo Gym's harbor_agent and Data Designer, and why):
   ``metadata.unmatched_tool_responses`` (flagged ``unmatched_tool_response``); one naming a
   call its step did not make is rejected (``orphan_tool_output``: Harbor's validator refuses
   it too);
-- a result with no ``source_call_id`` (terminus-2's shared terminal output and its
-  confirmation prompt, parse-error feedback, OpenHands without function calling) -> a
-  ``user`` message after the step's tool messages: in terminus-2 that text is exactly the
-  next prompt the model was sent. Listed in ``metadata.atif.unlinked_results``, flagged
-  ``unlinked_observation``. A call no result answers stays unanswered, as in every source
-  (the ``unanswered_tool_calls`` column counts it);
+- results with no ``source_call_id`` (Harbor jobs before harbor#2087: terminus-2,
+  mini-swe-agent, swe-agent; navigator): a step's one result answers the step's one call
+  (a ``tool`` message, ``metadata.atif.sole_call_results``, flag ``sole_call_result``), as
+  Harbor's producers link them since harbor#2087; calls sharing results (terminus-2's
+  keystroke batch and its one screen) are written into the assistant's text as Harbor's
+  trace exporter writes them (``<tool_call>`` blocks, ``metadata.atif.calls_as_text``, flag
+  ``calls_as_text``) and the results are the next user turn; any other such result
+  (parse-error feedback, a step with no call) is a ``user`` message after the step's tool
+  messages, exactly the next prompt the model was sent (``metadata.atif.unlinked_results``,
+  flag ``unlinked_observation``). A call no result answers stays unanswered, as in every
+  source (the ``unanswered_tool_calls`` column counts it). NeMo Gym's ATIF import refuses
+  such results; docs/sources.md says why we follow the producer;
 - steps flagged ``is_copied_context`` and agent steps with ``llm_call_count == 0`` stay in
   the chat as context; the indices of their assistant messages are in
   ``metadata.untrained_messages`` (flags ``copied_context`` / ``non_llm_step``). Copied
