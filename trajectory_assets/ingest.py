@@ -1,12 +1,13 @@
 """One batch: stream its sources into validated trajectory rows and quarantine rows. No Dagster here.
 
-Every non-blank line of every source becomes exactly one of: a trajectory row or a
-quarantine row (``records_read == records_valid + records_rejected``). A source that
-breaks mid-read adds one quarantine row with ``line = None`` and is listed with its error.
+Every non-blank line of every source (every record of a batch of folder records: a Harbor
+trial, read as its files) becomes exactly one of: a trajectory row or a quarantine row
+(``records_read == records_valid + records_rejected``). A source that breaks mid-read adds one quarantine row with ``line = None`` and is listed with its error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
@@ -31,7 +32,8 @@ from trajectory_assets.sources import convert_record, inputs_file_named
 from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
 from trajectory_assets import layout
-from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_lines
+from trajectory_assets.io.file_layouts import RecordFiles
+from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_folder_records, iter_lines
 from trajectory_assets.io.storage import Storage
 
 QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
@@ -220,6 +222,20 @@ def ingest(
             summary.redacted_trajectory_ids.append(trajectory_id)
         return raw
 
+    def scrub_files(record: RecordFiles, trajectory_id: str) -> RecordFiles:
+        """The record with each of its files scrubbed as a line is."""
+        if redactor is None:
+            return record
+        files = {}
+        for path, text in record.files.items():
+            scrubbed, found = redactor.redact(text.encode())
+            files[path] = scrubbed.decode("utf-8", errors="backslashreplace")
+            if found:
+                summary.redactions_by_type.update(found)
+                if trajectory_id not in summary.redacted_trajectory_ids[-1:]:
+                    summary.redacted_trajectory_ids.append(trajectory_id)
+        return dataclasses.replace(record, files=files)
+
     inputs_read: dict[str, tuple[int, int]] = {}
     for source in sources:
         stats = SourceReadStats()
@@ -229,17 +245,23 @@ def ingest(
         if source.inputs_uri is not None:
             inputs, skipped = read_inputs(source.inputs_uri, scrub)
             inputs_read[source.uri] = (len(inputs), skipped)
-        for line, raw in iter_lines(source, stats):
+        records = iter_folder_records(source, stats) if source.records else iter_lines(source, stats)
+        for line, record in records:
             summary.records_read += 1
             counts["records"] += 1
-            trajectory_id = sha256_hex(raw)[:32]
-            raw = scrub(raw, trajectory_id)
+            if isinstance(record, RecordFiles):  # a record made of files (a Harbor trial)
+                trajectory_id = record.digest()[:32]
+                record = scrub_files(record, trajectory_id)
+                raw = record.quarantine_raw().encode()
+            else:
+                trajectory_id = sha256_hex(record)[:32]
+                record = raw = scrub(record, trajectory_id)
             first_seen = seen_ids.get(trajectory_id)
             if first_seen is not None:
                 reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
                 continue
             try:
-                trajectory = convert_record(raw, source_id=source.source_id, options=options, inputs=inputs)
+                trajectory = convert_record(record, source_id=source.source_id, options=options, inputs=inputs)
                 row = trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line)
             except Rejection as rejection:
                 reject_row(source.uri, line, rejection.reason, rejection.detail, raw)

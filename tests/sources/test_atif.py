@@ -14,8 +14,9 @@ from tests.fixtures.harbor_jobs import ATIF, atif_files, built_files
 from trajectory_assets.chat.messages import unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.jsonutil import dumps
+from trajectory_assets.io.file_layouts import RecordFiles
 from trajectory_assets.sources import convert_record
+from trajectory_assets.io.source_files import describe_batch
 from trajectory_assets.sources.atif import VERSIONS, belongs_to_trial, convert_atif
 
 
@@ -57,10 +58,10 @@ def convert(trajectory, **options):
     return convert_atif(trajectory, source_id="test", options=ConversionConfig(**options))
 
 
-def trial(files, main="agent/trajectory.json", name="job/trial"):
-    """A Harbor trial as discovery hands it over: each file as text."""
-    return {"record": name, "main": main,
-            "files": {path: value if isinstance(value, str) else json.dumps(value) for path, value in files.items()}}
+def trial(files, main="agent/trajectory.json", name="job/trial", unreadable=None):
+    """A Harbor trial as ingest hands it over: each file as text."""
+    return RecordFiles(name, f"/jobs/{name}", main, {path: value if isinstance(value, str) else json.dumps(value)
+                                                     for path, value in files.items()}, unreadable or {})
 
 
 def sole_call_result(step) -> str | None:
@@ -432,10 +433,10 @@ def test_a_trial_whose_file_is_not_json_or_cannot_be_read_is_rejected_naming_it(
     broken = trial({"agent/trajectory.json": atif(user(), agent("x")), "result.json": "{cut"})
     found = rejection(broken)
     assert found.reason == "invalid_json" and "result.json" in found.detail
-    unreadable = {**trial({}), "unreadable": {"agent/trajectory.json": "cannot read: permission denied"}}
+    unreadable = trial({}, unreadable={"agent/trajectory.json": "cannot read: permission denied"})
     assert rejection(unreadable).reason == "unreadable_file"
-    no_result = {**trial({"agent/trajectory.json": atif(user(), agent("x"))}),
-                 "unreadable": {"result.json": "cannot read: permission denied"}}
+    no_result = trial({"agent/trajectory.json": atif(user(), agent("x"))},
+                      unreadable={"result.json": "cannot read: permission denied"})
     converted = convert(no_result)
     assert converted.reward is None and "unreadable_trial_file" in converted.quality_flags
     assert converted.metadata["harbor"]["unreadable"] == {"result.json": "cannot read: permission denied"}
@@ -455,9 +456,21 @@ def test_the_record_holds_the_trial_files_harbor_writes_and_nothing_else():
     assert not belongs_to_trial("agent/trajectory.json", "artifacts/trajectory.json")
 
 
-def test_the_trial_record_is_the_same_wherever_the_job_folder_lies():
+def test_a_trial_is_converted_as_the_files_it_is_and_a_line_shaped_like_one_is_no_rollout():
     record = trial({"agent/trajectory.json": atif(user(), agent("x"))})
-    assert convert_record(dumps(record), source_id="a").messages == convert(record).messages
+    assert convert_record(record, source_id="a").messages == convert(record).messages
+    disguised = json.dumps({"record": "t", "main": "agent/trajectory.json", "files": dict(record.files)}).encode()
+    with pytest.raises(Rejection) as caught:
+        convert_record(disguised, source_id="a")
+    assert caught.value.reason == "not_a_rollout"
+
+
+def test_the_trial_record_s_id_is_the_same_wherever_the_job_folder_lies():
+    files = {"agent/trajectory.json": json.dumps(atif(user(), agent("x")))}
+    assert RecordFiles("t", "/a/t", "agent/trajectory.json", files).digest() == RecordFiles(
+        "t", "s3://b/t", "agent/trajectory.json", files).digest()
+    assert RecordFiles("t", "/a/t", "agent/trajectory.json", files).digest() != RecordFiles(
+        "t", "/a/t", "agent/trajectory.json", {"agent/trajectory.json": files["agent/trajectory.json"] + " "}).digest()
 
 
 def test_a_nan_in_a_trial_file_is_counted_and_flagged_as_in_any_source_line():
@@ -546,3 +559,29 @@ def test_a_subagents_own_subagents_are_kept_as_written():
     child = atif(user("child"), agent("done"), validate=False, subagent_trajectories=[grandchild])
     (entry,) = convert(atif(user(), agent("a"), validate=False, subagent_trajectories=[child])).metadata["subagents"]
     assert entry["messages"][-1]["content"] == "done" and entry["subagent_trajectories"] == [grandchild]
+
+
+def test_a_trial_that_does_not_convert_is_quarantined_naming_its_folder_and_error_not_its_whole_text(tmp_path):
+    import pyarrow as pa
+
+    from tests.fixtures.harbor_jobs import write_trial
+    from trajectory_assets.ingest import ingest
+    from trajectory_assets.redaction.redactor import Redactor
+    from trajectory_assets.sources import discover_sources
+
+    job = tmp_path / "job"
+    good = write_trial(job, "good", {"trajectory.json": ATIF / "terminus-2" / "hello-world-timeout.trajectory.json"})
+    bad = write_trial(job, "bad", {"trajectory.json": ATIF / "claude-code" / "trajectory_fail.json"})
+    (bad / "result.json").write_text("{cut")
+    (good / "result.json").write_text('{"task_name": "t", "note": "key ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"}')
+    tables, rejected = [], []
+    summary = ingest(discover_sources([str(job)]), tables.append, rejected.extend, redactor=Redactor())
+    assert (summary.records_read, summary.records_valid, summary.records_rejected) == (2, 1, 1)
+    (entry,) = rejected
+    assert (entry["reason"], entry["line"], entry["source"]) == ("invalid_json", 1, str(job))
+    assert "result.json" in entry["detail"]
+    assert entry["raw"].startswith(f"{bad}\nfiles: agent/trajectory.json, result.json\nagent/trajectory.json:\n")
+    assert len(entry["raw"]) < 2500 < (ATIF / "claude-code" / "trajectory_fail.json").stat().st_size
+    row = pa.concat_tables(tables).to_pylist()[0]
+    assert "ghp_" not in row["metadata"] and summary.redactions_by_type == {"github_token": 1}  # files scrubbed
+    assert summary.sources[0].sha256 == describe_batch(discover_sources([str(job)])[0])["sha256"]

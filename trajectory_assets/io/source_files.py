@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
-import orjson
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from trajectory_assets.io.file_layouts import FolderRecords, SideFile
+from trajectory_assets.io.file_layouts import FolderRecords, RecordFiles, SideFile
 
 SOURCE_SUFFIXES = (".jsonl", ".jsonl.gz")
 READ_BLOCK = 1 << 20
@@ -291,8 +290,7 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
     bytes of a record it broke off are kept in ``stats.partial_record``.
     """
     if source.records:
-        yield from _iter_folder_records(source, stats)
-        return
+        raise ValueError(f"{source.uri} is a batch of folder records: read it with iter_folder_records")
     fs, path = filesystem_of(source.uri)
     try:
         raw = fs.open(path, "rb")
@@ -336,12 +334,10 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
         raw.close()
 
 
-def _iter_folder_records(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
-    """Yield (1-based record number, the record as one JSON object) for a batch of folder
-    records: ``{"record": name, "main": path, "files": {path: text}, "unreadable": {path:
-    why}}``, paths relative to the record's folder, so the record (and its trajectory id) is
-    the same wherever the folder lies. A file that cannot be read or is not UTF-8 is named
-    in ``unreadable`` (its format rejects or flags the record); the batch's SHA-256 is
+def iter_folder_records(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, RecordFiles]]:
+    """Yield (1-based record number, the record's files as read) for a batch of folder
+    records (``source.records``). A file that cannot be read or is not UTF-8 is named in
+    ``unreadable`` (its format rejects or flags the record); the batch's SHA-256 is
     :func:`folder_digest` of the files."""
     digests: list[tuple[str, str | None]] = []
     for number, record in enumerate(source.records, start=1):
@@ -363,11 +359,7 @@ def _iter_folder_records(source: SourceFile, stats: SourceReadStats) -> Iterator
                 files[relative] = data.decode("utf-8")
             except UnicodeDecodeError as error:
                 unreadable[relative] = f"not valid UTF-8 at byte {error.start}"
-        main = record.files[0][len(record.folder) + 1:]
-        bundle = {"record": record.name, "main": main, "files": files}
-        if unreadable:
-            bundle["unreadable"] = unreadable
-        yield number, orjson.dumps(bundle)
+        yield number, RecordFiles(record.name, record.folder, record.files[0][len(record.folder) + 1:], files, unreadable)
     stats.sha256 = folder_digest(digests)
 
 

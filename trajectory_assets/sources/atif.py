@@ -5,8 +5,9 @@ An ATIF trajectory is one JSON object: root metadata, ``agent`` and ordered ``st
 is a system prompt, a user message, or one agent turn (one LLM call, its tool calls and the
 observation results returned for them). Harbor writes one per trial
 (``<job>/<trial>/agent/trajectory.json``), beside the trial's ``result.json`` and the
-verifier's reward file; discovery hands a trial over as one record holding those files
-(``io.source_files.FolderRecords``). A bare trajectory object (one per JSON line) is
+verifier's reward file; discovery finds a trial as one record holding those files
+(``io.file_layouts.FolderRecords``), and ingest hands it over as they were read
+(``io.file_layouts.RecordFiles``). A bare trajectory object (one per JSON line) is
 accepted too.
 
 The mapping (docs/sources.md has the table, and where it differs from Harbor's exporter,
@@ -75,7 +76,7 @@ from trajectory_assets.chat.token_data import are_log_probs, are_token_ids
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.io.file_layouts import FolderRecords
+from trajectory_assets.io.file_layouts import FolderRecords, RecordFiles
 from trajectory_assets.jsonutil import canonical, dumps, parses_as_json, sha256_hex
 from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line, responses_request
 from trajectory_assets.sources.nemo_gym import HERMES_MARKUP_FLAG, has_hermes_markup, split_inline_reasoning
@@ -113,13 +114,8 @@ TOKEN_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
 
 
 def looks_like_atif(record: dict[str, Any]) -> bool:
-    return is_trial(record) or ("steps" in record and "agent" in record) or (
+    return ("steps" in record and "agent" in record) or (
         isinstance(record.get("schema_version"), str) and record["schema_version"].startswith("ATIF"))
-
-
-def is_trial(record: dict[str, Any]) -> bool:
-    """A Harbor trial as discovery hands it over (``io.source_files._iter_folder_records``)."""
-    return isinstance(record.get("files"), dict) and isinstance(record.get("main"), str) and "record" in record
 
 
 def belongs_to_trial(main: str, path: str) -> bool:
@@ -154,10 +150,10 @@ class _Trial:
     non_finite: int = 0  # NaN / Infinity literals in its files (stored as null, counted, flagged)
 
 
-def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionConfig = DEFAULT_OPTIONS,
-                 **_: Any) -> Trajectory:
-    """Convert one Harbor trial (or one bare ATIF trajectory)."""
-    trial = _read_trial(record) if is_trial(record) else _Trial(main=record)
+def convert_atif(record: dict[str, Any] | RecordFiles, *, source_id: str,
+                 options: ConversionConfig = DEFAULT_OPTIONS, **_: Any) -> Trajectory:
+    """Convert one Harbor trial (its files as read) or one bare ATIF trajectory."""
+    trial = _read_trial(record) if isinstance(record, RecordFiles) else _Trial(main=record)
     segments = _segments(trial)
     chat = _Chat(options)
     sidechains: dict[str, list[dict[str, Any]]] = {}
@@ -234,10 +230,10 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
 # ---------------------------------------------------------------- the trial's files
 
 
-def _read_trial(record: dict[str, Any]) -> _Trial:
-    files = record["files"]
-    unreadable = record.get("unreadable") if isinstance(record.get("unreadable"), dict) else {}
-    main_path = record["main"]
+def _read_trial(record: RecordFiles) -> _Trial:
+    files = record.files
+    unreadable = record.unreadable
+    main_path = record.main
     if main_path in unreadable or main_path not in files:
         raise Rejection("unreadable_file", f"{main_path}: {unreadable.get(main_path, 'missing')}")
     parsed: dict[str, Any] = {}
@@ -262,7 +258,7 @@ def _read_trial(record: dict[str, Any]) -> _Trial:
     reward_file = next(((path, parsed.pop(path)) for path in (REWARD_JSON, REWARD_TXT) if path in parsed), None)
     parsed.pop(REWARD_TXT, None)
     return _Trial(main=main, main_path=main_path, files=parsed, result=result, reward_file=reward_file,
-                  name=str(record["record"]), unreadable=dict(unreadable), non_finite=non_finite)
+                  name=record.name, unreadable=dict(unreadable), non_finite=non_finite)
 
 
 def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
