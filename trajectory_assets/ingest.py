@@ -222,14 +222,24 @@ def ingest(
             summary.redacted_trajectory_ids.append(trajectory_id)
         return raw
 
+    # per path, the last file scrubbed: a file every record of a batch holds (NeMo Gym's export
+    # manifest) is scrubbed once, and the memory kept is one file per path name
+    last_scrubbed: dict[str, tuple[str, str, Counter]] = {}
+
     def scrub_files(record: RecordFiles, trajectory_id: str) -> RecordFiles:
-        """The record with each of its files scrubbed as a line is."""
+        """The record with each of its files scrubbed as a line is (and counted per record)."""
         if redactor is None:
             return record
         files = {}
         for path, text in record.files.items():
-            scrubbed, found = redactor.redact(text.encode())
-            files[path] = scrubbed.decode("utf-8", errors="backslashreplace")
+            sha256 = record.sha256s.get(path)
+            if sha256 is not None and last_scrubbed.get(path, ("",))[0] == sha256:
+                _, files[path], found = last_scrubbed[path]
+            else:
+                scrubbed, found = redactor.redact(text.encode())
+                files[path] = text if not found else scrubbed.decode("utf-8", errors="backslashreplace")
+                if sha256 is not None:
+                    last_scrubbed[path] = (sha256, files[path], found)
             if found:
                 summary.redactions_by_type.update(found)
                 if trajectory_id not in summary.redacted_trajectory_ids[-1:]:

@@ -585,3 +585,64 @@ def test_a_trial_that_does_not_convert_is_quarantined_naming_its_folder_and_erro
     row = pa.concat_tables(tables).to_pylist()[0]
     assert "ghp_" not in row["metadata"] and summary.redactions_by_type == {"github_token": 1}  # files scrubbed
     assert summary.sources[0].sha256 == describe_batch(discover_sources([str(job)])[0])["sha256"]
+
+
+def gym_export(folder, rollouts):
+    """A folder as NeMo Gym's `gym eval export atif` writes it (nemo_gym/atif_export.py,
+    export_rollouts_to_atif, NVIDIA-NeMo/Gym at 16bd3a42 and later): `<task>-<rollout>.json`,
+    each an ATIF-v1.7 trajectory as `gym_rollout_to_atif` builds it (`model_dump_json(indent=2,
+    exclude_none=True)` and a newline), and `manifest.jsonl`, one line per file in the rollouts'
+    order with its indices and SHA-256 (`json.dumps(sort_keys=True, separators=(",", ":"))`)."""
+    import hashlib
+
+    folder.mkdir(parents=True)
+    lines = []
+    for task, rollout, answer in rollouts:
+        trajectory = atif(user("What is 2 + 2?"),
+                          agent("", call(f"fc_{task}_{rollout}", "calculator", expression="2+2"),
+                                results=[result("4", f"fc_{task}_{rollout}")], llm_call_count=1),
+                          agent(answer, llm_call_count=1),
+                          session_id="eval-1", trajectory_id=f"eval-1:{task}:{rollout}",
+                          final_metrics={"total_steps": 3},
+                          extra={"nemo_gym": {"exporter": {"name": "nemo-gym", "version": "0.7.0"},
+                                              "source": {"format": "ng_trajectory", "schema_version": "1.0",
+                                                         "task_id": f"t{task}", "rollout_id": f"r{rollout}",
+                                                         "task_index": task, "rollout_index": rollout},
+                                              "conversion": {"profile": "ng-trajectory-to-atif-v1",
+                                                             "status": "complete"}}})
+        trajectory["agent"]["model_name"] = "policy"
+        encoded = (json.dumps(trajectory, indent=2, ensure_ascii=False) + "\n").encode()
+        (folder / f"{task}-{rollout}.json").write_bytes(encoded)
+        lines.append(json.dumps({"trajectory_path": f"{task}-{rollout}.json", "_ng_task_index": task,
+                                 "_ng_rollout_index": rollout, "expected_sha256": hashlib.sha256(encoded).hexdigest()},
+                                sort_keys=True, separators=(",", ":")))
+    (folder / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_a_gym_atif_export_is_one_batch_whose_files_are_records_joined_to_the_manifest(tmp_path):
+    import pyarrow as pa
+
+    from trajectory_assets.ingest import ingest
+    from trajectory_assets.sources import discover_sources
+
+    export = gym_export(tmp_path / "runs" / "atif", [(0, 0, "4"), (0, 1, "It is 4."), (1, 0, "5")])
+    (tmp_path / "runs" / "atif" / "1-0.json").write_text((export / "1-0.json").read_text().replace('"5"', '"6"'))
+    (source,) = discover_sources([str(tmp_path / "runs")])
+    assert source.uri == str(export) and [record.name for record in source.records] == ["0-0.json", "0-1.json", "1-0.json"]
+    assert all(record.files[1].endswith("manifest.jsonl") for record in source.records)  # never a source of its own
+    tables, rejected = [], []
+    summary = ingest([source], tables.append, rejected.extend)
+    assert (summary.records_read, summary.records_valid, summary.records_rejected) == (3, 2, 1)
+    rows = pa.concat_tables(tables).to_pylist()
+    assert [(row["task_index"], row["rollout_index"], row["rollout_id"]) for row in rows] == [
+        (0, 0, "eval-1:0:0"), (0, 1, "eval-1:0:1")]
+    # the export writes no reward (Gym re-verifies the files against their task: gym eval reverify)
+    assert all(row["reward"] is None for row in rows)
+    assert rows[0]["task_key"] == rows[1]["task_key"]  # one task: one prompt
+    assert json.loads(rows[0]["metadata"])["nemo_gym_export"]["trajectory_path"] == "0-0.json"
+    (entry,) = rejected
+    assert entry["reason"] == "checksum_mismatch" and "1-0.json" in entry["detail"]
+    assert entry["raw"].startswith(f"{export}\nfiles: 1-0.json, manifest.jsonl\n")
+    assert summary.sources[0].sha256 == describe_batch(source)["sha256"]
+    assert describe_batch(source)["bytes"] == sum(path.stat().st_size for path in export.iterdir())

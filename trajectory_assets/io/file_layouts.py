@@ -69,6 +69,11 @@ class FolderRecords:
     # Harbor writes trajectory.json, and NeMo Data Designer reads ATIF files by the glob
     # trajectory*.json; renamed copies (hello-world.trajectory.json) keep the word
     single_pattern: str = "*trajectory*.json"
+    # a folder holding ``manifest`` and files whose names match ``manifest_member`` (a regex)
+    # beside it is a batch whose records are those files, each read with the manifest (NeMo
+    # Gym's ``gym eval export atif``: ``manifest.jsonl`` beside ``<task>-<rollout>.json``)
+    manifest: str | None = None
+    manifest_member: str = ""
 
 
 # how much of a record's main file its quarantine entry shows after the folder's path
@@ -86,6 +91,9 @@ class RecordFiles:
     main: str  # the main file (a Harbor trial: ``agent/trajectory.json``)
     files: Mapping[str, str]  # path -> text, for each file read as UTF-8
     unreadable: Mapping[str, str] = field(default_factory=dict)  # path -> why it was not read
+    # path -> SHA-256 of the bytes as read (before any scrubbing): a file several records share
+    # (a manifest) is hashed once
+    sha256s: Mapping[str, str] = field(default_factory=dict)
 
     def digest(self) -> str:
         """The SHA-256 of the record's name and of every file's path and text (or why it
@@ -94,8 +102,10 @@ class RecordFiles:
         for path in sorted({*self.files, *self.unreadable}):
             text = self.files.get(path)
             hashed.update(f"\n{path}\t".encode())
-            hashed.update(hashlib.sha256(text.encode()).digest() if text is not None
-                          else b"unreadable:" + self.unreadable[path].encode())
+            if text is None:
+                hashed.update(b"unreadable:" + self.unreadable[path].encode())
+            else:
+                hashed.update((self.sha256s.get(path) or hashlib.sha256(text.encode()).hexdigest()).encode())
         return hashed.hexdigest()
 
     def quarantine_raw(self) -> str:

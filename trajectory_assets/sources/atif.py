@@ -7,8 +7,10 @@ observation results returned for them). Harbor writes one per trial
 (``<job>/<trial>/agent/trajectory.json``), beside the trial's ``result.json`` and the
 verifier's reward file; discovery finds a trial as one record holding those files
 (``io.file_layouts.FolderRecords``), and ingest hands it over as they were read
-(``io.file_layouts.RecordFiles``). A bare trajectory object (one per JSON line) is
-accepted too.
+(``io.file_layouts.RecordFiles``). NeMo Gym's ``gym eval export atif`` folder (ATIF files
+``<task>-<rollout>.json`` beside ``manifest.jsonl``) is a batch whose files are records, each
+joined to its manifest line (indices, SHA-256 checked; no reward: the export writes none). A
+bare trajectory object (one per JSON line) is accepted too.
 
 The mapping (docs/sources.md has the table, and where it differs from Harbor's exporter,
 NeMo Gym's harbor_agent and Data Designer, and why):
@@ -64,6 +66,7 @@ NeMo Gym's harbor_agent and Data Designer, and why):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import posixpath
@@ -89,6 +92,9 @@ MAIN = "agent/trajectory.json"
 RESULT = "result.json"
 REWARD_JSON, REWARD_TXT = "verifier/reward.json", "verifier/reward.txt"  # reward.json wins, as in Harbor
 CONTINUATION = re.compile(r"\.cont-(\d+)\.json$")
+# NeMo Gym's `gym eval export atif` (nemo_gym/atif_export.py, export_rollouts_to_atif): ATIF-v1.7
+# files `<task index>-<rollout index>.json` beside `manifest.jsonl`, one line per file
+GYM_MANIFEST, GYM_EXPORTED = "manifest.jsonl", r"\d+-\d+\.json"
 STEP_SOURCES = ("system", "user", "agent")
 QUALITY_FLAGS = (
     "system_step_as_user",  # a system step after the conversation began, written as a user message
@@ -148,6 +154,7 @@ class _Trial:
     unreadable: dict[str, str] = field(default_factory=dict)
     missing_continuations: list[str] = field(default_factory=list)
     non_finite: int = 0  # NaN / Infinity literals in its files (stored as null, counted, flagged)
+    gym_entry: dict[str, Any] | None = None  # its line of NeMo Gym's export manifest
 
 
 def convert_atif(record: dict[str, Any] | RecordFiles, *, source_id: str,
@@ -198,6 +205,8 @@ def convert_atif(record: dict[str, Any] | RecordFiles, *, source_id: str,
         if trial.unreadable:  # a result.json that cannot be read leaves the reward unknown: flagged
             metadata["harbor"]["unreadable"] = trial.unreadable
             flags.add("unreadable_trial_file")
+    if trial.gym_entry is not None:
+        metadata["nemo_gym_export"] = trial.gym_entry
     agent = main.get("agent") or {}
     return Trajectory(
         source_format=SOURCE_FORMAT,
@@ -211,6 +220,8 @@ def convert_atif(record: dict[str, Any] | RecordFiles, *, source_id: str,
         reward=reward,
         reward_components=components,
         rollout_id=_rollout_id(trial),
+        task_index=trial.gym_entry["_ng_task_index"] if trial.gym_entry else None,
+        rollout_index=trial.gym_entry["_ng_rollout_index"] if trial.gym_entry else None,
         agent_name=agent.get("name") if isinstance(agent.get("name"), str) else None,
         model=_model(main),
         task_type=None,
@@ -236,9 +247,12 @@ def _read_trial(record: RecordFiles) -> _Trial:
     main_path = record.main
     if main_path in unreadable or main_path not in files:
         raise Rejection("unreadable_file", f"{main_path}: {unreadable.get(main_path, 'missing')}")
+    gym_entry = _gym_entry(record) if GYM_MANIFEST in files or GYM_MANIFEST in unreadable else None
     parsed: dict[str, Any] = {}
     non_finite = 0
     for path, text in files.items():
+        if path == GYM_MANIFEST:
+            continue
         if not isinstance(text, str):
             raise Rejection("invalid_structure", f"{path} is not text")
         if path == REWARD_TXT:
@@ -258,7 +272,46 @@ def _read_trial(record: RecordFiles) -> _Trial:
     reward_file = next(((path, parsed.pop(path)) for path in (REWARD_JSON, REWARD_TXT) if path in parsed), None)
     parsed.pop(REWARD_TXT, None)
     return _Trial(main=main, main_path=main_path, files=parsed, result=result, reward_file=reward_file,
-                  name=record.name, unreadable=dict(unreadable), non_finite=non_finite)
+                  name=record.name, unreadable=dict(unreadable), non_finite=non_finite, gym_entry=gym_entry)
+
+
+def _gym_entry(record: RecordFiles) -> dict[str, Any]:
+    """The line of NeMo Gym's export manifest naming this file, checked as Gym's own reader
+    checks it (``atif_reverification.project_atif_manifest_entry``): the file's SHA-256 is
+    the one the manifest expects, and its task and rollout indices are non-negative integers."""
+    if GYM_MANIFEST not in record.files:
+        raise Rejection("unreadable_file", f"{GYM_MANIFEST}: {record.unreadable[GYM_MANIFEST]}")
+    entry = _gym_manifest(record.files[GYM_MANIFEST]).get(record.main)
+    if entry is None:
+        raise Rejection("invalid_structure", f"{GYM_MANIFEST} has no line whose trajectory_path is {record.main}")
+    if isinstance(entry, Rejection):
+        raise entry
+    for key in ("_ng_task_index", "_ng_rollout_index"):
+        if isinstance(entry.get(key), bool) or not isinstance(entry.get(key), int) or entry[key] < 0:
+            raise Rejection("invalid_structure", f"{GYM_MANIFEST}: {record.main}'s {key} is not a non-negative integer")
+    expected = entry.get("expected_sha256")
+    if expected is not None and expected != record.sha256s.get(record.main):
+        raise Rejection("checksum_mismatch", f"{record.main} is not the file {GYM_MANIFEST} names: its SHA-256 is "
+                                             f"{record.sha256s.get(record.main)}, not {expected}")
+    return entry
+
+
+@functools.lru_cache(maxsize=2)
+def _gym_manifest(text: str) -> dict[str, dict[str, Any] | Rejection]:
+    """trajectory_path -> its manifest line (a line that is not an object: the rejection of
+    every record it might name). One parse per manifest: every record of the export holds
+    the same text."""
+    entries: dict[str, dict[str, Any] | Rejection] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry, _ = parse_json_line(line.encode())
+        except Rejection as rejection:
+            entry = Rejection(rejection.reason, f"{GYM_MANIFEST} line {number}: {rejection.detail}")
+        if isinstance(entry, dict) and isinstance(entry.get("trajectory_path"), str):
+            entries.setdefault(entry["trajectory_path"], entry)
+    return entries
 
 
 def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
@@ -825,6 +878,8 @@ def _model(trajectory: dict[str, Any]) -> str | None:
 
 
 def _rollout_id(trial: _Trial) -> str | None:
+    if trial.gym_entry is not None and isinstance(trial.main.get("trajectory_id"), str):
+        return trial.main["trajectory_id"]  # Gym's export: "<session>:<task index>:<rollout index>"
     result = trial.result or {}
     # the trial names the rollout; a session id may be shared by a run's subagents and segments
     for value in (result.get("trial_name"), result.get("id"), trial.name, trial.main.get("trajectory_id"),
@@ -840,5 +895,6 @@ FORMAT = SourceFormat(
     detect=looks_like_atif,
     convert=convert_atif,
     # a Harbor job folder: <job>/<trial>/agent/trajectory.json beside <trial>/result.json
-    folder_records=FolderRecords(main=MAIN, belongs=belongs_to_trial),
+    folder_records=FolderRecords(main=MAIN, belongs=belongs_to_trial, manifest=GYM_MANIFEST,
+                                 manifest_member=GYM_EXPORTED),
 )
