@@ -413,7 +413,7 @@ class _Chat:
             self.messages.append({"role": "user", "content": content})
         else:
             self._agent(step, content, where, calls)
-        self._observation(step, where, calls, self.messages[first] if source == "agent" else None)
+        self._observation(step, where, calls, first if source == "agent" else None)
         self._keep_step(step, where, version, range(first, len(self.messages)))
 
     def _system(self, content: Any, step: dict[str, Any], where: str) -> None:
@@ -480,8 +480,8 @@ class _Chat:
         calls.calls[call_id] = message_id
         return {"id": message_id, "type": "function", "function": {"name": call["function_name"], "arguments": arguments}}
 
-    def _observation(self, step: dict[str, Any], where: str, calls: _Step,
-                     assistant: dict[str, Any] | None) -> None:
+    def _observation(self, step: dict[str, Any], where: str, calls: _Step, assistant: int | None) -> None:
+        """``assistant``: the index of the step's assistant message (None: not an agent step)."""
         observation = step.get("observation")
         if observation is None:
             return
@@ -521,7 +521,7 @@ class _Chat:
             self.flags.add("unlinked_observation")
             self.messages.append(message)
 
-    def _unlinked_results(self, step: dict[str, Any], calls: _Step, assistant: dict[str, Any],
+    def _unlinked_results(self, step: dict[str, Any], calls: _Step, assistant: int,
                           unlinked: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """An agent step whose results name none of its calls (terminus-2 before harbor#2087,
         mini-swe-agent, swe-agent, any converter that drops the ids). One call and one result:
@@ -542,14 +542,15 @@ class _Chat:
             self.messages.append({"role": "tool", "tool_call_id": message_id, "content": unlinked[0]["content"]})
             return []
         written = [harbor_tool_call_text(call) for call in step["tool_calls"]]
-        content = assistant["content"]
+        message = self.messages[assistant]
+        content = message["content"]
         if isinstance(content, list):
-            assistant["content"] = [*content, {"type": "text", "text": "\n".join(written)}]
+            message["content"] = [*content, {"type": "text", "text": "\n".join(written)}]
         else:
-            assistant["content"] = "\n".join([content, *written] if content else written)
-        del assistant["tool_calls"]
+            message["content"] = "\n".join([content, *written] if content else written)
+        del message["tool_calls"]
         self.flags.add("calls_as_text")
-        self.calls_as_text.append({"step_id": step.get("step_id"), "message_index": self.messages.index(assistant),
+        self.calls_as_text.append({"step_id": step.get("step_id"), "message_index": assistant,
                                    "tool_calls": step["tool_calls"]})
         return unlinked
 
