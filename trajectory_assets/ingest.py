@@ -2,7 +2,8 @@
 
 Every non-blank line of every source (every record of a batch of folder records: a Harbor
 trial, read as its files) becomes exactly one of: a trajectory row or a quarantine row
-(``records_read == records_valid + records_rejected``). A source that breaks mid-read adds one quarantine row with ``line = None`` and is listed with its error.
+(``records_read == records_valid + records_rejected``). A source that breaks mid-read adds
+one quarantine row with ``line = None`` and is listed with its error.
 """
 
 from __future__ import annotations
