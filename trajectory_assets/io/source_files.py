@@ -85,7 +85,9 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
     Record folders (``folder_records``: Harbor trials) found in a folder are grouped into one
     batch per folder holding them (a Harbor job); a record folder named itself is a batch of
     one. Nothing under a record folder is read as a JSON-lines source (agents keep their
-    native logs there). A ``.json`` file named alone is a batch of one record (see
+    native logs there). A folder holding a layout's ``manifest`` beside files named as its
+    members (NeMo Gym's ATIF export) is a batch whose records are those files, each read with
+    the manifest. A ``.json`` file named alone is a batch of one record (see
     :func:`_single_file_batch`).
     """
     found: dict[str, SourceFile] = {}
