@@ -29,7 +29,7 @@ CORPUS = SHARED / "corpus"
 # (the CLI, jobs in process); system tests start real servers and processes (`dagster dev`,
 # PostgreSQL, moto's S3, Chromium, the trainers, killed runs).
 E2E = {
-    "test_cli.py", "test_hermes_pipeline.py", "test_hostile_inputs.py", "test_redaction_pipeline.py",
+    "test_cli.py", "test_harbor_pipeline.py", "test_hermes_pipeline.py", "test_hostile_inputs.py", "test_redaction_pipeline.py",
     "conformance/", "defs/test_pipeline.py", "defs/test_automation.py", "defs/test_freshness.py",
     "runs/test_run_plan.py", "test_dagster_internals.py", "report/test_page.py",
     "exports/test_registry.py", "test_extension.py",

@@ -12,6 +12,7 @@ from trajectory_assets.io.source_files import (
     SourceReadStats,
     describe_batch,
     discover,
+    iter_folder_records,
     iter_lines,
     source_fingerprint,
     source_from_record,
@@ -291,11 +292,14 @@ def test_each_trial_is_one_record_holding_its_files_as_text(tmp_path):
     jobs = harbor_jobs(tmp_path)
     source = next(s for s in discover_all(jobs) if s.source_id.endswith("10-00-00"))
     stats = SourceReadStats()
-    records = [(number, json.loads(raw)) for number, raw in iter_lines(source, stats)]
+    records = list(iter_folder_records(source, stats))
     assert [number for number, _ in records] == [1, 2, 3]
     number, record = records[0]
-    assert record["record"] == "hello-world__lin0002" and record["main"] == "agent/trajectory.json"
-    assert record["files"]["agent/trajectory.cont-1.json"] == (TERMINUS / f"{LINEAR}.cont-1.json").read_text()
+    assert record.name == "hello-world__lin0002" and record.main == "agent/trajectory.json"
+    assert record.folder == str(tmp_path / "jobs" / "2026-08-01__10-00-00" / "hello-world__lin0002")
+    assert record.files["agent/trajectory.cont-1.json"] == (TERMINUS / f"{LINEAR}.cont-1.json").read_text()
+    with pytest.raises(ValueError, match="iter_folder_records"):  # a trial is never read as a line
+        next(iter_lines(source, SourceReadStats()))
     assert stats.sha256 == describe_batch(source)["sha256"]  # what was read is what was hashed
 
 
@@ -375,8 +379,8 @@ def test_a_trial_file_that_cannot_be_read_is_named_in_its_record_not_a_failed_ba
     record = describe_batch(source)
     assert record["error"] is None and record["records"][1]["files"][1]["error"].startswith("cannot read")
     stats = SourceReadStats()
-    bundles = [json.loads(raw) for _, raw in iter_lines(source, stats)]
-    assert list(bundles[1]["unreadable"]) == ["result.json"] and stats.error is None
+    records = [record for _, record in iter_folder_records(source, stats)]
+    assert list(records[1].unreadable) == ["result.json"] and stats.error is None
     assert stats.sha256 == record["sha256"]
 
 

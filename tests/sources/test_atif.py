@@ -10,12 +10,13 @@ import pytest
 from nat.atif import Trajectory as HarborTrajectory
 
 from schemas.shapes import ROLE_SHAPE_PATTERN, role_shape
-from tests.fixtures.harbor_jobs import ATIF, atif_files
+from tests.fixtures.harbor_jobs import ATIF, atif_files, built_files
 from trajectory_assets.chat.messages import unanswered_tool_calls
 from trajectory_assets.chat.trajectory import Rejection
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.jsonutil import dumps
+from trajectory_assets.io.file_layouts import RecordFiles
 from trajectory_assets.sources import convert_record
+from trajectory_assets.io.source_files import describe_batch
 from trajectory_assets.sources.atif import VERSIONS, belongs_to_trial, convert_atif
 
 
@@ -57,10 +58,19 @@ def convert(trajectory, **options):
     return convert_atif(trajectory, source_id="test", options=ConversionConfig(**options))
 
 
-def trial(files, main="agent/trajectory.json", name="job/trial"):
-    """A Harbor trial as discovery hands it over: each file as text."""
-    return {"record": name, "main": main,
-            "files": {path: value if isinstance(value, str) else json.dumps(value) for path, value in files.items()}}
+def trial(files, main="agent/trajectory.json", name="job/trial", unreadable=None):
+    """A Harbor trial as ingest hands it over: each file as text."""
+    return RecordFiles(name, f"/jobs/{name}", main, {path: value if isinstance(value, str) else json.dumps(value)
+                                                     for path, value in files.items()}, unreadable or {})
+
+
+def sole_call_result(step) -> str | None:
+    """The call a step's one result answers when it names none: the step's only call."""
+    results = [r for r in (step.get("observation") or {}).get("results", []) if r.get("content") is not None]
+    calls = step.get("tool_calls") or []
+    if len(calls) == 1 and len(results) == 1 and not results[0].get("source_call_id"):
+        return calls[0]["tool_call_id"]
+    return None
 
 
 def rejection(record) -> Rejection:
@@ -107,16 +117,18 @@ def test_every_fixture_converts_and_loses_nothing(path):
                 c["arguments"] for c in step.get("tool_calls") or []]
             if step.get("reasoning_content"):
                 assert assistant["reasoning_content"] == step["reasoning_content"]
-        # every result with content is a message: a tool message answering its call by id,
-        # else the user turn it was
+        # every result with content is a message: a tool message answering its call by id (or
+        # the step's only call, when the step's one result names none), else the user turn it was
         tools = [m for m in mine if m["role"] == "tool"]
-        assert [m["tool_call_id"] for m in tools] == [r["source_call_id"] for r in with_content if r.get("source_call_id")]
-        assert [m["content"] for m in tools] == [r["content"] for r in with_content if r.get("source_call_id")]
-        unlinked = [r for r in with_content if not r.get("source_call_id")]
+        sole = sole_call_result(step)
+        assert [m["tool_call_id"] for m in tools] == [r.get("source_call_id") or sole for r in with_content
+                                                      if r.get("source_call_id") or sole]
+        assert [m["content"] for m in tools] == [r["content"] for r in with_content if r.get("source_call_id") or sole]
+        unlinked = [r for r in with_content if not (r.get("source_call_id") or sole)]
         assert [m["content"] for m in mine[len(mine) - len(unlinked):]] == [r["content"] for r in unlinked]
     calls = {c["tool_call_id"] for step in steps for c in step.get("tool_calls") or []}
-    answered = {r["source_call_id"] for step in steps for r in (step.get("observation") or {}).get("results", [])
-                if r.get("source_call_id")}
+    answered = {r.get("source_call_id") or sole_call_result(step) for step in steps
+                for r in (step.get("observation") or {}).get("results", [])}
     assert unanswered_tool_calls(messages) == len(calls - answered)
     assert converted.reward is None  # a bare trajectory holds no reward: never 0
 
@@ -180,15 +192,59 @@ def test_3_a_call_without_result_stays_unanswered_with_no_placeholder():
 
 
 def test_4_a_result_without_source_call_id_is_the_next_user_turn_after_the_step_tool_messages():
-    step = agent("", call("k1", keys="ls"), call("k2", keys="pwd"), results=[result("shared terminal output")])
-    converted = convert(atif(user(), step, agent("done")))
-    assert [m["role"] for m in converted.messages] == ["user", "assistant", "user", "assistant"]
-    assert converted.messages[2]["content"] == "shared terminal output"
-    assert converted.metadata["atif"]["unlinked_results"] == [{"step_id": 2, "message_index": 2}]
-    assert "unlinked_observation" in converted.quality_flags
     parse_error = convert(atif(user(), agent("{bad json", results=[result("Previous response had parsing errors")]),
                                agent("{}")))
     assert parse_error.messages[2] == {"role": "user", "content": "Previous response had parsing errors"}
+    assert parse_error.metadata["atif"]["unlinked_results"] == [{"step_id": 2, "message_index": 2}]
+    assert "unlinked_observation" in parse_error.quality_flags
+
+
+def test_4_the_one_result_of_a_step_with_one_call_answers_it_as_harbor_links_them_since_2087():
+    # harbor#2087: terminus-2 links a single command's screen to its call, swe-agent its observation
+    converted = convert(atif(user(), agent("THOUGHT: list\n```bash\nls\n```", call("call_2_1", command="ls"),
+                                           results=[result("a.txt")]), agent("done")))
+    assert converted.messages[2] == {"role": "tool", "tool_call_id": "call_2_1", "content": "a.txt"}
+    assert unanswered_tool_calls(converted.messages) == 0
+    assert converted.metadata["atif"]["sole_call_results"] == [
+        {"step_id": 2, "tool_call_id": "call_2_1", "message_index": 2}]
+    assert "sole_call_result" in converted.quality_flags and "unlinked_observation" not in converted.quality_flags
+
+
+def test_4_calls_sharing_one_result_are_written_as_harbor_s_exporter_writes_them_and_the_result_is_the_next_turn():
+    step = agent("Analysis: go\nPlan: two keys", call("k1", keys="ls"), call("k2", keys="pwd"),
+                 results=[result("shared terminal output")])
+    converted = convert(atif(user(), step, agent("done")))
+    assert [m["role"] for m in converted.messages] == ["user", "assistant", "user", "assistant"]
+    assert converted.messages[1] == {"role": "assistant", "content": (
+        'Analysis: go\nPlan: two keys\n<tool_call>\n{"name": "bash", "arguments": {"keys": "ls"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "bash", "arguments": {"keys": "pwd"}}\n</tool_call>')}
+    assert converted.messages[2]["content"] == "shared terminal output"
+    assert unanswered_tool_calls(converted.messages) == 0
+    kept = converted.metadata["atif"]["calls_as_text"]
+    assert kept == [{"step_id": 2, "message_index": 1, "tool_calls": step["tool_calls"]}]
+    assert {"calls_as_text", "unlinked_observation", "hermes_markup_in_content"} <= set(converted.quality_flags)
+
+
+def test_4_a_call_answered_by_id_leaves_the_step_s_other_results_user_turns():
+    step = agent("", call("a"), call("b"), results=[result("A out", "a"), result("screen")])
+    converted = convert(atif(user(), step))
+    assert [(m["role"], m.get("tool_call_id")) for m in converted.messages] == [
+        ("user", None), ("assistant", None), ("tool", "a"), ("user", None)]
+    assert unanswered_tool_calls(converted.messages) == 1  # b: no result names it, and a result named a call
+
+
+@pytest.mark.parametrize("path", built_files(), ids=lambda path: path.name)
+def test_the_shapes_built_from_harbor_s_converters_answer_every_call_and_keep_every_result(path):
+    trajectory = json.loads(path.read_text())
+    HarborTrajectory.model_validate(trajectory)
+    converted = convert_record(path.read_bytes(), source_id="built")
+    assert unanswered_tool_calls(converted.messages) == 0
+    texts = [m["content"] for m in converted.messages if m["role"] in ("tool", "user")]
+    results = [r["content"] for step in trajectory["steps"] for r in (step.get("observation") or {}).get("results", [])]
+    assert results and all(r in texts for r in results)
+    agent_text = [m["content"] for m in converted.messages if m["role"] == "assistant"]
+    assert all(any(step["message"] in text for text in agent_text) for step in trajectory["steps"]
+               if step["source"] == "agent")  # the model's own text is the target
 
 
 def test_5_a_second_result_for_one_call_is_kept_aside_and_one_for_another_step_call_is_rejected():
@@ -377,10 +433,10 @@ def test_a_trial_whose_file_is_not_json_or_cannot_be_read_is_rejected_naming_it(
     broken = trial({"agent/trajectory.json": atif(user(), agent("x")), "result.json": "{cut"})
     found = rejection(broken)
     assert found.reason == "invalid_json" and "result.json" in found.detail
-    unreadable = {**trial({}), "unreadable": {"agent/trajectory.json": "cannot read: permission denied"}}
+    unreadable = trial({}, unreadable={"agent/trajectory.json": "cannot read: permission denied"})
     assert rejection(unreadable).reason == "unreadable_file"
-    no_result = {**trial({"agent/trajectory.json": atif(user(), agent("x"))}),
-                 "unreadable": {"result.json": "cannot read: permission denied"}}
+    no_result = trial({"agent/trajectory.json": atif(user(), agent("x"))},
+                      unreadable={"result.json": "cannot read: permission denied"})
     converted = convert(no_result)
     assert converted.reward is None and "unreadable_trial_file" in converted.quality_flags
     assert converted.metadata["harbor"]["unreadable"] == {"result.json": "cannot read: permission denied"}
@@ -400,9 +456,21 @@ def test_the_record_holds_the_trial_files_harbor_writes_and_nothing_else():
     assert not belongs_to_trial("agent/trajectory.json", "artifacts/trajectory.json")
 
 
-def test_the_trial_record_is_the_same_wherever_the_job_folder_lies():
+def test_a_trial_is_converted_as_the_files_it_is_and_a_line_shaped_like_one_is_no_rollout():
     record = trial({"agent/trajectory.json": atif(user(), agent("x"))})
-    assert convert_record(dumps(record), source_id="a").messages == convert(record).messages
+    assert convert_record(record, source_id="a").messages == convert(record).messages
+    disguised = json.dumps({"record": "t", "main": "agent/trajectory.json", "files": dict(record.files)}).encode()
+    with pytest.raises(Rejection) as caught:
+        convert_record(disguised, source_id="a")
+    assert caught.value.reason == "not_a_rollout"
+
+
+def test_the_trial_record_s_id_is_the_same_wherever_the_job_folder_lies():
+    files = {"agent/trajectory.json": json.dumps(atif(user(), agent("x")))}
+    assert RecordFiles("t", "/a/t", "agent/trajectory.json", files).digest() == RecordFiles(
+        "t", "s3://b/t", "agent/trajectory.json", files).digest()
+    assert RecordFiles("t", "/a/t", "agent/trajectory.json", files).digest() != RecordFiles(
+        "t", "/a/t", "agent/trajectory.json", {"agent/trajectory.json": files["agent/trajectory.json"] + " "}).digest()
 
 
 def test_a_nan_in_a_trial_file_is_counted_and_flagged_as_in_any_source_line():
@@ -491,3 +559,90 @@ def test_a_subagents_own_subagents_are_kept_as_written():
     child = atif(user("child"), agent("done"), validate=False, subagent_trajectories=[grandchild])
     (entry,) = convert(atif(user(), agent("a"), validate=False, subagent_trajectories=[child])).metadata["subagents"]
     assert entry["messages"][-1]["content"] == "done" and entry["subagent_trajectories"] == [grandchild]
+
+
+def test_a_trial_that_does_not_convert_is_quarantined_naming_its_folder_and_error_not_its_whole_text(tmp_path):
+    import pyarrow as pa
+
+    from tests.fixtures.harbor_jobs import write_trial
+    from trajectory_assets.ingest.conversion import ingest
+    from trajectory_assets.redaction.redactor import Redactor
+    from trajectory_assets.sources import discover_sources
+
+    job = tmp_path / "job"
+    good = write_trial(job, "good", {"trajectory.json": ATIF / "terminus-2" / "hello-world-timeout.trajectory.json"})
+    bad = write_trial(job, "bad", {"trajectory.json": ATIF / "claude-code" / "trajectory_fail.json"})
+    (bad / "result.json").write_text("{cut")
+    (good / "result.json").write_text('{"task_name": "t", "note": "key ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"}')
+    tables, rejected = [], []
+    summary = ingest(discover_sources([str(job)]), tables.append, rejected.extend, redactor=Redactor())
+    assert (summary.records_read, summary.records_valid, summary.records_rejected) == (2, 1, 1)
+    (entry,) = rejected
+    assert (entry["reason"], entry["line"], entry["source"]) == ("invalid_json", 1, str(job))
+    assert "result.json" in entry["detail"]
+    assert entry["raw"].startswith(f"{bad}\nfiles: agent/trajectory.json, result.json\nagent/trajectory.json:\n")
+    assert len(entry["raw"]) < 2500 < (ATIF / "claude-code" / "trajectory_fail.json").stat().st_size
+    row = pa.concat_tables(tables).to_pylist()[0]
+    assert "ghp_" not in row["metadata"] and summary.redactions_by_type == {"github_token": 1}  # files scrubbed
+    assert summary.sources[0].sha256 == describe_batch(discover_sources([str(job)])[0])["sha256"]
+
+
+def gym_export(folder, rollouts):
+    """A folder as NeMo Gym's `gym eval export atif` writes it (nemo_gym/atif_export.py,
+    export_rollouts_to_atif, NVIDIA-NeMo/Gym at 16bd3a42 and later): `<task>-<rollout>.json`,
+    each an ATIF-v1.7 trajectory as `gym_rollout_to_atif` builds it (`model_dump_json(indent=2,
+    exclude_none=True)` and a newline), and `manifest.jsonl`, one line per file in the rollouts'
+    order with its indices and SHA-256 (`json.dumps(sort_keys=True, separators=(",", ":"))`)."""
+    import hashlib
+
+    folder.mkdir(parents=True)
+    lines = []
+    for task, rollout, answer in rollouts:
+        trajectory = atif(user("What is 2 + 2?"),
+                          agent("", call(f"fc_{task}_{rollout}", "calculator", expression="2+2"),
+                                results=[result("4", f"fc_{task}_{rollout}")], llm_call_count=1),
+                          agent(answer, llm_call_count=1),
+                          session_id="eval-1", trajectory_id=f"eval-1:{task}:{rollout}",
+                          final_metrics={"total_steps": 3},
+                          extra={"nemo_gym": {"exporter": {"name": "nemo-gym", "version": "0.7.0"},
+                                              "source": {"format": "ng_trajectory", "schema_version": "1.0",
+                                                         "task_id": f"t{task}", "rollout_id": f"r{rollout}",
+                                                         "task_index": task, "rollout_index": rollout},
+                                              "conversion": {"profile": "ng-trajectory-to-atif-v1",
+                                                             "status": "complete"}}})
+        trajectory["agent"]["model_name"] = "policy"
+        encoded = (json.dumps(trajectory, indent=2, ensure_ascii=False) + "\n").encode()
+        (folder / f"{task}-{rollout}.json").write_bytes(encoded)
+        lines.append(json.dumps({"trajectory_path": f"{task}-{rollout}.json", "_ng_task_index": task,
+                                 "_ng_rollout_index": rollout, "expected_sha256": hashlib.sha256(encoded).hexdigest()},
+                                sort_keys=True, separators=(",", ":")))
+    (folder / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_a_gym_atif_export_is_one_batch_whose_files_are_records_joined_to_the_manifest(tmp_path):
+    import pyarrow as pa
+
+    from trajectory_assets.ingest.conversion import ingest
+    from trajectory_assets.sources import discover_sources
+
+    export = gym_export(tmp_path / "runs" / "atif", [(0, 0, "4"), (0, 1, "It is 4."), (1, 0, "5")])
+    (tmp_path / "runs" / "atif" / "1-0.json").write_text((export / "1-0.json").read_text().replace('"5"', '"6"'))
+    (source,) = discover_sources([str(tmp_path / "runs")])
+    assert source.uri == str(export) and [record.name for record in source.records] == ["0-0.json", "0-1.json", "1-0.json"]
+    assert all(record.files[1].endswith("manifest.jsonl") for record in source.records)  # never a source of its own
+    tables, rejected = [], []
+    summary = ingest([source], tables.append, rejected.extend)
+    assert (summary.records_read, summary.records_valid, summary.records_rejected) == (3, 2, 1)
+    rows = pa.concat_tables(tables).to_pylist()
+    assert [(row["task_index"], row["rollout_index"], row["rollout_id"]) for row in rows] == [
+        (0, 0, "eval-1:0:0"), (0, 1, "eval-1:0:1")]
+    # the export writes no reward (Gym re-verifies the files against their task: gym eval reverify)
+    assert all(row["reward"] is None for row in rows)
+    assert rows[0]["task_key"] == rows[1]["task_key"]  # one task: one prompt
+    assert json.loads(rows[0]["metadata"])["nemo_gym_export"]["trajectory_path"] == "0-0.json"
+    (entry,) = rejected
+    assert entry["reason"] == "checksum_mismatch" and "1-0.json" in entry["detail"]
+    assert entry["raw"].startswith(f"{export}\nfiles: 1-0.json, manifest.jsonl\n")
+    assert summary.sources[0].sha256 == describe_batch(source)["sha256"]
+    assert describe_batch(source)["bytes"] == sum(path.stat().st_size for path in export.iterdir())

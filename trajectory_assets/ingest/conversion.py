@@ -1,12 +1,14 @@
 """One batch: stream its sources into validated trajectory rows and quarantine rows. No Dagster here.
 
-Every non-blank line of every source becomes exactly one of: a trajectory row or a
-quarantine row (``records_read == records_valid + records_rejected``). A source that
-breaks mid-read adds one quarantine row with ``line = None`` and is listed with its error.
+Every non-blank line of every source (every record of a batch of folder records: a Harbor
+trial, read as its files) becomes exactly one of: a trajectory row or a quarantine row
+(``records_read == records_valid + records_rejected``). A source that breaks mid-read adds
+one quarantine row with ``line = None`` and is listed with its error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
@@ -29,8 +31,9 @@ from trajectory_assets.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.sources import convert_record, inputs_file_named
 from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
-from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_lines
 from trajectory_assets.io.batch_summary import IngestSummary, SourceSummary
+from trajectory_assets.io.file_layouts import RecordFiles
+from trajectory_assets.io.source_files import SourceFile, SourceReadStats, iter_folder_records, iter_lines
 
 QUARANTINE_FIELDS = ("source", "line", "reason", "detail", "raw")
 # the columns the trajectory contract declares: only these are turned into pandas to check
@@ -172,6 +175,30 @@ def ingest(
             summary.redacted_trajectory_ids.append(trajectory_id)
         return raw
 
+    # per path, the last file scrubbed: a file every record of a batch holds (NeMo Gym's export
+    # manifest) is scrubbed once, and the memory kept is one file per path name
+    last_scrubbed: dict[str, tuple[str, str, Counter]] = {}
+
+    def scrub_files(record: RecordFiles, trajectory_id: str) -> RecordFiles:
+        """The record with each of its files scrubbed as a line is (and counted per record)."""
+        if redactor is None:
+            return record
+        files = {}
+        for path, text in record.files.items():
+            sha256 = record.sha256s.get(path)
+            if sha256 is not None and last_scrubbed.get(path, ("",))[0] == sha256:
+                _, files[path], found = last_scrubbed[path]
+            else:
+                scrubbed, found = redactor.redact(text.encode())
+                files[path] = text if not found else scrubbed.decode("utf-8", errors="backslashreplace")
+                if sha256 is not None:
+                    last_scrubbed[path] = (sha256, files[path], found)
+            if found:
+                summary.redactions_by_type.update(found)
+                if trajectory_id not in summary.redacted_trajectory_ids[-1:]:
+                    summary.redacted_trajectory_ids.append(trajectory_id)
+        return dataclasses.replace(record, files=files)
+
     inputs_read: dict[str, tuple[int, int]] = {}
     for source in sources:
         stats = SourceReadStats()
@@ -181,17 +208,23 @@ def ingest(
         if source.inputs_uri is not None:
             inputs, skipped = read_inputs(source.inputs_uri, scrub)
             inputs_read[source.uri] = (len(inputs), skipped)
-        for line, raw in iter_lines(source, stats):
+        records = iter_folder_records(source, stats) if source.records else iter_lines(source, stats)
+        for line, record in records:
             summary.records_read += 1
             counts["records"] += 1
-            trajectory_id = sha256_hex(raw)[:32]
-            raw = scrub(raw, trajectory_id)
+            if isinstance(record, RecordFiles):  # a record made of files (a Harbor trial)
+                trajectory_id = record.digest()[:32]
+                record = scrub_files(record, trajectory_id)
+                raw = record.quarantine_raw().encode()
+            else:
+                trajectory_id = sha256_hex(record)[:32]
+                record = raw = scrub(record, trajectory_id)
             first_seen = seen_ids.get(trajectory_id)
             if first_seen is not None:
                 reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
                 continue
             try:
-                trajectory = convert_record(raw, source_id=source.source_id, options=options, inputs=inputs)
+                trajectory = convert_record(record, source_id=source.source_id, options=options, inputs=inputs)
                 row = trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line)
             except Rejection as rejection:
                 reject_row(source.uri, line, rejection.reason, rejection.detail, raw)

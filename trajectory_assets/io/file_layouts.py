@@ -6,8 +6,9 @@ discovery code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,49 @@ class FolderRecords:
     # Harbor writes trajectory.json, and NeMo Data Designer reads ATIF files by the glob
     # trajectory*.json; renamed copies (hello-world.trajectory.json) keep the word
     single_pattern: str = "*trajectory*.json"
+    # a folder holding ``manifest`` and files whose names match ``manifest_member`` (a regex)
+    # beside it is a batch whose records are those files, each read with the manifest (NeMo
+    # Gym's ``gym eval export atif``: ``manifest.jsonl`` beside ``<task>-<rollout>.json``)
+    manifest: str | None = None
+    manifest_member: str = ""
+
+
+# how much of a record's main file its quarantine entry shows after the folder's path
+QUARANTINE_EXCERPT = 2000
+
+
+@dataclass(frozen=True)
+class RecordFiles:
+    """One record made of files as it was read (``source_files.iter_folder_records``): what
+    ingest hands to its source format instead of a line. Paths are relative to the record's
+    folder, so the record (and its trajectory id) is the same wherever the folder lies."""
+
+    name: str  # relative to its batch's folder (a Harbor trial: ``<trial>``)
+    folder: str  # the record folder's URI, as discovery named it
+    main: str  # the main file (a Harbor trial: ``agent/trajectory.json``)
+    files: Mapping[str, str]  # path -> text, for each file read as UTF-8
+    unreadable: Mapping[str, str] = field(default_factory=dict)  # path -> why it was not read
+    # path -> SHA-256 of the bytes as read (before any scrubbing): a file several records share
+    # (a manifest) is hashed once
+    sha256s: Mapping[str, str] = field(default_factory=dict)
+
+    def digest(self) -> str:
+        """The SHA-256 of the record's name and of every file's path and text (or why it
+        could not be read): byte-identical records share it, any change to a file changes it."""
+        hashed = hashlib.sha256(self.name.encode())
+        for path in sorted({*self.files, *self.unreadable}):
+            text = self.files.get(path)
+            hashed.update(f"\n{path}\t".encode())
+            if text is None:
+                hashed.update(b"unreadable:" + self.unreadable[path].encode())
+            else:
+                hashed.update((self.sha256s.get(path) or hashlib.sha256(text.encode()).hexdigest()).encode())
+        return hashed.hexdigest()
+
+    def quarantine_raw(self) -> str:
+        """What a quarantine entry keeps of the record: its folder, the files it held, and
+        the start of its main file (not every file of the folder)."""
+        main = self.files.get(self.main, "")
+        cut = f"\n[… {len(main) - QUARANTINE_EXCERPT} more characters]" if len(main) > QUARANTINE_EXCERPT else ""
+        return "\n".join([self.folder, "files: " + ", ".join(sorted({*self.files, *self.unreadable})),
+                          f"{self.main}:", main[:QUARANTINE_EXCERPT] + cut])

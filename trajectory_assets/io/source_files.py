@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
-import orjson
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
-from trajectory_assets.io.file_layouts import FolderRecords, SideFile
+from trajectory_assets.io.file_layouts import FolderRecords, RecordFiles, SideFile
 
 SOURCE_SUFFIXES = (".jsonl", ".jsonl.gz")
 READ_BLOCK = 1 << 20
@@ -86,7 +85,9 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
     Record folders (``folder_records``: Harbor trials) found in a folder are grouped into one
     batch per folder holding them (a Harbor job); a record folder named itself is a batch of
     one. Nothing under a record folder is read as a JSON-lines source (agents keep their
-    native logs there). A ``.json`` file named alone is a batch of one record (see
+    native logs there). A folder holding a layout's ``manifest`` beside files named as its
+    members (NeMo Gym's ATIF export) is a batch whose records are those files, each read with
+    the manifest. A ``.json`` file named alone is a batch of one record (see
     :func:`_single_file_batch`).
     """
     found: dict[str, SourceFile] = {}
@@ -210,14 +211,35 @@ def _folder_batches(root: str, parent: str, listed: dict[str, dict], folder_reco
             name = posixpath.relpath(folder, batch_folder) if folder != batch_folder else posixpath.basename(folder)
             by_batch.setdefault(batch_folder, []).append(
                 FolderRecord(name, protocol + folder, tuple(protocol + file for file in files)))
+        if layout.manifest is not None:
+            for folder, records in _manifest_batches(root, listed, layout, protocol).items():
+                by_batch.setdefault(folder, []).extend(records)
     batches = []
     for batch_folder, records in sorted(by_batch.items()):
-        files = [file.removeprefix(protocol) for record in records for file in record.files]
+        files = list(dict.fromkeys(file.removeprefix(protocol) for record in records for file in record.files))
         source_id = posixpath.relpath(batch_folder, parent) if parent else batch_folder
         batches.append(SourceFile(protocol + batch_folder, source_id, records=tuple(records),
                                   size=sum(_size(listed[file]) or 0 for file in files),
                                   listed_fingerprint=_combined_fingerprint(
                                       [_listed_fingerprint(listed[file]) for file in files])))
+    return batches
+
+
+def _manifest_batches(root: str, listed: dict[str, dict], layout: FolderRecords,
+                      protocol: str) -> dict[str, list[FolderRecord]]:
+    """The folders under ``root`` holding ``layout.manifest`` and files named as its members
+    beside it: each such file is a record, read with the manifest (its second file)."""
+    member = re.compile(layout.manifest_member)
+    manifests = [name for name in sorted(listed) if posixpath.basename(name) == layout.manifest
+                 and (name == f"{root}/{layout.manifest}" or name.startswith(root + "/"))]
+    batches: dict[str, list[FolderRecord]] = {}
+    for manifest in manifests:
+        folder = posixpath.dirname(manifest)
+        records = [FolderRecord(posixpath.basename(name), protocol + folder, (protocol + name, protocol + manifest))
+                   for name in sorted(listed) if posixpath.dirname(name) == folder
+                   and member.fullmatch(posixpath.basename(name))]
+        if records:
+            batches[folder] = records
     return batches
 
 
@@ -291,8 +313,7 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
     bytes of a record it broke off are kept in ``stats.partial_record``.
     """
     if source.records:
-        yield from _iter_folder_records(source, stats)
-        return
+        raise ValueError(f"{source.uri} is a batch of folder records: read it with iter_folder_records")
     fs, path = filesystem_of(source.uri)
     try:
         raw = fs.open(path, "rb")
@@ -336,39 +357,51 @@ def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int
         raw.close()
 
 
-def _iter_folder_records(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
-    """Yield (1-based record number, the record as one JSON object) for a batch of folder
-    records: ``{"record": name, "main": path, "files": {path: text}, "unreadable": {path:
-    why}}``, paths relative to the record's folder, so the record (and its trajectory id) is
-    the same wherever the folder lies. A file that cannot be read or is not UTF-8 is named
-    in ``unreadable`` (its format rejects or flags the record); the batch's SHA-256 is
+def iter_folder_records(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, RecordFiles]]:
+    """Yield (1-based record number, the record's files as read) for a batch of folder
+    records (``source.records``). A file that cannot be read or is not UTF-8 is named in
+    ``unreadable`` (its format rejects or flags the record); the batch's SHA-256 is
     :func:`folder_digest` of the files."""
     digests: list[tuple[str, str | None]] = []
+    shared: dict[str, tuple[str | None, str | None, str | None]] = {}  # a file several records hold: read once
     for number, record in enumerate(source.records, start=1):
         files: dict[str, str] = {}
         unreadable: dict[str, str] = {}
+        sha256s: dict[str, str] = {}
         for uri in record.files:
             relative = uri[len(record.folder) + 1:]
-            try:
-                data = read_bytes(uri)
-            except OSError as error:
-                if not is_unreadable(error, uri):
-                    raise
-                unreadable[relative] = f"cannot read: {error}"
-                digests.append((f"{record.name}/{relative}", None))
-                continue
-            stats.bytes_read += len(data)
-            digests.append((f"{record.name}/{relative}", hashlib.sha256(data).hexdigest()))
-            try:
-                files[relative] = data.decode("utf-8")
-            except UnicodeDecodeError as error:
-                unreadable[relative] = f"not valid UTF-8 at byte {error.start}"
-        main = record.files[0][len(record.folder) + 1:]
-        bundle = {"record": record.name, "main": main, "files": files}
-        if unreadable:
-            bundle["unreadable"] = unreadable
-        yield number, orjson.dumps(bundle)
+            if uri in shared:
+                text, sha256, why = shared[uri]
+            else:
+                text, sha256, why = _read_member(uri, stats)
+                if uri != record.files[0]:  # a main file is no other record's: not kept
+                    shared[uri] = (text, sha256, why)
+            digests.append((f"{record.name}/{relative}", sha256))
+            if text is None:
+                unreadable[relative] = why
+            else:
+                files[relative] = text
+            if sha256 is not None:
+                sha256s[relative] = sha256
+        yield number, RecordFiles(record.name, record.folder, record.files[0][len(record.folder) + 1:], files,
+                                  unreadable, sha256s)
     stats.sha256 = folder_digest(digests)
+
+
+def _read_member(uri: str, stats: SourceReadStats) -> tuple[str | None, str | None, str | None]:
+    """(text, SHA-256 of the bytes, why there is no text) of one file of a folder record."""
+    try:
+        data = read_bytes(uri)
+    except OSError as error:
+        if not is_unreadable(error, uri):
+            raise
+        return None, None, f"cannot read: {error}"
+    stats.bytes_read += len(data)
+    sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        return data.decode("utf-8"), sha256, None
+    except UnicodeDecodeError as error:
+        return None, sha256, f"not valid UTF-8 at byte {error.start}"
 
 
 def folder_digest(files: list[tuple[str, str | None]]) -> str:
@@ -514,10 +547,15 @@ def _describe_folder_batch(source: SourceFile, record: dict[str, Any]) -> dict[s
     cannot be read); the batch's SHA-256 and data version are :func:`folder_digest` of them."""
     digests: list[tuple[str, str | None]] = []
     records = []
+    hashed: dict[str, dict[str, Any]] = {}  # a file several records hold (a manifest): hashed and counted once
     for folder_record in source.records:
         files = []
         for uri in folder_record.files:
             relative = uri[len(folder_record.folder) + 1:]
+            if uri in hashed:
+                files.append({**hashed[uri], "path": relative})
+                digests.append((f"{folder_record.name}/{relative}", hashed[uri]["sha256"]))
+                continue
             try:
                 sha256, size = file_sha256(uri)
                 files.append({"path": relative, "bytes": size, "sha256": sha256, "error": None})
@@ -526,6 +564,8 @@ def _describe_folder_batch(source: SourceFile, record: dict[str, Any]) -> dict[s
                     raise
                 sha256, size = None, 0
                 files.append({"path": relative, "bytes": None, "sha256": None, "error": f"cannot read: {failure}"})
+            if uri != folder_record.files[0]:
+                hashed[uri] = files[-1]
             digests.append((f"{folder_record.name}/{relative}", sha256))
             record["bytes"] += size
         records.append({"name": folder_record.name, "folder": folder_record.folder, "files": files})

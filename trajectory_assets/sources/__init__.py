@@ -23,7 +23,7 @@ from typing import Any
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.sources import atif, hermes, nemo_gym
-from trajectory_assets.io.file_layouts import FolderRecords, SideFile
+from trajectory_assets.io.file_layouts import FolderRecords, RecordFiles, SideFile
 from trajectory_assets.io.source_files import SourceFile, discover
 from trajectory_assets.sources.format import DEFAULT_AGENT_REF_SETTING, InputsFile, SourceFormat, parse_json_line
 
@@ -72,13 +72,18 @@ def inputs_file_named(name: str) -> InputsFile | None:
 
 
 def convert_record(
-    raw: bytes,
+    raw: bytes | RecordFiles,
     *,
     source_id: str,
     options: ConversionConfig = nemo_gym.DEFAULT_OPTIONS,
     inputs: Mapping[Hashable, dict[str, Any]] | None = None,
 ) -> Trajectory:
-    """``inputs``: the rows of the source's inputs file by key (see ``InputsFile``)."""
+    """One line, or one record made of files (``RecordFiles``: converted by the format whose
+    files they are, the one declaring ``folder_records``). ``inputs``: the rows of the
+    source's inputs file by key (see ``InputsFile``)."""
+    if isinstance(raw, RecordFiles):
+        folder_format = next(source for source in SOURCES if source.folder_records is not None)
+        return folder_format.convert(raw, source_id=source_id, options=options, inputs=inputs)
     record, non_finite = parse_json_line(raw)
     if not isinstance(record, dict):
         raise Rejection("not_an_object", f"a JSON {type(record).__name__}, not an object")

@@ -5,9 +5,12 @@ An ATIF trajectory is one JSON object: root metadata, ``agent`` and ordered ``st
 is a system prompt, a user message, or one agent turn (one LLM call, its tool calls and the
 observation results returned for them). Harbor writes one per trial
 (``<job>/<trial>/agent/trajectory.json``), beside the trial's ``result.json`` and the
-verifier's reward file; discovery hands a trial over as one record holding those files
-(``io.source_files.FolderRecords``). A bare trajectory object (one per JSON line) is
-accepted too.
+verifier's reward file; discovery finds a trial as one record holding those files
+(``io.file_layouts.FolderRecords``), and ingest hands it over as they were read
+(``io.file_layouts.RecordFiles``). NeMo Gym's ``gym eval export atif`` folder (ATIF files
+``<task>-<rollout>.json`` beside ``manifest.jsonl``) is a batch whose files are records, each
+joined to its manifest line (indices, SHA-256 checked; no reward: the export writes none). A
+bare trajectory object (one per JSON line) is accepted too.
 
 The mapping (docs/sources.md has the table, and where it differs from Harbor's exporter,
 NeMo Gym's harbor_agent and Data Designer, and why):
@@ -25,12 +28,18 @@ NeMo Gym's harbor_agent and Data Designer, and why):
   ``metadata.unmatched_tool_responses`` (flagged ``unmatched_tool_response``); one naming a
   call its step did not make is rejected (``orphan_tool_output``: Harbor's validator refuses
   it too);
-- a result with no ``source_call_id`` (terminus-2's shared terminal output and its
-  confirmation prompt, parse-error feedback, OpenHands without function calling) -> a
-  ``user`` message after the step's tool messages: in terminus-2 that text is exactly the
-  next prompt the model was sent. Listed in ``metadata.atif.unlinked_results``, flagged
-  ``unlinked_observation``. A call no result answers stays unanswered, as in every source
-  (the ``unanswered_tool_calls`` column counts it);
+- results with no ``source_call_id`` (Harbor jobs before harbor#2087: terminus-2,
+  mini-swe-agent, swe-agent; navigator): a step's one result answers the step's one call
+  (a ``tool`` message, ``metadata.atif.sole_call_results``, flag ``sole_call_result``), as
+  Harbor's producers link them since harbor#2087; calls sharing results (terminus-2's
+  keystroke batch and its one screen) are written into the assistant's text as Harbor's
+  trace exporter writes them (``<tool_call>`` blocks, ``metadata.atif.calls_as_text``, flag
+  ``calls_as_text``) and the results are the next user turn; any other such result
+  (parse-error feedback, a step with no call) is a ``user`` message after the step's tool
+  messages, exactly the next prompt the model was sent (``metadata.atif.unlinked_results``,
+  flag ``unlinked_observation``). A call no result answers stays unanswered, as in every
+  source (the ``unanswered_tool_calls`` column counts it). NeMo Gym's ATIF import refuses
+  such results; docs/sources.md says why we follow the producer;
 - steps flagged ``is_copied_context`` and agent steps with ``llm_call_count == 0`` stay in
   the chat as context; the indices of their assistant messages are in
   ``metadata.untrained_messages`` (flags ``copied_context`` / ``non_llm_step``). Copied
@@ -57,6 +66,8 @@ NeMo Gym's harbor_agent and Data Designer, and why):
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import posixpath
 import re
@@ -70,7 +81,7 @@ from trajectory_assets.chat.responses import responses_request
 from trajectory_assets.chat.training import UNTRAINED_MESSAGES
 from trajectory_assets.chat.trajectory import Rejection, Trajectory
 from trajectory_assets.config import ConversionConfig
-from trajectory_assets.io.file_layouts import FolderRecords
+from trajectory_assets.io.file_layouts import FolderRecords, RecordFiles
 from trajectory_assets.jsonutil import canonical, sha256_hex
 from trajectory_assets.sources.format import SourceFormat, count_of, parse_json_line
 
@@ -82,10 +93,15 @@ MAIN = "agent/trajectory.json"
 RESULT = "result.json"
 REWARD_JSON, REWARD_TXT = "verifier/reward.json", "verifier/reward.txt"  # reward.json wins, as in Harbor
 CONTINUATION = re.compile(r"\.cont-(\d+)\.json$")
+# NeMo Gym's `gym eval export atif` (nemo_gym/atif_export.py, export_rollouts_to_atif): ATIF-v1.7
+# files `<task index>-<rollout index>.json` beside `manifest.jsonl`, one line per file
+GYM_MANIFEST, GYM_EXPORTED = "manifest.jsonl", r"\d+-\d+\.json"
 STEP_SOURCES = ("system", "user", "agent")
 QUALITY_FLAGS = (
     "system_step_as_user",  # a system step after the conversation began, written as a user message
     "unlinked_observation",  # a result with no source_call_id, written as a user message
+    "sole_call_result",  # a step's one result with no source_call_id answers its one call
+    "calls_as_text",  # a step's calls share unlinked results: written as Harbor's <tool_call> text
     "unmatched_tool_response",  # a second result for an answered call (kept in metadata)
     "copied_context",  # steps replayed from an earlier segment: context, never training targets
     "non_llm_step",  # agent steps with llm_call_count 0: deterministic dispatch, never targets
@@ -105,13 +121,8 @@ TOKEN_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
 
 
 def looks_like_atif(record: dict[str, Any]) -> bool:
-    return is_trial(record) or ("steps" in record and "agent" in record) or (
+    return ("steps" in record and "agent" in record) or (
         isinstance(record.get("schema_version"), str) and record["schema_version"].startswith("ATIF"))
-
-
-def is_trial(record: dict[str, Any]) -> bool:
-    """A Harbor trial as discovery hands it over (``io.source_files._iter_folder_records``)."""
-    return isinstance(record.get("files"), dict) and isinstance(record.get("main"), str) and "record" in record
 
 
 def belongs_to_trial(main: str, path: str) -> bool:
@@ -144,12 +155,13 @@ class _Trial:
     unreadable: dict[str, str] = field(default_factory=dict)
     missing_continuations: list[str] = field(default_factory=list)
     non_finite: int = 0  # NaN / Infinity literals in its files (stored as null, counted, flagged)
+    gym_entry: dict[str, Any] | None = None  # its line of NeMo Gym's export manifest
 
 
-def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionConfig = DEFAULT_OPTIONS,
-                 **_: Any) -> Trajectory:
-    """Convert one Harbor trial (or one bare ATIF trajectory)."""
-    trial = _read_trial(record) if is_trial(record) else _Trial(main=record)
+def convert_atif(record: dict[str, Any] | RecordFiles, *, source_id: str,
+                 options: ConversionConfig = DEFAULT_OPTIONS, **_: Any) -> Trajectory:
+    """Convert one Harbor trial (its files as read) or one bare ATIF trajectory."""
+    trial = _read_trial(record) if isinstance(record, RecordFiles) else _Trial(main=record)
     segments = _segments(trial)
     chat = _Chat(options)
     sidechains: dict[str, list[dict[str, Any]]] = {}
@@ -194,6 +206,8 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         if trial.unreadable:  # a result.json that cannot be read leaves the reward unknown: flagged
             metadata["harbor"]["unreadable"] = trial.unreadable
             flags.add("unreadable_trial_file")
+    if trial.gym_entry is not None:
+        metadata["nemo_gym_export"] = trial.gym_entry
     agent = main.get("agent") or {}
     return Trajectory(
         source_format=SOURCE_FORMAT,
@@ -207,6 +221,8 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
         reward=reward,
         reward_components=components,
         rollout_id=_rollout_id(trial),
+        task_index=trial.gym_entry["_ng_task_index"] if trial.gym_entry else None,
+        rollout_index=trial.gym_entry["_ng_rollout_index"] if trial.gym_entry else None,
         agent_name=agent.get("name") if isinstance(agent.get("name"), str) else None,
         model=_model(main),
         task_type=None,
@@ -226,15 +242,18 @@ def convert_atif(record: dict[str, Any], *, source_id: str, options: ConversionC
 # ---------------------------------------------------------------- the trial's files
 
 
-def _read_trial(record: dict[str, Any]) -> _Trial:
-    files = record["files"]
-    unreadable = record.get("unreadable") if isinstance(record.get("unreadable"), dict) else {}
-    main_path = record["main"]
+def _read_trial(record: RecordFiles) -> _Trial:
+    files = record.files
+    unreadable = record.unreadable
+    main_path = record.main
     if main_path in unreadable or main_path not in files:
         raise Rejection("unreadable_file", f"{main_path}: {unreadable.get(main_path, 'missing')}")
+    gym_entry = _gym_entry(record) if GYM_MANIFEST in files or GYM_MANIFEST in unreadable else None
     parsed: dict[str, Any] = {}
     non_finite = 0
     for path, text in files.items():
+        if path == GYM_MANIFEST:
+            continue
         if not isinstance(text, str):
             raise Rejection("invalid_structure", f"{path} is not text")
         if path == REWARD_TXT:
@@ -254,7 +273,46 @@ def _read_trial(record: dict[str, Any]) -> _Trial:
     reward_file = next(((path, parsed.pop(path)) for path in (REWARD_JSON, REWARD_TXT) if path in parsed), None)
     parsed.pop(REWARD_TXT, None)
     return _Trial(main=main, main_path=main_path, files=parsed, result=result, reward_file=reward_file,
-                  name=str(record["record"]), unreadable=dict(unreadable), non_finite=non_finite)
+                  name=record.name, unreadable=dict(unreadable), non_finite=non_finite, gym_entry=gym_entry)
+
+
+def _gym_entry(record: RecordFiles) -> dict[str, Any]:
+    """The line of NeMo Gym's export manifest naming this file, checked as Gym's own reader
+    checks it (``atif_reverification.project_atif_manifest_entry``): the file's SHA-256 is
+    the one the manifest expects, and its task and rollout indices are non-negative integers."""
+    if GYM_MANIFEST not in record.files:
+        raise Rejection("unreadable_file", f"{GYM_MANIFEST}: {record.unreadable[GYM_MANIFEST]}")
+    entry = _gym_manifest(record.files[GYM_MANIFEST]).get(record.main)
+    if entry is None:
+        raise Rejection("invalid_structure", f"{GYM_MANIFEST} has no line whose trajectory_path is {record.main}")
+    if isinstance(entry, Rejection):
+        raise entry
+    for key in ("_ng_task_index", "_ng_rollout_index"):
+        if isinstance(entry.get(key), bool) or not isinstance(entry.get(key), int) or entry[key] < 0:
+            raise Rejection("invalid_structure", f"{GYM_MANIFEST}: {record.main}'s {key} is not a non-negative integer")
+    expected = entry.get("expected_sha256")
+    if expected is not None and expected != record.sha256s.get(record.main):
+        raise Rejection("checksum_mismatch", f"{record.main} is not the file {GYM_MANIFEST} names: its SHA-256 is "
+                                             f"{record.sha256s.get(record.main)}, not {expected}")
+    return entry
+
+
+@functools.lru_cache(maxsize=2)
+def _gym_manifest(text: str) -> dict[str, dict[str, Any] | Rejection]:
+    """trajectory_path -> its manifest line (a line that is not an object: the rejection of
+    every record it might name). One parse per manifest: every record of the export holds
+    the same text."""
+    entries: dict[str, dict[str, Any] | Rejection] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry, _ = parse_json_line(line.encode())
+        except Rejection as rejection:
+            entry = Rejection(rejection.reason, f"{GYM_MANIFEST} line {number}: {rejection.detail}")
+        if isinstance(entry, dict) and isinstance(entry.get("trajectory_path"), str):
+            entries.setdefault(entry["trajectory_path"], entry)
+    return entries
 
 
 def _segments(trial: _Trial) -> list[tuple[str, dict[str, Any]]]:
@@ -315,6 +373,8 @@ class _Chat(ChatBuilder):
         self.untrained: set[int] = set()
         self.steps: list[dict[str, Any]] = []  # what each step keeps that has no place in the chat
         self.unlinked: list[dict[str, Any]] = []
+        self.sole_call_links: list[dict[str, Any]] = []  # results a step's only call took (no source_call_id)
+        self.calls_as_text: list[dict[str, Any]] = []  # steps whose calls share results: written as text
         self.resets: list[dict[str, Any]] = []
         self.aggregated_tokens: list[dict[str, Any]] = []
         self.refs: list[dict[str, Any]] = []  # subagent refs, where they were
@@ -352,7 +412,7 @@ class _Chat(ChatBuilder):
             self.append({"role": "user", "content": content})
         else:
             self._agent(step, content, where, calls)
-        self._observation(step, where, calls)
+        self._observation(step, where, calls, first if source == "agent" else None)
         self._keep_step(step, where, version, range(first, len(self.messages)))
 
     def _system(self, content: Any, step: dict[str, Any], where: str) -> None:
@@ -399,7 +459,8 @@ class _Chat(ChatBuilder):
         # arguments given as a string (not ATIF, which writes an object, but seen) are kept as written
         return self.function_call(calls.calls[call_id], call["function_name"], call.get("arguments", {}))
 
-    def _observation(self, step: dict[str, Any], where: str, calls: _Step) -> None:
+    def _observation(self, step: dict[str, Any], where: str, calls: _Step, assistant: int | None) -> None:
+        """``assistant``: the index of the step's assistant message (None: not an agent step)."""
         observation = step.get("observation")
         if observation is None:
             return
@@ -431,10 +492,45 @@ class _Chat(ChatBuilder):
             calls.answered.add(call_id)
             self.append({"role": "tool", "tool_call_id": calls.calls[call_id],
                          "content": content if has_content else ""})
+        if unlinked and calls.calls and not calls.answered and assistant is not None:
+            unlinked = self._unlinked_results(step, calls, assistant, unlinked)
         for message in unlinked:  # after the step's tool messages: the next prompt the model got
             self.unlinked.append({"step_id": step.get("step_id"), "message_index": len(self.messages)})
             self.flags.add("unlinked_observation")
             self.append(message)
+
+    def _unlinked_results(self, step: dict[str, Any], calls: _Step, assistant: int,
+                          unlinked: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """An agent step whose results name none of its calls (terminus-2 before harbor#2087,
+        mini-swe-agent, swe-agent, any converter that drops the ids). One call and one result:
+        the result answers that call, as Harbor's producers link them since harbor#2087
+        (terminus-2's ``_terminal_observation_source_call_id``, swe-agent). Several calls
+        sharing one result (terminus-2's keystroke batch and its one terminal screen): no
+        result answers one call rather than another, so the step is written as Harbor's trace
+        exporter writes every step (``traces_utils._extract_single_episode_conversation``):
+        the calls as ``<tool_call>`` text after the model's message, not as chat calls (kept in
+        ``metadata.atif.calls_as_text``), and the results as the next user turn. Returns the
+        results left for the user turn."""
+        if len(calls.calls) == 1 and len(unlinked) == 1:
+            (call_id, message_id), = calls.calls.items()
+            calls.answered.add(call_id)
+            self.flags.add("sole_call_result")
+            self.sole_call_links.append({"step_id": step.get("step_id"), "tool_call_id": message_id,
+                                         "message_index": len(self.messages)})
+            self.append({"role": "tool", "tool_call_id": message_id, "content": unlinked[0]["content"]})
+            return []
+        written = [harbor_tool_call_text(call) for call in step["tool_calls"]]
+        message = self.messages[assistant]
+        content = message["content"]
+        if isinstance(content, list):
+            message["content"] = [*content, {"type": "text", "text": "\n".join(written)}]
+        else:
+            message["content"] = "\n".join([content, *written] if content else written)
+        del message["tool_calls"]
+        self.flags.add("calls_as_text")
+        self.calls_as_text.append({"step_id": step.get("step_id"), "message_index": assistant,
+                                   "tool_calls": step["tool_calls"]})
+        return unlinked
 
     def _tokens(self, step: dict[str, Any], where: str, index: int) -> None:
         metrics = step.get("metrics")
@@ -494,11 +590,26 @@ class _Chat(ChatBuilder):
                 meta[key] = main[key]
         if self.unlinked:
             meta["unlinked_results"] = self.unlinked
+        if self.sole_call_links:
+            meta["sole_call_results"] = self.sole_call_links
+        if self.calls_as_text:
+            meta["calls_as_text"] = self.calls_as_text
         if self.resets:
             meta["context_resets"] = self.resets
         if self.aggregated_tokens:
             meta["aggregated_token_data"] = self.aggregated_tokens
         return meta
+
+
+def harbor_tool_call_text(call: dict[str, Any]) -> str:
+    """An ATIF tool call as Harbor's trace exporter writes it into an assistant's text
+    (``traces_utils._extract_single_episode_conversation``).
+
+    >>> harbor_tool_call_text({"tool_call_id": "c", "function_name": "bash_command", "arguments": {"keystrokes": "ls"}})
+    '<tool_call>\\n{"name": "bash_command", "arguments": {"keystrokes": "ls"}}\\n</tool_call>'
+    """
+    written = json.dumps({"name": call.get("function_name"), "arguments": call.get("arguments", {})}, ensure_ascii=False)
+    return f"<tool_call>\n{written}\n</tool_call>"
 
 
 def _prompt_length(messages: list[dict[str, Any]], first_agent: int, untrained: set[int]) -> int:
@@ -739,6 +850,8 @@ def _model(trajectory: dict[str, Any]) -> str | None:
 
 
 def _rollout_id(trial: _Trial) -> str | None:
+    if trial.gym_entry is not None and isinstance(trial.main.get("trajectory_id"), str):
+        return trial.main["trajectory_id"]  # Gym's export: "<session>:<task index>:<rollout index>"
     result = trial.result or {}
     # the trial names the rollout; a session id may be shared by a run's subagents and segments
     for value in (result.get("trial_name"), result.get("id"), trial.name, trial.main.get("trajectory_id"),
@@ -757,5 +870,6 @@ FORMAT = SourceFormat(
     # a task goes to the agent the config names, none by default
     agent_ref_setting="atif_agent_ref",
     # a Harbor job folder: <job>/<trial>/agent/trajectory.json beside <trial>/result.json
-    folder_records=FolderRecords(main=MAIN, belongs=belongs_to_trial),
+    folder_records=FolderRecords(main=MAIN, belongs=belongs_to_trial, manifest=GYM_MANIFEST,
+                                 manifest_member=GYM_EXPORTED),
 )

@@ -60,7 +60,7 @@ class SourceFormat:
     # profiling): listed in the source's batch, never read as records
     side_files: tuple[SideFile, ...] = ()
     # a format whose record is a folder of files (a Harbor trial), not a line: how to find
-    # them; discovery then hands each record over as one JSON object (``io.source_files``)
+    # them; ``convert`` then also takes such a record as read (``io.file_layouts.RecordFiles``)
     folder_records: FolderRecords | None = None
     # GRPO: the ``grpo`` setting (``config.GrpoConfig``) naming the NeMo Gym agent server its
     # tasks go to (a row's ``agent_ref``); null there leaves them out, counted as
