@@ -450,3 +450,52 @@ def test_an_unreadable_benchmark_exits_non_zero_with_one_line_before_any_run(tmp
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "none.jsonl does not exist" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+# A source nothing can be read from (issue 41, item 7) -----------------------------------------
+
+
+def test_a_source_whose_every_record_is_of_no_known_format_fails_and_replaces_no_export(sample_run, tmp_path,
+                                                                                       capsys):
+    """A folder of JSON lines of an unknown shape, read into a storage that holds the bundled
+    sample's exports: exit 2 naming the formats tried, and the stored exports (the 6-row SFT
+    export among them) are left as they were."""
+    import shutil
+
+    storage = tmp_path / "out"
+    shutil.copytree(sample_run, storage)
+    before = written_files(storage)
+    stored_sft = json.loads((storage / "exports" / "sft" / "manifest.json").read_text())["rows"]
+    assert stored_sft["train"] + stored_sft["validation"] == 6
+    unknown = write_jsonl(tmp_path / "unknown" / "events.jsonl", [{"event": "login", "user": i} for i in range(3)])
+    assert main(["run", "--source", str(unknown.parent), "--storage", str(storage)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "nothing could be read from" in err and str(unknown.parent) in err
+    assert all(name in err for name in ("nemo_gym", "hermes", "atif"))
+    after = written_files(storage)
+    assert {name: data for name, data in after.items() if name.startswith(("exports/", "reports/"))} == {
+        name: data for name, data in before.items() if name.startswith(("exports/", "reports/"))}
+    # its records are quarantined in their batch, with their reason
+    quarantined = [json.loads(line) for path in (storage / "quarantine" / "batches").glob("*.jsonl")
+                   for line in path.read_text().splitlines() if str(unknown) in line]
+    assert [row["reason"] for row in quarantined] == ["not_a_rollout"] * 3
+
+
+def test_a_folder_without_a_file_of_a_known_kind_fails_before_any_run(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.txt").write_text("nothing here\n")
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no file of a known kind" in err and "nemo_gym" in err
+    assert not (tmp_path / "out" / "exports").exists()
+
+
+def test_a_stray_unknown_file_inside_a_readable_source_is_quarantined_as_before(tmp_path):
+    source = tmp_path / "in"
+    shutil_copy = __import__("shutil").copytree
+    shutil_copy(SAMPLE, source)
+    write_jsonl(source / "stray.jsonl", [{"event": "login"}])
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out)]) == 0
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["rejected_by_reason"]["not_a_rollout"] >= 1 and stats["records_valid"] > 0

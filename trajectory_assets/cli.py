@@ -126,6 +126,14 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     batches = sorted({batch_key(source.source_id) for source in found})
+    batches_by_source = {path: sorted({batch_key(source.source_id) for source in found if _lies_in(source.uri, path)})
+                         for path in sources}
+    if empty := [path for path, keys in batches_by_source.items() if not keys]:
+        from trajectory_assets.sources import formats_tried
+
+        print(f"trajectory-assets: no file of a known kind in {', '.join(empty)} (a .jsonl/.jsonl.gz file of "
+              f"records, or a folder of Harbor trials); the formats tried: {formats_tried()}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     # open_instance() and the fork server's processes read it from the environment
     home = os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / "dagster_home"))
     log = None if args.verbose else Path(home) / "logs" / "cli.log"  # Dagster's own output, the steps' too
@@ -158,12 +166,20 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         with open_instance() as instance:
             try:
                 run = run_pipeline(instance, batches, run_config, slots=slots, runs=runs, assets=assets,
-                                   progress=progress, forks=forks, steps=steps, taken=interrupts)
+                                   progress=progress, forks=forks, steps=steps, taken=interrupts,
+                                   batches_by_source=batches_by_source)
             except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
                 reason = " ".join(str(error).split())
                 return _fail(f"trajectory-assets: {reason}" + (f" (see {log})" if log else ""))
             finally:
                 progress.close()
+    if run.unrecognised:
+        from trajectory_assets.sources import formats_tried
+
+        print(f"trajectory-assets: nothing could be read from {', '.join(run.unrecognised)}: no record of a known "
+              f"format (every one is quarantined in {storage.rstrip('/')}/quarantine/batches/); the formats tried: {formats_tried()}; "
+              "no export was written", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     if not run.success:
         print(f"trajectory-assets: run failed: {run.first_failure}", file=sys.stderr)
         return EXIT_STEP_FAILED
@@ -189,6 +205,12 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         print(f"trajectory-assets: cannot read {len(unreadable)} source(s) at all: {named}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     return 0
+
+
+def _lies_in(uri: str, path: str) -> bool:
+    """Whether a discovered source's URI is the named path or lies under it."""
+    uri, path = uri.removeprefix("file://"), path.removeprefix("file://").rstrip("/")
+    return uri == path or uri.startswith(path + "/")
 
 
 def _cpu_count() -> int:
