@@ -8,7 +8,7 @@ import hashlib
 import io
 import posixpath
 import re
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +105,7 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
             stems = {_stem(name) for name in names}
             inputs = {stem: name for name in names
                       if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
-            sides = {name: [side for side in _side_candidates(name, side_files) if side in listed]
-                     for name in names if name not in inputs.values()}
+            sides = _listed_side_files(names, listed, side_files, set(inputs.values()))
             taken = {side for found_sides in sides.values() for side in found_sides}
             for name in names:
                 if name in inputs.values() or name in taken:
@@ -125,7 +124,7 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
         elif fs.isfile(root):
             side = next((candidate for candidate in _inputs_candidates(root, inputs_suffixes) if fs.isfile(candidate)),
                         None)
-            beside = tuple(protocol + s for s in _side_candidates(root, side_files) if fs.isfile(s))
+            beside = tuple(protocol + s for s in _side_files_beside(fs, root, side_files))
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
                                                          protocol + side if side else None, side_uris=beside,
                                                          size=_size(fs.info(root))))
@@ -278,8 +277,72 @@ def _side_candidates(name: str, side_files: tuple[SideFile, ...]) -> list[str]:
 def _is_side_file_of_a_source(fs: AbstractFileSystem, name: str, side_files: tuple[SideFile, ...]) -> bool:
     """Whether ``name`` is named as a side file and the source it belongs to lies beside it."""
     folder, base = posixpath.dirname(name), posixpath.basename(name)
-    return any(fs.isfile(posixpath.join(folder, stem + suffix))
-               for side_file in side_files for stem in side_file.stems_of(base) for suffix in SOURCE_SUFFIXES)
+    if any(fs.isfile(posixpath.join(folder, stem + suffix))
+           for side_file in side_files for stem in side_file.stems_of(base) for suffix in SOURCE_SUFFIXES):
+        return True
+    if _side_folder_owner(name, side_files, fs.isfile) is not None:
+        return True
+    return any(side.matches(base) for side in side_files) and any(
+        _is_source_name(other, side_files) for other in fs.ls(folder, detail=False))
+
+
+def _is_source_name(name: str, side_files: tuple[SideFile, ...]) -> bool:
+    """A records file that no side file of every source in its folder names."""
+    return name.endswith(SOURCE_SUFFIXES) and not any(side.matches(posixpath.basename(name)) for side in side_files)
+
+
+def _side_folder_owner(name: str, side_files: tuple[SideFile, ...], exists: Callable[[str], bool]) -> str | None:
+    """The source whose side folder (``SideFile("{stem}/preprocessed_datasets/")``) ``name`` lies
+    in, if that source exists: ``<dir>/<stem>.jsonl`` for ``<dir>/<stem>/preprocessed_datasets/...``."""
+    for side in side_files:
+        if not side.is_folder or not side.pattern.startswith("{stem}/"):
+            continue
+        inside = side.pattern[len("{stem}"):]  # "/preprocessed_datasets/"
+        at = name.find(inside)
+        while at > 0:
+            owner = next((name[:at] + suffix for suffix in SOURCE_SUFFIXES if exists(name[:at] + suffix)), None)
+            if owner is not None:
+                return owner
+            at = name.find(inside, at + 1)
+    return None
+
+
+def _listed_side_files(names: list[str], listed: dict[str, dict], side_files: tuple[SideFile, ...],
+                       inputs: set[str]) -> dict[str, list[str]]:
+    """Each source of a folder's listing (``names``: its records files, ``inputs``: those that are
+    inputs files) -> its side files in the listing: those its stem names, those named as side
+    files of every source in their folder (when that folder holds a source they do not name),
+    and the files under its side folders. A file taken by none of these rules is a source."""
+    owned: dict[str, list[str]] = {}
+    for name in listed:
+        owner = _side_folder_owner(name, side_files, listed.__contains__)
+        if owner is not None:
+            owned.setdefault(owner, []).append(name)
+    under = {name for files in owned.values() for name in files}
+    shared: dict[str, list[str]] = {}  # folder -> its side files of every source
+    for name in listed:
+        if name not in under and any(side.matches(posixpath.basename(name)) for side in side_files):
+            shared.setdefault(posixpath.dirname(name), []).append(name)
+    sources = [name for name in names if name not in inputs and name not in under]
+    with_source = {posixpath.dirname(name) for name in sources if _is_source_name(name, side_files)}
+    return {name: [side for side in _side_candidates(name, side_files) if side in listed]
+            + (shared.get(posixpath.dirname(name), []) if _is_source_name(name, side_files) else [])
+            + sorted(owned.get(name, []))
+            for name in sources
+            if _is_source_name(name, side_files) or posixpath.dirname(name) not in with_source}
+
+
+def _side_files_beside(fs: AbstractFileSystem, name: str, side_files: tuple[SideFile, ...]) -> list[str]:
+    """The side files of a source named alone, as the folder beside it holds them."""
+    folder = posixpath.dirname(name)
+    listed = {other: {} for other in fs.ls(folder, detail=False)}
+    stem = posixpath.basename(_stem(name))
+    for side in side_files:
+        side_folder = side.folder_for(stem)
+        if side_folder is not None and fs.isdir(posixpath.join(folder, side_folder)):
+            listed.update({other: {} for other in fs.find(posixpath.join(folder, side_folder))})
+    listed.setdefault(name, {})
+    return _listed_side_files([name], listed, side_files, set()).get(name, [])
 
 
 def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
