@@ -499,3 +499,25 @@ def test_a_stray_unknown_file_inside_a_readable_source_is_quarantined_as_before(
     assert main(["run", "--source", str(source), "--storage", str(out)]) == 0
     stats = json.loads((out / "reports" / "stats.json").read_text())
     assert stats["rejected_by_reason"]["not_a_rollout"] >= 1 and stats["records_valid"] > 0
+
+
+def test_manifests_cards_and_the_report_say_where_the_rewards_came_from(tmp_path):
+    """Issue 41, items 5 and 6: a Gym results folder with a re-verification of its rollouts
+    (tests/sources/test_nemo_gym_run_folder.py ``reverify_folder``, built from Gym's code)."""
+    from pathlib import Path
+
+    from tests.sources.test_nemo_gym_run_folder import reverify_folder
+
+    results = reverify_folder(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(results), "--storage", str(out), "--exports", "sft,grpo"]) == 0
+    for export in ("sft", "grpo"):
+        manifest = json.loads((out / "exports" / export / "manifest.json").read_text())
+        assert manifest["excluded"]["superseded"] == 2  # the originals: their re-verified copies won
+        said = {Path(s["uri"]).name: s.get("reward_provenance") for s in manifest["sources"]}
+        assert said["unsafe_rollouts_strict_reverified.jsonl"] is None  # every row quarantined: none scored
+        assert said["rollouts_lenient_reverified.jsonl"]["reverified"] is True
+        assert said["rollouts.jsonl"]["verifiers"] == {"math_simple_agent": 2}
+        card = (out / "exports" / export / "README.md").read_text()
+        assert "## Where the rewards came from" in card and "re-verification of results/rollouts.jsonl" in card
+    assert "## Where the rewards came from" in (out / "reports" / "stats.md").read_text()

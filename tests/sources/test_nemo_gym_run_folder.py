@@ -204,3 +204,96 @@ def test_skills_ref_stays_with_the_trajectory():
     """skills.py: the run-level skills a rollout ran with, stamped for provenance/grouping."""
     skills = {"path": "skills/", "hash": "ab12", "skills": [{"name": "search"}]}
     assert convert(rollout(1, skills_ref=skills)).metadata["skills_ref"] == skills
+
+
+# Re-verification (issue 41, item 5) and reward provenance (item 6) ----------------------------
+
+import hashlib  # noqa: E402
+
+from trajectory_assets.config import ConversionConfig  # noqa: E402
+from trajectory_assets.exports.curation import superseded_copies  # noqa: E402
+
+
+def reverify_folder(root: Path) -> Path:
+    """``results/`` after ``gym eval run`` and two ``gym eval reverify`` runs, named as the reverify
+    tutorial names them (fern/.../evaluation-tutorials/reverify-rollouts.mdx): a safe one, and a
+    forced one (``--force``: ``unsafe_`` prefix, rollout_reverification.py ``_prepare_output_fpaths``).
+    Reverify rows are the verify responses with the task and rollout indices, ``agent_ref`` and
+    ``skills_ref`` put back, and no ``_ng_rollout_id``; their inputs stay in the original
+    ``_materialized_inputs`` file; metrics go to ``<output>_aggregate_metrics.json``."""
+    results = root / "results"
+    skills = {"path": "skills/", "hash": "ab12", "skills": []}
+    originals = [rollout(task, reward=0.0, _ng_rollout_id=f"{task}-0", skills_ref=skills) for task in range(2)]
+    write_jsonl(results / "rollouts.jsonl", originals)
+    write_jsonl(results / "rollouts_materialized_inputs.jsonl",
+                [{**dataset_row(task), "_ng_task_index": task, "_ng_rollout_index": 0} for task in range(2)])
+    (results / "rollouts_resolved_config.yaml").write_text("math_simple_agent:\n  grading_mode: strict\n")
+
+    def reverified(row: dict, reward: float) -> dict:
+        row = {key: value for key, value in row.items() if key != "_ng_rollout_id"}
+        return {**row, "reward": reward, "expected_answer": "2",
+                "judge_evaluations": [{"responses_create_params": {"input": "judge this"},
+                                       "response": {"model": "judge-model-1", "output": []}}]}
+
+    write_jsonl(results / "rollouts_lenient_reverified.jsonl", [reverified(row, 1.0) for row in originals])
+    (results / "rollouts_lenient_reverified_aggregate_metrics.json").write_text("[]")
+    write_jsonl(results / "unsafe_rollouts_strict_reverified.jsonl", [reverified(originals[0], 0.5)])
+    return results
+
+
+def test_reverify_outputs_are_joined_to_the_original_inputs(tmp_path):
+    results = reverify_folder(tmp_path)
+    found = {Path(source.uri).name: source for source in discover_sources([str(results)])}
+    assert sorted(found) == ["rollouts.jsonl", "rollouts_lenient_reverified.jsonl",
+                             "unsafe_rollouts_strict_reverified.jsonl"]
+    for name in found:
+        assert Path(found[name].inputs_uri).name == "rollouts_materialized_inputs.jsonl"
+    assert [Path(uri).name for uri in found["rollouts_lenient_reverified.jsonl"].side_uris] == [
+        "rollouts_lenient_reverified_aggregate_metrics.json"]
+
+
+def ingested(results: Path, **options):
+    import pyarrow as pa
+
+    tables, rejected = [], []
+    ingest(discover_sources([str(results)]), tables.append, rejected.extend, options=ConversionConfig(**options))
+    return pa.concat_tables(tables).to_pandas(), rejected
+
+
+def test_a_forced_reverification_is_read_only_when_the_config_allows_it(tmp_path):
+    results = reverify_folder(tmp_path)
+    table, rejected = ingested(results)
+    assert [(Path(row["source"]).name, row["reason"]) for row in rejected] == [
+        ("unsafe_rollouts_strict_reverified.jsonl", "ng_reverify_unsafe")]
+    assert len(table) == 4
+    table, rejected = ingested(results, read_unsafe_reverified=True)
+    assert rejected == [] and len(table) == 5
+    forced = table.loc[table["source_id"].str.endswith("unsafe_rollouts_strict_reverified.jsonl")]
+    assert json.loads(forced["reward_provenance"].iloc[0])["forced"] is True
+
+
+def test_reward_provenance_names_the_verifier_the_judges_the_config_and_the_reverification(tmp_path):
+    results = reverify_folder(tmp_path)
+    table, _ = ingested(results)
+    provenance = {Path(uri).name: json.loads(text) for uri, text in zip(table["source_uri"], table["reward_provenance"])}
+    config_sha = hashlib.sha256((results / "rollouts_resolved_config.yaml").read_bytes()).hexdigest()
+    assert provenance["rollouts.jsonl"] == {
+        "verifier": "math_simple_agent", "judge_models": [], "reverified": False, "forced": False, "reverifies": None,
+        "resolved_config": {"name": "rollouts_resolved_config.yaml", "sha256": config_sha}}
+    assert provenance["rollouts_lenient_reverified.jsonl"] == {
+        "verifier": "math_simple_agent", "judge_models": ["judge-model-1"], "reverified": True, "forced": False,
+        "reverifies": "results/rollouts.jsonl", "resolved_config": None}
+    # the re-verified rows were joined to the original inputs by task and rollout index
+    reverified = table.loc[table["source_id"] == "results/rollouts_lenient_reverified.jsonl"]
+    assert [json.loads(text)["expected_answer"] for text in reverified["task_inputs"]] == ["0", "2"]
+
+
+def test_a_rollout_read_twice_is_kept_once_the_reverified_reward_by_default(tmp_path):
+    results = reverify_folder(tmp_path)
+    table, _ = ingested(results)
+    superseded = superseded_copies(table, "reverified")
+    kept = table.loc[~table["trajectory_id"].isin(superseded)]
+    assert len(superseded) == 2 and sorted(kept["reward"]) == [1.0, 1.0]
+    original = superseded_copies(table, "original")
+    assert sorted(table.loc[~table["trajectory_id"].isin(original), "reward"]) == [0.0, 0.0]
+

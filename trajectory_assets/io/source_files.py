@@ -105,6 +105,7 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
             stems = {_stem(name) for name in names}
             inputs = {stem: name for name in names
                       if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
+            inputs.update(_reverified_inputs(names, inputs))
             sides = _listed_side_files(names, listed, side_files, set(inputs.values()))
             taken = {side for found_sides in sides.values() for side in found_sides}
             for name in names:
@@ -184,7 +185,63 @@ def _inputs_stem(name: str, inputs_suffixes: tuple[str, ...]) -> str | None:
 def _inputs_candidates(name: str, inputs_suffixes: tuple[str, ...]) -> list[str]:
     if _inputs_stem(name, inputs_suffixes) is not None:
         return []  # an inputs file given on its own is read as a source
-    return [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+    own = [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+    return own + [posixpath.join(posixpath.dirname(name), original) + inputs + suffix
+                  for original in _originals(name) for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+
+
+# ``gym eval reverify --force`` prefixes its outputs so (nemo_gym/rollout_reverification.py
+# ``_prepare_output_fpaths``): a reward the verifier may not reproduce
+UNSAFE_PREFIX = "unsafe_"
+FAILURES_SUFFIX = "_failures"  # nemo_gym/path_utils.py ``failures_path_for``
+
+
+def _originals(name: str) -> list[str]:
+    """The stems (longest first) of the rollouts file ``name`` would be a re-verification of,
+    were it named as the reverify documentation names its outputs: ``[unsafe_]<stem>_<what>``
+    (``rollouts_lenient_reverified.jsonl`` for ``rollouts.jsonl``). A failures file is none.
+
+    >>> _originals("/r/unsafe_rollouts_strict_reverified.jsonl")
+    ['rollouts_strict', 'rollouts']
+    """
+    stem = posixpath.basename(_stem(name))
+    if stem.endswith(FAILURES_SUFFIX):
+        return []
+    stem = stem.removeprefix(UNSAFE_PREFIX)
+    cuts = [at for at in range(len(stem) - 1, 0, -1) if stem[at] == "_"]
+    return [stem[:at] for at in cuts]
+
+
+def _reverified_inputs(names: list[str], inputs: dict[str, str]) -> dict[str, str]:
+    """Each re-verification output of a folder (``gym eval reverify``) -> its original's inputs
+    file: reverify writes none of its own; its rows keep the task and rollout indices, and
+    their inputs stay in the original's ``_materialized_inputs`` file
+    (rollout_reverification.py ``_yield_inputs_and_rollouts_paired`` joins them so). A source
+    with inputs of its own, or named as no original's output, has none."""
+    taken = set(inputs.values())
+    found: dict[str, str] = {}
+    for name in names:
+        if name in taken or _stem(name) in inputs:
+            continue
+        folder = posixpath.dirname(name)
+        original = next((posixpath.join(folder, stem) for stem in _originals(name)
+                         if posixpath.join(folder, stem) in inputs), None)
+        if original is not None:
+            found[_stem(name)] = inputs[original]
+    return found
+
+
+def reverification_of(source: SourceFile) -> tuple[str, bool] | None:
+    """(the original rollouts file's name, whether forced) of a re-verification output: a
+    source read with another file's inputs (``_reverified_inputs``); None for any other."""
+    if source.inputs_uri is None or source.records:
+        return None
+    inputs_stem = posixpath.basename(_stem(source.inputs_uri))
+    own = posixpath.basename(_stem(source.uri))
+    original = next((stem for stem in _originals(source.uri) if inputs_stem.startswith(stem + "_")), None)
+    if original is None or inputs_stem.startswith(own + "_"):
+        return None
+    return original, own.startswith(UNSAFE_PREFIX)
 
 
 def _folder_batches(root: str, parent: str, listed: dict[str, dict], folder_records: tuple[FolderRecords, ...],
@@ -602,10 +659,11 @@ def source_from_record(recorded: dict[str, Any]) -> SourceFile:
     its side file left out when it could not be read (its error is in the record), a batch of
     folder records with exactly the files that were hashed."""
     inputs_uri = recorded.get("inputs_uri") if recorded.get("inputs_sha256") else None
+    sides = tuple(side["uri"] for side in recorded.get("side_files") or () if side.get("sha256"))
     records = tuple(FolderRecord(record["name"], record["folder"],
                                  tuple(f"{record['folder']}/{file['path']}" for file in record["files"]))
                     for record in recorded.get("records") or ())
-    return SourceFile(recorded["uri"], recorded["source_id"], inputs_uri, records=records)
+    return SourceFile(recorded["uri"], recorded["source_id"], inputs_uri, side_uris=sides, records=records)
 
 
 def describe_side_file(uri: str) -> dict[str, Any]:

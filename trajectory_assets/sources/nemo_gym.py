@@ -172,6 +172,33 @@ def mask_reason(record: dict[str, Any]) -> str | None:
     return str(error) if error and is_masked(record) else None
 
 
+def reward_provenance_of(record: dict[str, Any]) -> dict[str, Any]:
+    """What the row says of where its reward came from: the agent that had it verified
+    (``agent_ref``: Gym maps each agent to its resources server, whose ``/verify`` gave the
+    reward) and the judge models of a judge environment (``judge_evaluations[*]``, as
+    resources_servers/equivalence_llm_judge/app.py ``JudgeEvaluation`` records them: the
+    judge's response's ``model``, else its request's). Ingest adds what the source's files say
+    (``reverification.source_provenance``).
+
+    >>> reward_provenance_of({"agent_ref": {"name": "math"}, "judge_evaluations": [
+    ...     {"responses_create_params": {"model": "j"}, "response": {"model": "judge-1"}}]})
+    {'verifier': 'math', 'judge_models': ['judge-1']}
+    """
+    agent_ref = record.get("agent_ref")
+    verifier = agent_ref.get("name") if isinstance(agent_ref, dict) else None
+    judges: list[str] = []
+    evaluations = record.get("judge_evaluations")
+    for evaluation in evaluations if isinstance(evaluations, list) else []:
+        if not isinstance(evaluation, dict):
+            continue
+        response, request = evaluation.get("response"), evaluation.get("responses_create_params")
+        model = (response.get("model") if isinstance(response, dict) else None) or (
+            request.get("model") if isinstance(request, dict) else None)
+        if isinstance(model, str) and model and model not in judges:
+            judges.append(model)
+    return {"verifier": verifier if isinstance(verifier, str) else None, "judge_models": judges}
+
+
 def observability_of(record: dict[str, Any]) -> dict[str, Any] | None:
     """A summary of Gym's observability record (None: the row has none): counts of what
     ``ng_trajectory`` holds (invocations, the subagents among them, turns, tool and model
@@ -353,6 +380,7 @@ def convert_rollout(
         token_data=conversation.token_data or None,
         quality_flags=sorted(flags),
         metadata=metadata,
+        reward_provenance=reward_provenance_of(record),
     )
 
 
