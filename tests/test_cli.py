@@ -521,3 +521,17 @@ def test_manifests_cards_and_the_report_say_where_the_rewards_came_from(tmp_path
         card = (out / "exports" / export / "README.md").read_text()
         assert "## Where the rewards came from" in card and "re-verification of results/rollouts.jsonl" in card
     assert "## Where the rewards came from" in (out / "reports" / "stats.md").read_text()
+
+
+def test_a_named_path_is_covered_by_the_batch_that_reads_it():
+    """What the nothing-could-be-read rule counts as a named source's batches: a side file named
+    beside its source (a shell glob) and a trial named inside its job belong to that batch."""
+    from trajectory_assets.cli import _covers
+    from trajectory_assets.io.source_files import FolderRecord, SourceFile
+
+    rollouts = SourceFile("/r/rollouts.jsonl", "r/rollouts.jsonl", "/r/rollouts_materialized_inputs.jsonl",
+                          side_uris=("/r/rollouts_aggregate_metrics.json",))
+    assert all(_covers(rollouts, path) for path in ("/r", "/r/rollouts.jsonl", "/r/rollouts_aggregate_metrics.json"))
+    assert not _covers(rollouts, "/elsewhere")
+    job = SourceFile("/jobs/j1", "jobs/j1", records=(FolderRecord("t1", "/jobs/j1/t1", ("/jobs/j1/t1/agent/trajectory.json",)),))
+    assert _covers(job, "/jobs/j1/t1") and _covers(job, "/jobs/j1/t1/agent/trajectory.json")

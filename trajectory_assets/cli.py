@@ -126,7 +126,7 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     batches = sorted({batch_key(source.source_id) for source in found})
-    batches_by_source = {path: sorted({batch_key(source.source_id) for source in found if _lies_in(source.uri, path)})
+    batches_by_source = {path: sorted({batch_key(source.source_id) for source in found if _covers(source, path)})
                          for path in sources}
     if empty := [path for path, keys in batches_by_source.items() if not keys]:
         from trajectory_assets.sources import formats_tried
@@ -207,10 +207,14 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
     return 0
 
 
-def _lies_in(uri: str, path: str) -> bool:
-    """Whether a discovered source's URI is the named path or lies under it."""
-    uri, path = uri.removeprefix("file://"), path.removeprefix("file://").rstrip("/")
-    return uri == path or uri.startswith(path + "/")
+def _covers(source, path: str) -> bool:
+    """Whether a discovered batch reads what the named path names: one of its files (its
+    source, inputs or side files, a record's files) is the path or lies under it, or the path
+    lies inside the batch (a trial named inside the job folder that is its batch)."""
+    path = path.removeprefix("file://").rstrip("/")
+    files = [source.uri, source.inputs_uri, *source.side_uris, *(f for r in source.records for f in r.files)]
+    return any(uri == path or uri.startswith(path + "/") or path.startswith(uri + "/")
+               for uri in (f.removeprefix("file://") for f in files if f))
 
 
 def _cpu_count() -> int:

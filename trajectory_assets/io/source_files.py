@@ -116,7 +116,7 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
                 fingerprints = [_listed_fingerprint(listed[name])] + ([_listed_fingerprint(listed[side])] if side else [])
                 found.setdefault(protocol + name, SourceFile(
                     protocol + name, source_id, protocol + side if side else None,
-                    side_uris=tuple(protocol + s for s in sides[name]), size=_size(listed[name]),
+                    side_uris=tuple(protocol + s for s in sides.get(name, ())), size=_size(listed[name]),
                     listed_fingerprint="+".join(fingerprints)))
         elif fs.isfile(root) and _is_side_file_of_a_source(fs, root, side_files):
             continue  # its source's batch lists it
