@@ -40,6 +40,10 @@ class TrajectorySchema(pandera.DataFrameModel):
         str_matches=HEX_ID, description="SHA-256 of the messages and tools: what exact de-duplication compares")
     messages_chars: Series[int] = pandera.Field(gt=0, description="length of the messages column's JSON text")
     unknown_items: Series[int] = pandera.Field(ge=0, description="items of unknown type kept in metadata")
+    reward_provenance: Series[ArrowString] = pandera.Field(
+        nullable=True, str_startswith="{",
+        description="where the reward came from: the verifier (agent_ref), judge models, the run's resolved config "
+                    "and its SHA-256, whether re-verified and whether forced (JSON; null: the format records none)")
 
     @pandera.check("role_shape", name="has_assistant_turn")
     def has_assistant_turn(cls, shape: Series[ArrowString]) -> Series[bool]:

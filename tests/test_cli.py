@@ -455,3 +455,88 @@ def test_an_unreadable_benchmark_exits_non_zero_with_one_line_before_any_run(tmp
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "none.jsonl does not exist" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+# A source nothing can be read from (issue 41, item 7) -----------------------------------------
+
+
+def test_a_source_whose_every_record_is_of_no_known_format_fails_and_replaces_no_export(sample_run, tmp_path,
+                                                                                       capsys):
+    """A folder of JSON lines of an unknown shape, read into a storage that holds the bundled
+    sample's exports: exit 2 naming the formats tried, and the stored exports (the 6-row SFT
+    export among them) are left as they were."""
+    import shutil
+
+    storage = tmp_path / "out"
+    shutil.copytree(sample_run, storage)
+    before = written_files(storage)
+    stored_sft = json.loads((storage / "exports" / "sft" / "manifest.json").read_text())["rows"]
+    assert stored_sft["train"] + stored_sft["validation"] == 6
+    unknown = write_jsonl(tmp_path / "unknown" / "events.jsonl", [{"event": "login", "user": i} for i in range(3)])
+    assert main(["run", "--source", str(unknown.parent), "--storage", str(storage)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "nothing could be read from" in err and str(unknown.parent) in err
+    assert all(name in err for name in ("nemo_gym", "hermes", "atif"))
+    after = written_files(storage)
+    assert {name: data for name, data in after.items() if name.startswith(("exports/", "reports/"))} == {
+        name: data for name, data in before.items() if name.startswith(("exports/", "reports/"))}
+    # its records are quarantined in their batch, with their reason
+    quarantined = [json.loads(line) for path in (storage / "quarantine" / "batches").glob("*.jsonl")
+                   for line in path.read_text().splitlines() if str(unknown) in line]
+    assert [row["reason"] for row in quarantined] == ["not_a_rollout"] * 3
+
+
+def test_a_folder_without_a_file_of_a_known_kind_fails_before_any_run(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.txt").write_text("nothing here\n")
+    assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no file of a known kind" in err and "nemo_gym" in err
+    assert not (tmp_path / "out" / "exports").exists()
+
+
+def test_a_stray_unknown_file_inside_a_readable_source_is_quarantined_as_before(tmp_path):
+    source = tmp_path / "in"
+    shutil_copy = __import__("shutil").copytree
+    shutil_copy(SAMPLE, source)
+    write_jsonl(source / "stray.jsonl", [{"event": "login"}])
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(source), "--storage", str(out)]) == 0
+    stats = json.loads((out / "reports" / "stats.json").read_text())
+    assert stats["rejected_by_reason"]["not_a_rollout"] >= 1 and stats["records_valid"] > 0
+
+
+def test_manifests_cards_and_the_report_say_where_the_rewards_came_from(tmp_path):
+    """Issue 41, items 5 and 6: a Gym results folder with a re-verification of its rollouts
+    (tests/sources/test_nemo_gym_run_folder.py ``reverify_folder``, built from Gym's code)."""
+    from pathlib import Path
+
+    from tests.sources.test_nemo_gym_run_folder import reverify_folder
+
+    results = reverify_folder(tmp_path)
+    out = tmp_path / "out"
+    assert main(["run", "--source", str(results), "--storage", str(out), "--exports", "sft,grpo"]) == 0
+    for export in ("sft", "grpo"):
+        manifest = json.loads((out / "exports" / export / "manifest.json").read_text())
+        assert manifest["excluded"]["superseded"] == 2  # the originals: their re-verified copies won
+        said = {Path(s["uri"]).name: s.get("reward_provenance") for s in manifest["sources"]}
+        assert said["unsafe_rollouts_strict_reverified.jsonl"] is None  # every row quarantined: none scored
+        assert said["rollouts_lenient_reverified.jsonl"]["reverified"] is True
+        assert said["rollouts.jsonl"]["verifiers"] == {"math_simple_agent": 2}
+        card = (out / "exports" / export / "README.md").read_text()
+        assert "## Where the rewards came from" in card and "re-verification of results/rollouts.jsonl" in card
+    assert "## Where the rewards came from" in (out / "reports" / "stats.md").read_text()
+
+
+def test_a_named_path_is_covered_by_the_batch_that_reads_it():
+    """What the nothing-could-be-read rule counts as a named source's batches: a side file named
+    beside its source (a shell glob) and a trial named inside its job belong to that batch."""
+    from trajectory_assets.cli import _covers
+    from trajectory_assets.io.source_files import FolderRecord, SourceFile
+
+    rollouts = SourceFile("/r/rollouts.jsonl", "r/rollouts.jsonl", "/r/rollouts_materialized_inputs.jsonl",
+                          side_uris=("/r/rollouts_aggregate_metrics.json",))
+    assert all(_covers(rollouts, path) for path in ("/r", "/r/rollouts.jsonl", "/r/rollouts_aggregate_metrics.json"))
+    assert not _covers(rollouts, "/elsewhere")
+    job = SourceFile("/jobs/j1", "jobs/j1", records=(FolderRecord("t1", "/jobs/j1/t1", ("/jobs/j1/t1/agent/trajectory.json",)),))
+    assert _covers(job, "/jobs/j1/t1") and _covers(job, "/jobs/j1/t1/agent/trajectory.json")

@@ -128,6 +128,14 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     batches = sorted({batch_key(source.source_id) for source in found})
+    batches_by_source = {path: sorted({batch_key(source.source_id) for source in found if _covers(source, path)})
+                         for path in sources}
+    if empty := [path for path, keys in batches_by_source.items() if not keys]:
+        from trajectory_assets.sources import formats_tried
+
+        print(f"trajectory-assets: no file of a known kind in {', '.join(empty)} (a .jsonl/.jsonl.gz file of "
+              f"records, or a folder of Harbor trials); the formats tried: {formats_tried()}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     # open_instance() and the fork server's processes read it from the environment
     home = os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / "dagster_home"))
     log = None if args.verbose else Path(home) / "logs" / "cli.log"  # Dagster's own output, the steps' too
@@ -160,12 +168,20 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         with open_instance() as instance:
             try:
                 run = run_pipeline(instance, batches, run_config, slots=slots, runs=runs, assets=assets,
-                                   progress=progress, forks=forks, steps=steps, taken=interrupts)
+                                   progress=progress, forks=forks, steps=steps, taken=interrupts,
+                                   batches_by_source=batches_by_source)
             except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
                 reason = " ".join(str(error).split())
                 return _fail(f"trajectory-assets: {reason}" + (f" (see {log})" if log else ""))
             finally:
                 progress.close()
+    if run.unrecognised:
+        from trajectory_assets.sources import formats_tried
+
+        print(f"trajectory-assets: nothing could be read from {', '.join(run.unrecognised)}: no record of a known "
+              f"format (every one is quarantined in {storage.rstrip('/')}/quarantine/batches/); the formats tried: {formats_tried()}; "
+              "no export was written", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
     if not run.success:
         print(f"trajectory-assets: run failed: {run.first_failure}", file=sys.stderr)
         return EXIT_STEP_FAILED
@@ -191,6 +207,16 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         print(f"trajectory-assets: cannot read {len(unreadable)} source(s) at all: {named}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
     return 0
+
+
+def _covers(source, path: str) -> bool:
+    """Whether a discovered batch reads what the named path names: one of its files (its
+    source, inputs or side files, a record's files) is the path or lies under it, or the path
+    lies inside the batch (a trial named inside the job folder that is its batch)."""
+    path = path.removeprefix("file://").rstrip("/")
+    files = [source.uri, source.inputs_uri, *source.side_uris, *(f for r in source.records for f in r.files)]
+    return any(uri == path or uri.startswith(path + "/") or path.startswith(uri + "/")
+               for uri in (f.removeprefix("file://") for f in files if f))
 
 
 def _cpu_count() -> int:

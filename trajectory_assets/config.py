@@ -78,6 +78,11 @@ class Curation(_Section):
                                                                   "rows without a task_type form one group")
     sample_fraction: float = Field(1.0, gt=0.0, le=1.0, description="deterministic share of rows kept")
     seed: str = Field("trajectory-assets", description="salt of the hash that ranks rows for caps and sampling")
+    reverified_reward: Literal["reverified", "original"] = Field(
+        "reverified",
+        description="a NeMo Gym rollout read both from its rollouts file and from a re-verification of it (gym eval "
+                    "reverify): which copy is kept; the other is counted as superseded",
+    )
 
     @model_validator(mode="after")
     def _turn_range(self) -> "Curation":
@@ -177,6 +182,12 @@ class ConversionConfig(_Section):
         "final",
         description="a NeMo Gym output recorded as a list of per-step transcripts (Aviary's return_transitions): "
                     "final = the last transcript is the conversation; reject = quarantine as per_step_transcripts",
+    )
+    read_unsafe_reverified: bool = Field(
+        False,
+        description="read a forced re-verification (gym eval reverify --force writes unsafe_<output>.jsonl: the "
+                    "verifier did not declare itself safe to re-run); off: its rows are quarantined as "
+                    "ng_reverify_unsafe",
     )
 
 

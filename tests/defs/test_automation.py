@@ -230,3 +230,33 @@ def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
         assert [name for name in datasets if automation.get_num_requested(dg.AssetKey(name)) != 1] == []
         assert automation.total_requested == len(datasets)
         assert len(instance.get_run_records()) == runs_before + 2  # the re-run and the changed batch's run
+
+
+def test_a_batch_nothing_can_be_read_from_fails_its_check_and_the_datasets_are_not_rebuilt(tmp_path):
+    """Issue 41, item 7, on the sensor path: a file of JSON lines of an unknown shape added to a
+    watched folder is ingested as its own batch; its ``source_recognised`` check fails and the
+    automation rebuilds no dataset from it (the stored exports stay)."""
+    from trajectory_assets.cli import main
+
+    source, storage = tmp_path / "in", tmp_path / "out"
+    write_jsonl(source / "a.jsonl", [make_rollout(request_input="task a")])
+    assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
+    sft_before = (storage / "exports" / "sft" / "manifest.json").read_bytes()
+    defs = build_definitions(RunSettings(sources=[str(source)], storage=str(storage)))
+    with dg.DagsterInstance.get() as instance:
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert automation.total_requested == 0
+        write_jsonl(source / "events.jsonl", [{"event": "login", "user": 1}])
+        tick = evaluate(defs, instance)
+        key = batch_key("in/events.jsonl")
+        assert [request.tags[BATCHES_TAG] for request in tick.run_requests] == [key]
+        run = defs.resolve_job_def(INGEST_JOB).execute_in_process(instance=instance, tags=batch_run_tags([key]))
+        assert run.success  # a stray file fails no run: its check says it
+        evaluations = [event.event_specific_data for event in run.all_events
+                       if event.event_type_value == "ASSET_CHECK_EVALUATION"
+                       and event.event_specific_data.check_name == "source_recognised"]
+        assert [(e.partition, e.passed) for e in evaluations] == [(key, False)]
+        assert "the formats tried" in evaluations[0].description
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
+        assert automation.total_requested == 0
+    assert (storage / "exports" / "sft" / "manifest.json").read_bytes() == sft_before

@@ -66,6 +66,7 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
         ("raw_rollouts", "raw_rollouts_contract"),
         ("validated_trajectories", "nothing_lost"),
         ("validated_trajectories", "trajectory_contract"),
+        ("validated_trajectories", "source_recognised"),
         ("quarantined_records", "quarantine_contract"),
         *((asset, check) for asset in exports for check in ("contract", "no_split_leak", "token_budget")),
         *((export.asset_name, "arrow_schema") for export in EXPORTS if export.file_format == "jsonl"),

@@ -151,7 +151,10 @@ def test_the_page_is_the_same_on_a_rerun(hostile_run, tmp_path):
 
 def test_a_run_where_every_record_was_rejected_still_gets_its_page(tmp_path):
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "bad.jsonl").write_text('not json\n{"a": 1}\n')
+    # a rollout of a known format (rejected: no reward) beside lines of none: the source was read,
+    # every record rejected (a source nothing can be read from at all is an error: test_cli.py)
+    no_reward = '{"responses_create_params": {"input": "hi"}, "response": {"output": []}}'
+    (tmp_path / "in" / "bad.jsonl").write_text(f'not json\n{{"a": 1}}\n{no_reward}\n')
     stale = tmp_path / "out" / "reports" / "plots" / "rewards.png"  # from an earlier run with data
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")

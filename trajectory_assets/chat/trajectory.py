@@ -52,6 +52,10 @@ class Trajectory:
     non_finite_values: int = 0  # NaN / Infinity in the record outside the reward (stored as null)
     quality_flags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # where the reward came from (NeMo Gym: its verifier, judge models, run config, whether
+    # re-verified; sources/nemo_gym.py ``reward_provenance_of``, completed by ingest from the
+    # source's files); None: the format records none
+    reward_provenance: dict[str, Any] | None = None
 
 
 # One row of the validated-trajectories table per Trajectory: the columns of every batch's
@@ -99,5 +103,6 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
         ("task_inputs", pa.string()),
         ("token_data", TOKEN_DATA_TYPE),
         ("metadata", pa.string()),
+        ("reward_provenance", pa.string()),
     ]
 )

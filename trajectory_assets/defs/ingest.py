@@ -32,7 +32,7 @@ from trajectory_assets.runs.run_plan import BATCHES_PER_RUN
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.source_files import SourceError, SourceFile, batch_key
 from trajectory_assets.io.storage import Storage, StorageError
-from trajectory_assets.sources import SOURCES, discover_sources
+from trajectory_assets.sources import SOURCES, discover_sources, formats_tried, recognised_records
 
 GROUP = "rollouts"
 rollout_batches = dg.DynamicPartitionsDefinition(name=layout.BATCH_PARTITIONS)
@@ -44,6 +44,7 @@ RAW_CONTRACT = dg.AssetCheckKey(RAW, "raw_rollouts_contract")
 NOTHING_LOST = dg.AssetCheckKey(TRAJECTORIES, "nothing_lost")
 TRAJECTORY_CONTRACT = dg.AssetCheckKey(TRAJECTORIES, "trajectory_contract")
 QUARANTINE_CONTRACT = dg.AssetCheckKey(QUARANTINE, "quarantine_contract")
+SOURCE_RECOGNISED = dg.AssetCheckKey(TRAJECTORIES, "source_recognised")
 
 
 def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
@@ -58,11 +59,11 @@ def find_batch_source(sources: RolloutSources, key: str) -> SourceFile:
                      allow_retries=False)
 
 
-def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
-    """A blocking check evaluated per batch partition."""
+def _batch_check(key: dg.AssetCheckKey, description: str, blocking: bool = True) -> dg.AssetCheckSpec:
+    """A check evaluated per batch partition (blocking unless said otherwise)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # partitioned check specs are marked preview in Dagster 1.13
-        return dg.AssetCheckSpec(key.name, asset=key.asset_key, blocking=True, partitions_def=rollout_batches,
+        return dg.AssetCheckSpec(key.name, asset=key.asset_key, blocking=blocking, partitions_def=rollout_batches,
                                  description=description)
 
 
@@ -110,6 +111,11 @@ def _batch_check(key: dg.AssetCheckKey, description: str) -> dg.AssetCheckSpec:
         _batch_check(TRAJECTORY_CONTRACT, "every row of the written Parquet file passed TrajectorySchema (checked once "
                      "per row in ingest, before it was written; failing rows are quarantined)"),
         _batch_check(QUARANTINE_CONTRACT, "every quarantine row names its source, reason and raw text"),
+        _batch_check(SOURCE_RECOGNISED, "some record of the batch is of a known format. A batch whose every record "
+                     "is quarantined as of none (``not_a_rollout``...) fails it, and its trajectories are not reported "
+                     "materialized: the datasets are not rebuilt from it. Not blocking: a stray file beside "
+                     "readable ones fails no run (the CLI refuses a named source that recognised nothing)",
+                     blocking=False),
     ],
     can_subset=True,  # also makes the outputs optional: the events are the step's own (batch_events.py)
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=BATCHES_PER_RUN),
@@ -166,7 +172,7 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
             batch.ingest_batch(key, store, config, flags=ingest_flags(config.decontamination))
         except ConfigError as error:  # a redaction rule the redactor cannot use: the same config fails again
             raise dg.Failure(description=str(error), allow_retries=False) from None
-    reads_summary = ingested or NOTHING_LOST in checks or TRAJECTORY_CONTRACT in checks
+    reads_summary = ingested or bool(checks & {NOTHING_LOST, TRAJECTORY_CONTRACT, SOURCE_RECOGNISED})
     summary = store.read_json(layout.batch_summary(key)) if reads_summary else {}
     counts = batch.batch_counts(key, store, summary) if summary else {}
     results = _check_batch(key, store, checks, summary, counts)
@@ -175,8 +181,10 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
         metadata = {"source": raw_record["uri"], **{k: v for k, v in raw_record.items() if v is not None},
                     "dagster/uri": store.uri(layout.batch_source(key))}
         report_materialization(context, RAW, key, metadata, data_version=raw_record["data_version"])
+    # nothing of the batch could be read: no new trajectories for the automation to rebuild from
+    unrecognised = not results.get(SOURCE_RECOGNISED, (True,))[0]
     if ingested:
-        if TRAJECTORIES in assets:
+        if TRAJECTORIES in assets and not unrecognised:
             report_materialization(context, TRAJECTORIES, key, {
                 **counts,
                 "source": ", ".join(source["uri"] for source in summary["sources"]),
@@ -192,7 +200,7 @@ def _batch(context: dg.AssetExecutionContext, key: str, assets, checks, sources:
             })
     for check, (passed, metadata, description) in results.items():
         report_check(context, check, key, passed, metadata, description)
-    return [check.name for check, (passed, _, _) in results.items() if not passed]
+    return [check.name for check, (passed, _, _) in results.items() if not passed and check != SOURCE_RECOGNISED]
 
 
 def _write_source_record(context: dg.AssetExecutionContext, key: str, sources: RolloutSources,
@@ -218,6 +226,11 @@ def _check_batch(key: str, store: Storage, checks, summary: dict, counts: dict) 
         results[NOTHING_LOST] = batch.nothing_lost(counts)
     if TRAJECTORY_CONTRACT in checks:
         results[TRAJECTORY_CONTRACT] = batch.trajectory_contract(summary, counts)
+    if SOURCE_RECOGNISED in checks:
+        recognised = recognised_records([summary])
+        results[SOURCE_RECOGNISED] = (recognised != 0, {"recognised_records": -1 if recognised is None else recognised},
+                                      None if recognised != 0 else "no record of a known format; the formats tried: "
+                                      + formats_tried())
     if QUARANTINE_CONTRACT in checks:
         result = batch.quarantine_contract(key, store)
         results[QUARANTINE_CONTRACT] = (result.passed, contract_metadata(result), None)

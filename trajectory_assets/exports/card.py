@@ -19,6 +19,7 @@ import orjson
 import yaml
 
 from trajectory_assets.markdown import table
+from trajectory_assets.sources.provenance import reward_provenance_lines
 
 # what a row's token count measures, per family
 MEASURED = {
@@ -78,6 +79,7 @@ def render_card(manifest: dict[str, Any], purpose: str, training: str | None = N
         "## Sources",
         "",
         *table(["uri", "records", "sha256"], [[s["uri"], s["records"], s["sha256"]] for s in manifest["sources"]]),
+        *reward_provenance_lines(manifest["sources"]),
     ]
     return "\n".join(lines) + "\n"
 

@@ -93,6 +93,45 @@ def carries_flag(quality_flags: pd.Series, *names: str) -> pd.Series:
     return quality_flags.str.contains(rf"(?:^|,)(?:{'|'.join(map(re.escape, names))})(?:,|$)", regex=True)
 
 
+SUPERSEDED = "superseded"
+# what the superseded-copy rule reads: small flat columns, and the provenance only where it
+# says re-verified
+SUPERSEDED_COLUMNS = ["trajectory_id", "source_id", "task_index", "rollout_index", "reward_provenance"]
+
+
+def superseded_copies(trajectories: pd.DataFrame, keep: str) -> set[str]:
+    """The trajectory ids that are another copy of a rollout kept elsewhere: one rollout read
+    from its rollouts file and from a re-verification of it (``gym eval reverify`` keeps its
+    task and rollout indices, not its ``_ng_rollout_id``), told apart by (the original file, task
+    index, rollout index). ``keep``: "reverified" (the re-verified reward wins; of several
+    re-verifications, the file whose id sorts last) or "original".
+
+    >>> frame = pd.DataFrame({"trajectory_id": ["a", "b", "c"], "source_id": ["r/x.jsonl", "r/x_v.jsonl", "r/x.jsonl"],
+    ...     "task_index": [0, 0, 1], "rollout_index": [0, 0, 0],
+    ...     "reward_provenance": [None, '{"reverified":true,"reverifies":"r/x.jsonl"}', None]})
+    >>> sorted(superseded_copies(frame, "reverified")), sorted(superseded_copies(frame, "original"))
+    (['a'], ['b'])
+    """
+    provenance = trajectories["reward_provenance"]
+    reverified = provenance.notna() & provenance.astype("string").str.contains('"reverified":true', regex=False)
+    if not reverified.any():
+        return set()
+    indexed = trajectories.loc[trajectories["task_index"].notna() & trajectories["rollout_index"].notna()]
+    original = indexed["source_id"].where(~reverified.loc[indexed.index], indexed["reward_provenance"].map(
+        lambda text: orjson.loads(text).get("reverifies") if isinstance(text, str) else None))
+    frame = pd.DataFrame({"trajectory_id": indexed["trajectory_id"], "original": original,
+                          "task": indexed["task_index"], "rollout": indexed["rollout_index"],
+                          "reverified": reverified.loc[indexed.index], "source_id": indexed["source_id"]})
+    frame = frame.loc[frame["original"].notna()]
+    mixed = frame.groupby(["original", "task", "rollout"])["reverified"].transform("nunique") > 1
+    frame = frame.loc[mixed]
+    if keep == "original":
+        return set(frame.loc[frame["reverified"], "trajectory_id"])
+    ranked = frame.sort_values(["reverified", "source_id", "trajectory_id"])
+    winners = ranked.drop_duplicates(["original", "task", "rollout"], keep="last")["trajectory_id"]
+    return set(frame["trajectory_id"]) - set(winners)
+
+
 def drop_exact_duplicates(trajectories: pd.DataFrame, excluded: Counter) -> pd.DataFrame:
     """The first trajectory (in table order) of each identical conversation."""
     duplicated = trajectories["content_hash"].duplicated()

@@ -58,7 +58,9 @@ def build_manifest(
         "batches": batches,
         "sources": [
             {"uri": s["uri"], "source_id": s["source_id"], "sha256": s["sha256"], "records": s["records"],
-             "redaction": s.get("redaction")}  # the detector that scrubbed it at ingest, or None
+             "redaction": s.get("redaction"),  # the detector that scrubbed it at ingest, or None
+             # where its rewards came from (sources/provenance.py): only for a format that says
+             **({"reward_provenance": s["reward_provenance"]} if s.get("reward_provenance") else {})}
             for s in sources
         ],
         "rows": rows,

@@ -29,6 +29,7 @@ from schemas.shapes import role_shape
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.sources import convert_record, inputs_file_named
+from trajectory_assets.sources.provenance import UNSAFE_REASON, reward_provenance_summary, source_provenance
 from trajectory_assets.redaction.redactor import Redactor
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA, Rejection, Trajectory
 from trajectory_assets.io.batch_summary import IngestSummary, SourceSummary
@@ -94,6 +95,7 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "task_inputs": _dumps_or_none(trajectory.task_inputs),
         "token_data": trajectory.token_data,
         "metadata": dumps(trajectory.metadata).decode(),
+        "reward_provenance": _dumps_or_none(trajectory.reward_provenance),
     }
 
 
@@ -200,6 +202,7 @@ def ingest(
         return dataclasses.replace(record, files=files)
 
     inputs_read: dict[str, tuple[int, int]] = {}
+    provenances: dict[str, list[dict[str, Any]]] = {}
     for source in sources:
         stats = SourceReadStats()
         counts = per_source[source.uri] = Counter()
@@ -208,6 +211,9 @@ def ingest(
         if source.inputs_uri is not None:
             inputs, skipped = read_inputs(source.inputs_uri, scrub)
             inputs_read[source.uri] = (len(inputs), skipped)
+        provenance = source_provenance(source)
+        rewarded = provenances[source.uri] = []
+        refused = provenance["forced"] and not options.read_unsafe_reverified
         records = iter_folder_records(source, stats) if source.records else iter_lines(source, stats)
         for line, record in records:
             summary.records_read += 1
@@ -223,8 +229,15 @@ def ingest(
             if first_seen is not None:
                 reject_row(source.uri, line, "duplicate_record", f"byte-identical to {first_seen}", raw)
                 continue
+            if refused:  # gym eval reverify --force: read only when the config says so
+                reject_row(source.uri, line, UNSAFE_REASON, "a forced re-verification (unsafe_): "
+                           "conversion.read_unsafe_reverified is off", raw)
+                continue
             try:
                 trajectory = convert_record(record, source_id=source.source_id, options=options, inputs=inputs)
+                if trajectory.reward_provenance is not None:
+                    trajectory.reward_provenance = {**trajectory.reward_provenance, **provenance}
+                    rewarded.append(trajectory.reward_provenance)
                 row = trajectory_row(trajectory, trajectory_id=trajectory_id, source=source, line=line)
             except Rejection as rejection:
                 reject_row(source.uri, line, rejection.reason, rejection.detail, raw)
@@ -270,6 +283,7 @@ def ingest(
             inputs_rows=inputs_read[source.uri][0] if source.uri in inputs_read else None,
             inputs_skipped=inputs_read.get(source.uri, (0, 0))[1],
             redaction=None if redactor is None else redactor.detector,
+            reward_provenance=reward_provenance_summary(provenances.get(source.uri, [])),
         )
         for source, stats in summaries
     ]

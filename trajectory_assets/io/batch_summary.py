@@ -27,6 +27,8 @@ class SourceSummary:
     inputs_rows: int | None = None  # rows of its materialized inputs (None: it has none)
     inputs_skipped: int = 0  # materialized input lines that are not usable input rows
     redaction: str | None = None  # the detector that scrubbed its lines, None if none did
+    # where its trajectories' rewards came from (``reward_provenance_summary``; None: no format said)
+    reward_provenance: dict[str, Any] | None = None
 
 
 @dataclass

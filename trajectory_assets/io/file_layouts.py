@@ -6,6 +6,7 @@ discovery code."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,15 +33,48 @@ class SideFile:
 
     pattern: str
     stems: tuple[str, ...] = ()
+    # a side file of every source in its folder, whatever their stems: a fixed name or a glob
+    # (NeMo Gym's health check writes quality_summary.json once per results folder; its data
+    # processor writes <dataset>_prepare.jsonl). A pattern ending in "/" ("{stem}/preprocessed_datasets/")
+    # is a folder beside the source: every file under it is the source's side file.
+    in_folder: bool = False
+
+    @property
+    def is_folder(self) -> bool:
+        return self.pattern.endswith("/")
 
     def names_for(self, stem: str) -> list[str]:
-        """The name this side file has beside a source of that stem (none: it has none)."""
+        """The name this side file has beside a source of that stem (none: it has none, or it
+        is named by a glob or is a folder: see ``matches``)."""
+        if self.in_folder or self.is_folder:
+            return []
         if "{stem}" in self.pattern:
             return [self.pattern.replace("{stem}", stem)]
         return [self.pattern] if stem in self.stems else []
 
+    def matches(self, name: str) -> bool:
+        """Whether a file of that name (no folder) is a side file of every source beside it.
+
+        >>> SideFile("*_prepare.jsonl", in_folder=True).matches("train_prepare.jsonl")
+        True
+        >>> SideFile("{stem}_aggregate_metrics.json").matches("rollouts_aggregate_metrics.json")
+        False
+        """
+        return self.in_folder and fnmatch.fnmatchcase(name, self.pattern)
+
+    def folder_for(self, stem: str) -> str | None:
+        """The folder (relative to the source's) whose every file is a side file of a source of
+        that stem.
+
+        >>> SideFile("{stem}/preprocessed_datasets/").folder_for("rollouts")
+        'rollouts/preprocessed_datasets'
+        """
+        return self.pattern.replace("{stem}", stem).rstrip("/") if self.is_folder else None
+
     def stems_of(self, name: str) -> list[str]:
         """The stems of the sources a file of that name would be the side file of."""
+        if self.in_folder or self.is_folder:
+            return []
         if "{stem}" not in self.pattern:
             return list(self.stems) if name == self.pattern else []
         prefix, suffix = self.pattern.split("{stem}", 1)

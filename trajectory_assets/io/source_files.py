@@ -8,7 +8,7 @@ import hashlib
 import io
 import posixpath
 import re
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,8 +106,8 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
             stems = {_stem(name) for name in names}
             inputs = {stem: name for name in names
                       if (stem := _inputs_stem(name, inputs_suffixes)) is not None and stem in stems}
-            sides = {name: [side for side in _side_candidates(name, side_files) if side in listed]
-                     for name in names if name not in inputs.values()}
+            inputs.update(_reverified_inputs(names, inputs))
+            sides = _listed_side_files(names, listed, side_files, set(inputs.values()))
             taken = {side for found_sides in sides.values() for side in found_sides}
             for name in names:
                 if name in inputs.values() or name in taken:
@@ -117,7 +117,7 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
                 fingerprints = [_listed_fingerprint(listed[name])] + ([_listed_fingerprint(listed[side])] if side else [])
                 found.setdefault(protocol + name, SourceFile(
                     protocol + name, source_id, protocol + side if side else None,
-                    side_uris=tuple(protocol + s for s in sides[name]), size=_size(listed[name]),
+                    side_uris=tuple(protocol + s for s in sides.get(name, ())), size=_size(listed[name]),
                     listed_fingerprint="+".join(fingerprints)))
         elif fs.isfile(root) and _is_side_file_of_a_source(fs, root, side_files):
             continue  # its source's batch lists it
@@ -126,7 +126,7 @@ def discover(paths: list[str], inputs_suffixes: tuple[str, ...],
         elif fs.isfile(root):
             side = next((candidate for candidate in _inputs_candidates(root, inputs_suffixes) if fs.isfile(candidate)),
                         None)
-            beside = tuple(protocol + s for s in _side_candidates(root, side_files) if fs.isfile(s))
+            beside = tuple(protocol + s for s in _side_files_beside(fs, root, side_files))
             found.setdefault(protocol + root, SourceFile(protocol + root, posixpath.basename(root),
                                                          protocol + side if side else None, side_uris=beside,
                                                          size=_size(fs.info(root))))
@@ -186,7 +186,63 @@ def _inputs_stem(name: str, inputs_suffixes: tuple[str, ...]) -> str | None:
 def _inputs_candidates(name: str, inputs_suffixes: tuple[str, ...]) -> list[str]:
     if _inputs_stem(name, inputs_suffixes) is not None:
         return []  # an inputs file given on its own is read as a source
-    return [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+    own = [_stem(name) + inputs + suffix for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+    return own + [posixpath.join(posixpath.dirname(name), original) + inputs + suffix
+                  for original in _originals(name) for inputs in inputs_suffixes for suffix in SOURCE_SUFFIXES]
+
+
+# ``gym eval reverify --force`` prefixes its outputs so (nemo_gym/rollout_reverification.py
+# ``_prepare_output_fpaths``): a reward the verifier may not reproduce
+UNSAFE_PREFIX = "unsafe_"
+FAILURES_SUFFIX = "_failures"  # nemo_gym/path_utils.py ``failures_path_for``
+
+
+def _originals(name: str) -> list[str]:
+    """The stems (longest first) of the rollouts file ``name`` would be a re-verification of,
+    were it named as the reverify documentation names its outputs: ``[unsafe_]<stem>_<what>``
+    (``rollouts_lenient_reverified.jsonl`` for ``rollouts.jsonl``). A failures file is none.
+
+    >>> _originals("/r/unsafe_rollouts_strict_reverified.jsonl")
+    ['rollouts_strict', 'rollouts']
+    """
+    stem = posixpath.basename(_stem(name))
+    if stem.endswith(FAILURES_SUFFIX):
+        return []
+    stem = stem.removeprefix(UNSAFE_PREFIX)
+    cuts = [at for at in range(len(stem) - 1, 0, -1) if stem[at] == "_"]
+    return [stem[:at] for at in cuts]
+
+
+def _reverified_inputs(names: list[str], inputs: dict[str, str]) -> dict[str, str]:
+    """Each re-verification output of a folder (``gym eval reverify``) -> its original's inputs
+    file: reverify writes none of its own; its rows keep the task and rollout indices, and
+    their inputs stay in the original's ``_materialized_inputs`` file
+    (rollout_reverification.py ``_yield_inputs_and_rollouts_paired`` joins them so). A source
+    with inputs of its own, or named as no original's output, has none."""
+    taken = set(inputs.values())
+    found: dict[str, str] = {}
+    for name in names:
+        if name in taken or _stem(name) in inputs:
+            continue
+        folder = posixpath.dirname(name)
+        original = next((posixpath.join(folder, stem) for stem in _originals(name)
+                         if posixpath.join(folder, stem) in inputs), None)
+        if original is not None:
+            found[_stem(name)] = inputs[original]
+    return found
+
+
+def reverification_of(source: SourceFile) -> tuple[str, bool] | None:
+    """(the original rollouts file's name, whether forced) of a re-verification output: a
+    source read with another file's inputs (``_reverified_inputs``); None for any other."""
+    if source.inputs_uri is None or source.records:
+        return None
+    inputs_stem = posixpath.basename(_stem(source.inputs_uri))
+    own = posixpath.basename(_stem(source.uri))
+    original = next((stem for stem in _originals(source.uri) if inputs_stem.startswith(stem + "_")), None)
+    if original is None or inputs_stem.startswith(own + "_"):
+        return None
+    return original, own.startswith(UNSAFE_PREFIX)
 
 
 def _folder_batches(root: str, parent: str, listed: dict[str, dict], folder_records: tuple[FolderRecords, ...],
@@ -300,8 +356,72 @@ def _side_candidates(name: str, side_files: tuple[SideFile, ...]) -> list[str]:
 def _is_side_file_of_a_source(fs: AbstractFileSystem, name: str, side_files: tuple[SideFile, ...]) -> bool:
     """Whether ``name`` is named as a side file and the source it belongs to lies beside it."""
     folder, base = posixpath.dirname(name), posixpath.basename(name)
-    return any(fs.isfile(posixpath.join(folder, stem + suffix))
-               for side_file in side_files for stem in side_file.stems_of(base) for suffix in SOURCE_SUFFIXES)
+    if any(fs.isfile(posixpath.join(folder, stem + suffix))
+           for side_file in side_files for stem in side_file.stems_of(base) for suffix in SOURCE_SUFFIXES):
+        return True
+    if _side_folder_owner(name, side_files, fs.isfile) is not None:
+        return True
+    return any(side.matches(base) for side in side_files) and any(
+        _is_source_name(other, side_files) for other in fs.ls(folder, detail=False))
+
+
+def _is_source_name(name: str, side_files: tuple[SideFile, ...]) -> bool:
+    """A records file that no side file of every source in its folder names."""
+    return name.endswith(SOURCE_SUFFIXES) and not any(side.matches(posixpath.basename(name)) for side in side_files)
+
+
+def _side_folder_owner(name: str, side_files: tuple[SideFile, ...], exists: Callable[[str], bool]) -> str | None:
+    """The source whose side folder (``SideFile("{stem}/preprocessed_datasets/")``) ``name`` lies
+    in, if that source exists: ``<dir>/<stem>.jsonl`` for ``<dir>/<stem>/preprocessed_datasets/...``."""
+    for side in side_files:
+        if not side.is_folder or not side.pattern.startswith("{stem}/"):
+            continue
+        inside = side.pattern[len("{stem}"):]  # "/preprocessed_datasets/"
+        at = name.find(inside)
+        while at > 0:
+            owner = next((name[:at] + suffix for suffix in SOURCE_SUFFIXES if exists(name[:at] + suffix)), None)
+            if owner is not None:
+                return owner
+            at = name.find(inside, at + 1)
+    return None
+
+
+def _listed_side_files(names: list[str], listed: dict[str, dict], side_files: tuple[SideFile, ...],
+                       inputs: set[str]) -> dict[str, list[str]]:
+    """Each source of a folder's listing (``names``: its records files, ``inputs``: those that are
+    inputs files) -> its side files in the listing: those its stem names, those named as side
+    files of every source in their folder (when that folder holds a source they do not name),
+    and the files under its side folders. A file taken by none of these rules is a source."""
+    owned: dict[str, list[str]] = {}
+    for name in listed:
+        owner = _side_folder_owner(name, side_files, listed.__contains__)
+        if owner is not None:
+            owned.setdefault(owner, []).append(name)
+    under = {name for files in owned.values() for name in files}
+    shared: dict[str, list[str]] = {}  # folder -> its side files of every source
+    for name in listed:
+        if name not in under and any(side.matches(posixpath.basename(name)) for side in side_files):
+            shared.setdefault(posixpath.dirname(name), []).append(name)
+    sources = [name for name in names if name not in inputs and name not in under]
+    with_source = {posixpath.dirname(name) for name in sources if _is_source_name(name, side_files)}
+    return {name: [side for side in _side_candidates(name, side_files) if side in listed]
+            + (shared.get(posixpath.dirname(name), []) if _is_source_name(name, side_files) else [])
+            + sorted(owned.get(name, []))
+            for name in sources
+            if _is_source_name(name, side_files) or posixpath.dirname(name) not in with_source}
+
+
+def _side_files_beside(fs: AbstractFileSystem, name: str, side_files: tuple[SideFile, ...]) -> list[str]:
+    """The side files of a source named alone, as the folder beside it holds them."""
+    folder = posixpath.dirname(name)
+    listed = {other: {} for other in fs.ls(folder, detail=False)}
+    stem = posixpath.basename(_stem(name))
+    for side in side_files:
+        side_folder = side.folder_for(stem)
+        if side_folder is not None and fs.isdir(posixpath.join(folder, side_folder)):
+            listed.update({other: {} for other in fs.find(posixpath.join(folder, side_folder))})
+    listed.setdefault(name, {})
+    return _listed_side_files([name], listed, side_files, set()).get(name, [])
 
 
 def iter_lines(source: SourceFile, stats: SourceReadStats) -> Iterator[tuple[int, bytes]]:
@@ -579,10 +699,11 @@ def source_from_record(recorded: dict[str, Any]) -> SourceFile:
     its side file left out when it could not be read (its error is in the record), a batch of
     folder records with exactly the files that were hashed."""
     inputs_uri = recorded.get("inputs_uri") if recorded.get("inputs_sha256") else None
+    sides = tuple(side["uri"] for side in recorded.get("side_files") or () if side.get("sha256"))
     records = tuple(FolderRecord(record["name"], record["folder"],
                                  tuple(f"{record['folder']}/{file['path']}" for file in record["files"]))
                     for record in recorded.get("records") or ())
-    return SourceFile(recorded["uri"], recorded["source_id"], inputs_uri, records=records)
+    return SourceFile(recorded["uri"], recorded["source_id"], inputs_uri, side_uris=sides, records=records)
 
 
 def describe_side_file(uri: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pandas as pd
 from trajectory_assets.chat.reward_components import objectives
 from trajectory_assets.markdown import table
 from trajectory_assets.sources import REPORT_SECTIONS
+from trajectory_assets.sources.provenance import reward_provenance_lines
 
 STATS_COLUMNS = [
     "trajectory_id", "task_key", "source_format", "source_uri", "source_line", "agent_name", "task_type", "model",
@@ -199,6 +200,10 @@ def compute_stats(
         "tools": tools or {},
         **{name: (sections or {}).get(name) or {"trajectories": 0} for name in REPORT_SECTIONS},
     }
+    provenance = [{"source_id": source["source_id"], "reward_provenance": source["reward_provenance"]}
+                  for source in ingest_summary["sources"] if source.get("reward_provenance")]
+    if provenance:  # only where a format said where its rewards came from (NeMo Gym)
+        stats["reward_provenance"] = provenance
     decontamination = decontamination_stats(manifests)
     if decontamination is not None:  # only when benchmarks are configured: otherwise stats.json is as it was
         stats["decontamination"] = decontamination
@@ -279,6 +284,7 @@ def render_markdown(stats: dict[str, Any], plot_files: list[str]) -> str:
             ],
         ),
     ]
+    lines += reward_provenance_lines(stats.get("reward_provenance", []))
     if stats["quality_flags"]:
         lines += ["", "## Quality flags (every source)", "",
                   *table(["flag", "trajectories"], [[flag, n] for flag, n in stats["quality_flags"].items()])]

@@ -65,6 +65,9 @@ class RunOutcome:
 class PipelineRun:
     batches: list[RunOutcome] = field(default_factory=list)
     datasets: list[RunOutcome] = field(default_factory=list)
+    # the named sources none of whose records any format recognised (``unrecognised_sources``):
+    # the datasets run was not started, so no export was replaced
+    unrecognised: list[str] = field(default_factory=list)
 
     @property
     def success(self) -> bool:
@@ -111,6 +114,16 @@ def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, st
         for source in summary["sources"]
         if source.get("error") and not source.get("records") and not source.get("truncated")
     ]
+
+
+def unrecognised_sources(store: Storage, batches_by_source: dict[str, list[str]]) -> list[str]:
+    """The named sources (``--source``) that recognised no record at all: every record of theirs
+    quarantined as of no known format (``sources.recognised_records``). A source that could
+    not be read, or held no record, is not among them (today's rules report those)."""
+    from trajectory_assets.sources import recognised_records
+
+    return [source for source, batches in batches_by_source.items()
+            if recognised_records([store.read_json(layout.batch_summary(key)) for key in batches]) == 0]
 
 
 # What runs report while they execute ------------------------------------------------------------
@@ -332,13 +345,16 @@ def run_pipeline(
     forks: multiprocessing.context.BaseContext | None = None,
     steps: str = "auto",
     taken: Interrupts | None = None,
+    batches_by_source: dict[str, list[str]] | None = None,
 ) -> PipelineRun:
     """``runs`` ingest runs over ranges of the batches (a bad batch never blocks the others),
     then the datasets run: the whole datasets job (every export and the stats report), or only the
     given ``assets`` of it. With ``forks`` (a fork server's context, see
     ``processes.cli_fork_server``) the ingest runs are forked, ``slots`` at a time; without,
     they execute in this process, one after the other. The datasets run executes in this process, its steps as
-    ``steps`` says (``executors.py``: in_process, multiprocess or auto)."""
+    ``steps`` says (``executors.py``: in_process, multiprocess or auto). With ``batches_by_source``
+    (each named source's batches), a source that recognised no record stops the call before
+    the datasets run: its exports would replace the stored ones with nothing."""
     progress = progress or Progress()
     fail_abandoned_runs(instance)
     sync_batches(instance, batches)
@@ -365,6 +381,11 @@ def run_pipeline(
             result.batches.append(pipeline.outcome(label, run))
         if not all(outcome.success for outcome in result.batches):
             return result  # the exports need every batch
+        if batches_by_source:
+            store = Storage(run_config["resources"]["storage"]["config"]["root"])
+            result.unrecognised = unrecognised_sources(store, batches_by_source)
+            if result.unrecognised:
+                return result
         if steps == "auto":  # decided here, as the executor would: the fork server is started from this thread
             storage = run_config["resources"]["storage"]["config"]["root"]
             steps = "in_process" if trajectories_fit_in_process(storage, batches) else "multiprocess"

@@ -64,6 +64,44 @@ def discover_sources(paths: list[str]) -> list[SourceFile]:
     return discover(paths, INPUTS_SUFFIXES, SIDE_FILES, FOLDER_RECORDS)
 
 
+# the quarantine reasons that say a record is of no known format (rather than a broken record
+# of one; a copy of a line counts as its first copy does): a source whose every record has one
+# of them recognised nothing (``recognised_records``)
+UNRECOGNISED_REASONS = frozenset({"not_a_rollout", "not_an_object", "invalid_json", "invalid_utf8",
+                                  "nesting_too_deep", "duplicate_record"})
+
+
+def formats_tried() -> str:
+    """What a record must be for a format to read it, each format named: said when a source
+    recognises nothing.
+
+    >>> formats_tried().split("; ")[0].split(" (")[0]
+    'nemo_gym'
+    """
+    return "; ".join(f"{source.name} ({source.shape})" for source in SOURCES)
+
+
+def recognised_records(summaries: list[dict[str, Any]]) -> int | None:
+    """How many records of some format the batches' ingest summaries (``IngestSummary.as_dict``)
+    hold: the valid ones and those rejected for a reason of their format. None when they
+    cannot say nothing was recognised: no record at all (an empty file), or a source that
+    could not be read (reported as unreadable instead).
+
+    >>> recognised_records([{"records_valid": 0, "rejected_by_reason": {"not_a_rollout": 3},
+    ...                      "records_read": 3, "sources": [{"error": None}]}])
+    0
+    >>> recognised_records([{"records_valid": 0, "rejected_by_reason": {"missing_reward": 1},
+    ...                      "records_read": 1, "sources": [{"error": None}]}])
+    1
+    """
+    if not any(summary["records_read"] for summary in summaries) or any(
+            source.get("error") for summary in summaries for source in summary["sources"]):
+        return None
+    return sum(summary["records_valid"] + sum(count for reason, count in summary["rejected_by_reason"].items()
+                                               if reason not in UNRECOGNISED_REASONS)
+               for summary in summaries)
+
+
 def inputs_file_named(name: str) -> InputsFile | None:
     """The inputs file a file of that name is, by its stem's suffix (None: none)."""
     stem = name.removesuffix(".gz").removesuffix(".jsonl")

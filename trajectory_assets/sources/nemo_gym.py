@@ -72,6 +72,20 @@ from trajectory_assets.sources.format import InputsFile, SourceFormat, count_of
 SOURCE_FORMAT = "nemo_gym"
 DEFAULT_OPTIONS = ConversionConfig()
 
+# NeMo Gym's observability record (nemo_gym/rollout_observability.py, attached by
+# rollout_collection.py ``_attach_trajectory_record``): the per-rollout ``ng_trajectory``
+# (TrajectoryRecord, schema_version "1.0"), the agent's ``ng_agent_observations``
+# (AgentObservationBundle: invocations, tool calls, context compactions, sandboxes) and the
+# ``ng_model_call_capture`` (calls, gaps). They hold every model call's full request and
+# response: a second copy of the conversation, so only a summary of them is kept.
+OBSERVABILITY_KEYS = ("ng_trajectory", "ng_agent_observations", "ng_model_call_capture")
+# token_id_capture/delivery.py: the token capture's health (kept in metadata); its ``error`` is
+# why it set mask_sample
+TOKEN_CAPTURE_KEY = "_ng_token_capture"
+# rollout_collection.py: a row flagged so is written nowhere (a kill-shaped failure); judge.py
+# ``judge_failsafe``: the judge's error on a row of class judge_failed; a terminal failure is never retried
+NO_PERSIST_KEY, TERMINAL_KEY, JUDGE_ERROR_KEY = "_ng_no_persist", "_ng_failure_terminal", "_ng_failure_judge_error"
+
 # Top-level keys with a meaning of their own; every other key is a verifier extra and is
 # kept verbatim in the trajectory's metadata.
 KNOWN_KEYS = frozenset(
@@ -87,6 +101,7 @@ KNOWN_KEYS = frozenset(
         "agent_ref",
         "mask_sample",
         "task_type",
+        *OBSERVABILITY_KEYS,  # summarized (``observability_of``), never copied whole
     }
 )
 # the collector's keys that the materialized inputs share with the rollouts: the rest of an
@@ -102,6 +117,12 @@ QUALITY_FLAGS = (
     "unmatched_tool_response",  # a second tool output for an answered call (kept in metadata)
     "malformed_token_data",  # token ids / log probs of the wrong shape (kept in metadata)
     "verification_skipped",  # the agent skipped the verifier: its reward is a placeholder (kept in metadata)
+    # ng_agent_observations holds a context_compaction: the agent replaced turns with a summary
+    # (as Hermes' compressor does; the events are in metadata["ng_observability"]["compactions"])
+    "compressed",
+    # Gym's observability record names evidence it could not capture (ObservationGap; the codes
+    # are in metadata["ng_observability"]["gaps"])
+    "observability_gap",
 )
 _REASON_UNSAFE = re.compile(r"[^a-z0-9_]+")
 
@@ -112,12 +133,111 @@ def looks_like_rollout(record: dict[str, Any]) -> bool:
 
 def failure_rejection(record: dict[str, Any]) -> Rejection | None:
     """A row of the collector's failures sidecar (``<stem>_failures.jsonl``): never a
-    reward-0 sample. Its reason is ``ng_failure_<class>``, so the report counts each class."""
+    reward-0 sample. Its reason is ``ng_failure_<class>``, so the report counts each class;
+    the detail says whether Gym marked it terminal (never retried) and the judge's error of a
+    ``judge_failed`` row (judge.py ``judge_failsafe``). A row marked ``_ng_no_persist`` is
+    one Gym writes nowhere (a kill-shaped failure, re-dispatched on resume): ``ng_no_persist``."""
+    if record.get(NO_PERSIST_KEY):
+        return Rejection("ng_no_persist", "NeMo Gym marks this row not to be written anywhere (a kill-shaped "
+                                          "failure, re-dispatched on resume)")
     failure_class = record.get(FAILURE_CLASS_KEY)
     if failure_class is None:
         return None
     name = _REASON_UNSAFE.sub("_", str(failure_class).lower()).strip("_")[:60] or "unknown"
-    return Rejection(f"ng_failure_{name}", f"NeMo Gym recorded a failed attempt of class {failure_class!r}")
+    detail = f"NeMo Gym recorded a failed attempt of class {failure_class!r}"
+    if record.get(TERMINAL_KEY):
+        detail += " (terminal: never retried)"
+    if record.get(JUDGE_ERROR_KEY) is not None:
+        detail += f"; judge error: {str(record[JUDGE_ERROR_KEY])[:500]}"
+    return Rejection(f"ng_failure_{name}", detail)
+
+
+def mask_reason(record: dict[str, Any]) -> str | None:
+    """Why a masked rollout is masked, where Gym says it: the token capture's ``error``
+    (token_id_capture/delivery.py writes it in ``_ng_token_capture`` when it sets mask_sample).
+
+    >>> mask_reason({"mask_sample": True, "_ng_token_capture": {"n_calls": 0, "error": "no rollout id"}})
+    'no rollout id'
+    """
+    capture = record.get(TOKEN_CAPTURE_KEY)
+    error = capture.get("error") if isinstance(capture, dict) else None
+    return str(error) if error and is_masked(record) else None
+
+
+def reward_provenance_of(record: dict[str, Any]) -> dict[str, Any]:
+    """What the row says of where its reward came from: the agent that had it verified
+    (``agent_ref``: Gym maps each agent to its resources server, whose ``/verify`` gave the
+    reward) and the judge models of a judge environment (``judge_evaluations[*]``, as
+    resources_servers/equivalence_llm_judge/app.py ``JudgeEvaluation`` records them: the
+    judge's response's ``model``, else its request's). Ingest adds what the source's files say
+    (``reverification.source_provenance``).
+
+    >>> reward_provenance_of({"agent_ref": {"name": "math"}, "judge_evaluations": [
+    ...     {"responses_create_params": {"model": "j"}, "response": {"model": "judge-1"}}]})
+    {'verifier': 'math', 'judge_models': ['judge-1']}
+    """
+    agent_ref = record.get("agent_ref")
+    verifier = agent_ref.get("name") if isinstance(agent_ref, dict) else None
+    judges: list[str] = []
+    evaluations = record.get("judge_evaluations")
+    for evaluation in evaluations if isinstance(evaluations, list) else []:
+        if not isinstance(evaluation, dict):
+            continue
+        response, request = evaluation.get("response"), evaluation.get("responses_create_params")
+        model = (response.get("model") if isinstance(response, dict) else None) or (
+            request.get("model") if isinstance(request, dict) else None)
+        if isinstance(model, str) and model and model not in judges:
+            judges.append(model)
+    return {"verifier": verifier if isinstance(verifier, str) else None, "judge_models": judges}
+
+
+def observability_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A summary of Gym's observability record (None: the row has none): counts of what
+    ``ng_trajectory`` holds (invocations, the subagents among them, turns, tool and model
+    calls), every gap's code (``ObservationGap``; those of ``ng_agent_observations`` and of
+    ``ng_model_call_capture`` too), every context compaction (``ContextCompactionObservation``
+    without its model-call references) and every sandbox (``SandboxObservation``). The
+    payloads (conversations, model calls' requests and responses) are left out.
+
+    >>> observability_of({"ng_agent_observations": {"source": "a", "records": [
+    ...     {"kind": "context_compaction", "invocation_id": "i", "trigger": "tokens", "outcome": "completed"}],
+    ...     "gaps": [{"code": "turns_unavailable"}]}})["compactions"]
+    [{'invocation_id': 'i', 'trigger': 'tokens', 'outcome': 'completed'}]
+    """
+    if not any(key in record for key in OBSERVABILITY_KEYS):
+        return None
+    summary: dict[str, Any] = {}
+    gaps: list[str] = []
+    trajectory = record.get("ng_trajectory")
+    if isinstance(trajectory, dict):
+        invocations = [i for i in trajectory.get("invocations") or [] if isinstance(i, dict)]
+        summary["schema_version"] = trajectory.get("schema_version")
+        summary["invocations"] = len(invocations)
+        summary["subagents"] = sum(1 for i in invocations if i.get("parent_invocation_id") is not None)
+        for key in ("turns", "tool_calls", "model_calls"):
+            value = trajectory.get(key)
+            summary[key] = len(value) if isinstance(value, list) else 0
+    compactions, sandboxes = [], []
+    for key in OBSERVABILITY_KEYS:
+        value = record.get(key)
+        for gap in (value.get("gaps") if isinstance(value, dict) else None) or []:
+            if isinstance(gap, dict) and isinstance(gap.get("code"), str) and gap["code"] not in gaps:
+                gaps.append(gap["code"])
+    observations = record.get("ng_agent_observations")
+    for item in (observations.get("records") if isinstance(observations, dict) else None) or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("kind") == "context_compaction":
+            compactions.append({key: value for key, value in item.items() if key != "kind" and value is not None
+                                and key not in ("model_calls", "before_model_call", "after_model_call")})
+        elif item.get("kind") == "sandbox":
+            sandboxes.append({key: value for key, value in item.items() if key != "kind" and value is not None})
+    summary["gaps"] = gaps
+    if compactions:
+        summary["compactions"] = compactions
+    if sandboxes:
+        summary["sandboxes"] = sandboxes
+    return summary
 
 
 def is_masked(record: dict[str, Any]) -> bool:
@@ -207,6 +327,15 @@ def convert_rollout(
         flags.add(HERMES_MARKUP_FLAG)
     if unconverted_tools:
         metadata["unconverted_tools"] = unconverted_tools
+    observed = observability_of(record)
+    if observed is not None:
+        metadata["ng_observability"] = observed
+        if observed.get("compactions"):
+            flags.add("compressed")
+        if observed["gaps"]:
+            flags.add("observability_gap")
+    if (why_masked := mask_reason(record)) is not None:
+        metadata["mask_reason"] = why_masked
     if "agent_ref" in record:
         metadata["agent_ref"] = record["agent_ref"]
     status = response.get("status") if response is not None else None
@@ -243,6 +372,7 @@ def convert_rollout(
         token_data=conversation.token_data or None,
         quality_flags=sorted(flags),
         metadata=metadata,
+        reward_provenance=reward_provenance_of(record),
     )
 
 
@@ -396,6 +526,31 @@ def _expect(value: Any, kind: type, name: str) -> Any:
     return value
 
 
+# What a Gym run writes beside its rollouts, besides its inputs, failures and metrics: every one
+# named from the rollouts file's path by Gym's ``nemo_gym/utils/path_utils.py`` (its documented
+# API: ``aggregation_sources_path_for``, ``batch_status_path_for``, ``resolved_config_path_for``,
+# ``run_summary_path_for``, and per exporter of ``nemo_gym/exporters/__init__.py``'s
+# EXPORTER_REGISTRY, ``export_done_path_for`` / ``exporter_run_id_path_for``); the health
+# check's two reports, one per results folder (``nemo_gym/health/types.py``
+# QUALITY_SUMMARY_FILENAME, ROLLOUT_VERDICTS_FILENAME); the data processor's prepared rows
+# (``train_data_utils.py`` ``_collate_samples_single_type``: ``<dataset>_prepare.jsonl``
+# beside the dataset) and the collated collector input (``cli/eval.py``
+# ``e2e_rollout_collection``: ``<rollouts stem>/preprocessed_datasets/``). None holds a rollout:
+# listed in the batch, never read as records.
+RUN_FOLDER_FILES = (
+    SideFile("{stem}_sources.json"),
+    SideFile("{stem}_batch_status.json"),
+    SideFile("{stem}_resolved_config.yaml"),
+    SideFile("{stem}_run_summary.json"),
+    *(SideFile(f"{{stem}}_{exporter}_{marker}") for exporter in ("mlflow", "wandb")
+      for marker in ("export_done", "run_id")),
+    SideFile("quality_summary.json", in_folder=True),
+    SideFile("rollout_verdicts.jsonl", in_folder=True),
+    SideFile("*_prepare.jsonl", in_folder=True),
+    SideFile("{stem}/preprocessed_datasets/"),
+)
+
+
 def input_row(row: Any) -> tuple[tuple[int, int], dict[str, Any]] | None:
     """A row of the materialized inputs: its (``_ng_task_index``, ``_ng_rollout_index``) and
     what it gave the verifier; None for a line that is no input row."""
@@ -421,5 +576,5 @@ FORMAT = SourceFormat(
     # (rollout_collection.py ``_call_aggregate_metrics``; ``_agent_metrics.json`` is the older
     # name, still written by reward_profile.py ``write_to_disk``) and per-task reward profiles
     side_files=(SideFile("{stem}_aggregate_metrics.json"), SideFile("{stem}_reward_profiling.jsonl"),
-                SideFile("{stem}_agent_metrics.json")),
+                SideFile("{stem}_agent_metrics.json"), *RUN_FOLDER_FILES),
 )

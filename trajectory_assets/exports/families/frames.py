@@ -46,10 +46,13 @@ from trajectory_assets.config import Curation, SplitConfig
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.curation import (
     FILTER_COLUMNS,
+    SUPERSEDED,
+    SUPERSEDED_COLUMNS,
     balance,
     drop_exact_duplicates,
     filter_trajectories,
     near_duplicates,
+    superseded_copies,
 )
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, contaminated_trajectories, reason
 from trajectory_assets.exports.token_budget import TokenBudget
@@ -148,7 +151,13 @@ def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list
     benchmarks, read once more chunk by chunk."""
     if budget is not None:
         config = config.model_copy(update={"max_tokens": None})
-    kept, excluded = filter_trajectories(_concat(table.scan(columns)), config)
+    superseded = superseded_copies(_concat(table.scan(SUPERSEDED_COLUMNS)), config.reverified_reward)
+    candidates = _concat(table.scan(columns))
+    if superseded:  # a re-verified rollout is kept once: the other copy is counted, not filtered
+        candidates = candidates.loc[~candidates["trajectory_id"].isin(superseded)]
+    kept, excluded = filter_trajectories(candidates, config)
+    if superseded:
+        excluded[SUPERSEDED] += len(superseded)
     if config.dedup != "none":
         kept = drop_exact_duplicates(kept, excluded)
     if benchmarks is not None and len(kept):
