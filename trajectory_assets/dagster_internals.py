@@ -214,6 +214,8 @@ def instance_ref(instance: dg.DagsterInstance):
 
 
 def instance_from_ref(ref) -> dg.DagsterInstance:
+    """The instance ``ref`` (:func:`instance_ref`) was taken from, opened in this process.
+    Public alternative: ``DagsterInstance.get()``, which opens whatever ``DAGSTER_HOME`` names."""
     return dg.DagsterInstance.from_ref(ref)
 
 
@@ -224,6 +226,7 @@ def mark_run_canceling(instance: dg.DagsterInstance, run: dg.DagsterRun, message
 
 
 def mark_run_canceled(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> None:
+    """Ends a run that was being canceled, or that the CLI stopped before it ended, CANCELED."""
     instance.report_run_canceled(run, message)
 
 
