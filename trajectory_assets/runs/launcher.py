@@ -6,8 +6,9 @@ new interpreter, which imports the code location and the instance's storage modu
 the run starts, and the run queue waits for that before it launches the next run: 2.0 to
 3.4 s a run on this machine (``python -m bench.ui --compare-launcher``), paid by every run.
 
-``PreloadedRunLauncher`` (below, named in ``dagster_home/dagster.yaml``) hands the runs of this project's code location to ``LaunchedRuns``, in the process that
-launches them (the daemon's run queue):
+``PreloadedRunLauncher`` (below, named in ``dagster_home/dagster.yaml``) hands the runs of
+this project's code location to ``LaunchedRuns``, in the process that launches them (the
+daemon's run queue):
 
 - one fork server, started at the first launch and preloaded with what a step needs
   (``step_preload.py``: the code location and the instance's storage modules), forks a
