@@ -207,15 +207,16 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
     connection to a deleted file."""
     import multiprocessing
 
-    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
-    from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-    from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
     from sqlalchemy import event
     from sqlalchemy.pool import Pool
 
+    from trajectory_assets.runs.pooled_sqlite import PooledSqliteInstance
+
+    dagsters = internals.sqlite_storage_parts()
     # the methods overridden are still the ones that open a connection per operation
-    assert "_connect" in vars(SqliteEventLogStorage) and "connect" in vars(SqliteRunStorage), CHANGED
-    assert "connect" in vars(SqliteScheduleStorage) and "wipe" in vars(SqliteEventLogStorage), CHANGED
+    assert "_connect" in vars(dagsters.event_logs) and "connect" in vars(dagsters.runs), CHANGED
+    assert "connect" in vars(dagsters.schedules) and "wipe" in vars(dagsters.event_logs), CHANGED
+    assert dagsters.runs_directory("/home").startswith("/home") and isinstance(dagsters.index_shard, str), CHANGED
     opened: list[int] = []
 
     def count(*_):
@@ -232,9 +233,9 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
         with dg.instance_for_test() as plain:  # Dagster's own SQLite storage
             per_operation = connections_for_three_runs(plain)
         with dg.DagsterInstance.get() as instance:
-            assert type(instance).__name__ == "PooledSqliteInstance", "dagster.yaml names the instance class"
+            assert type(instance) is PooledSqliteInstance, "dagster.yaml names the instance class"
             assert internals.storage_classes(instance) == ("PooledSqliteRunStorage", "PooledSqliteEventLogStorage")
-            assert isinstance(instance.event_log_storage, SqliteEventLogStorage), CHANGED
+            assert isinstance(instance.event_log_storage, dagsters.event_logs), CHANGED
             # each run's own database created (two connections), one to the index: not one per
             # query and event
             kept = connections_for_three_runs(instance)
@@ -268,6 +269,34 @@ def test_pooled_sqlite_storage_is_dagsters_own_with_its_connections_kept(tempora
         assert internals.storage_classes(instance) == ("SqliteRunStorage", "SqliteEventLogStorage")
 
 
+def test_an_instance_whose_dagster_yaml_names_the_classes_old_module_still_loads(temporary_instance):
+    """dagster.yaml named both classes in dagster_internals.py before they moved to runs/: such
+    an instance loads them from their new modules, with a warning of one line that names the
+    module to write instead."""
+    from trajectory_assets.runs.launcher import PreloadedRunLauncher
+    from trajectory_assets.runs.pooled_sqlite import PooledSqliteInstance
+
+    old = temporary_instance.parent / "old_dagster_yaml"
+    old.mkdir()
+    text = (temporary_instance / "dagster.yaml").read_text()
+    for module in ("trajectory_assets.runs.pooled_sqlite", "trajectory_assets.runs.launcher"):
+        assert f"module: {module}\n" in text
+        text = text.replace(f"module: {module}\n", "module: trajectory_assets.dagster_internals\n")
+    (old / "dagster.yaml").write_text(text)
+    with pytest.warns(FutureWarning) as warned, dg.DagsterInstance.from_config(str(old)) as instance:
+        assert type(instance) is PooledSqliteInstance and type(instance.run_launcher) is PreloadedRunLauncher
+        assert dg.materialize([upstream], instance=instance, partition_key="a").success
+    messages = {str(warning.message) for warning in warned if issubclass(warning.category, FutureWarning)}
+    assert messages == {
+        "dagster.yaml names trajectory_assets.dagster_internals.PooledSqliteInstance, which moved: "
+        "write `module: trajectory_assets.runs.pooled_sqlite`",
+        "dagster.yaml names trajectory_assets.dagster_internals.PreloadedRunLauncher, which moved: "
+        "write `module: trajectory_assets.runs.launcher`"}
+    assert (old / "history" / "runs.db").is_file()
+    with pytest.raises(AttributeError):
+        internals.NoSuchName  # noqa: B018
+
+
 def test_preloaded_run_launcher_forks_the_project_code_location_only(temporary_instance, tmp_path, monkeypatch):
     """dagster.yaml names the launcher; a run of the project's code location, as the UI
     records it, is one it forks (its Python origin names the module and this interpreter) and
@@ -280,15 +309,20 @@ def test_preloaded_run_launcher_forks_the_project_code_location_only(temporary_i
     from dagster._core.launcher.base import WorkerStatus
     from dagster._record import copy
 
-    from trajectory_assets.runs.launcher import LaunchedRuns
+    from trajectory_assets.runs.launcher import LaunchedRuns, PreloadedRunLauncher
     from trajectory_assets.runs.run_workers import executor_tag, process_identity
 
     for method in ("launch_run", "terminate", "check_run_worker_health", "dispose"):
         assert callable(getattr(dg.DefaultRunLauncher, method, None)), CHANGED
+    failed = internals.launch_failed("no fork")
+    assert isinstance(failed, dg.DagsterError) and str(failed) == "no fork", CHANGED
     with dg.DagsterInstance.get() as instance:
         launcher = instance.run_launcher
-        assert type(launcher) is internals.PreloadedRunLauncher and launcher.supports_check_run_worker_health
-        assert isinstance(launcher._run_ids, set) and launcher._instance is instance, CHANGED
+        assert type(launcher) is PreloadedRunLauncher and launcher.supports_check_run_worker_health
+        assert launcher._instance is instance, CHANGED
+        internals.track_launched_run(launcher, "run-1")
+        assert "run-1" in launcher._run_ids, CHANGED  # what DefaultRunLauncher.join() waits for
+        launcher._run_ids.discard("run-1")
         from trajectory_assets.definitions import defs
 
         job = defs.resolve_job_def("ingest_rollout_batch")

@@ -110,3 +110,99 @@ def test_the_contracts_import_nothing_from_the_package():
     found = {f"{path.name}: {name}" for path in (REPOSITORY / "schemas").rglob("*.py")
              for name in imported_modules(path) if name.startswith("trajectory_assets")}
     assert not found, sorted(found)
+
+
+# The Dagster runtime's modules import one another without a circle, and dagster_internals.py,
+# the bottom of them, imports nothing of the package (ARCHITECTURE.md).
+RUNTIME = sorted(path for path in PACKAGE.rglob("*.py")
+                 if path.relative_to(PACKAGE).as_posix().startswith(DAGSTER_ROOMS))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path) -> set[str]:
+    """What a file imports, with ``from a import b`` also read as ``a.b`` (b may be a module);
+    imports inside functions included: a lazy import closes a circle as well."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Each module of ``paths``: the modules of ``paths`` it imports."""
+    modules = {module_name(path): path for path in paths}
+    return {name: (imported_names(path) & modules.keys()) - {name} for name, path in modules.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle through each strongly connected group of modules (Tarjan's algorithm), as
+    the modules in import order, the first repeated at the end."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = set()
+            while not group or group_end != module:
+                group_end = stack.pop()
+                group.add(group_end)
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [circle_in(graph, group) for group in groups]
+
+
+def circle_in(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A path of imports within ``group`` from its first module back to it."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        module = frontier.pop(0)
+        for imported in sorted(graph[module] & group):
+            if imported == start:
+                return paths[module] + [start]
+            if imported not in paths:
+                paths[imported] = paths[module] + [imported]
+                frontier.append(imported)
+    raise AssertionError(f"no circle in {sorted(group)}")
+
+
+def test_the_dagster_runtime_imports_without_a_circle():
+    cycles = import_cycles(import_graph(RUNTIME))
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_circle_check_names_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert import_cycles(graph) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    graph = import_graph(RUNTIME)
+    assert "trajectory_assets.dagster_internals" in graph["trajectory_assets.runs.launcher"]
+    assert "trajectory_assets.runs.run_workers" in graph["trajectory_assets.runs.launcher"]
+
+
+def test_the_internals_module_imports_nothing_of_the_package():
+    """It is below every Dagster room (runs/ and defs/ import it), so it never imports one back."""
+    assert not {name for name in imported_names(INTERNALS) if name.startswith("trajectory_assets")}

@@ -22,20 +22,23 @@ measured.
    queue's limit.
 5. **What the UI shows, for the tests**: staleness, freshness, check history, the
    partitions of a range, config validation, read the way Dagster reads them.
-6. **SQLite storage that keeps its connections** (``PooledSqliteInstance``, named in
-   ``dagster_home/dagster.yaml``): Dagster's SQLite storages build a new SQLAlchemy engine,
-   connection and dialect set-up for every operation; these reuse them.
+6. **SQLite storage that keeps its connections** (``runs/pooled_sqlite.py``): Dagster's
+   SQLite storage classes to subclass, and the instance defaults an instance class gives.
+7. **Runs launched from a preloaded fork server** (``runs/launcher.py``): what a run
+   launcher reads of a run's origins and returns to Dagster.
+
+The classes that dagster.yaml names (``PooledSqliteInstance``, ``PreloadedRunLauncher``) live
+in ``runs/``. This module imports nothing of the project (``tests/test_layout_rules.py``), so
+the modules that use it never import themselves back through it; only a dagster.yaml that
+still names the classes here makes it import one, on that lookup (``MOVED_TO``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, NamedTuple
 
 import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
@@ -92,7 +95,15 @@ __all__ = [
     "partition_keys_in_range",
     "stale_status",
     "storage_classes",
-    "PooledSqliteInstance",
+    "SqliteStorageParts",
+    "sqlite_storage_parts",
+    "instance_defaults",
+    "run_python_target",
+    "run_reconstructable_job",
+    "location_env",
+    "launch_failed",
+    "track_launched_run",
+    "run_worker_health",
 ]
 
 
@@ -203,6 +214,8 @@ def instance_ref(instance: dg.DagsterInstance):
 
 
 def instance_from_ref(ref) -> dg.DagsterInstance:
+    """The instance ``ref`` (:func:`instance_ref`) was taken from, opened in this process.
+    Public alternative: ``DagsterInstance.get()``, which opens whatever ``DAGSTER_HOME`` names."""
     return dg.DagsterInstance.from_ref(ref)
 
 
@@ -213,6 +226,7 @@ def mark_run_canceling(instance: dg.DagsterInstance, run: dg.DagsterRun, message
 
 
 def mark_run_canceled(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> None:
+    """Ends a run that was being canceled, or that the CLI stopped before it ended, CANCELED."""
     instance.report_run_canceled(run, message)
 
 
@@ -342,101 +356,27 @@ def config_errors(config_schema: Any, value: Any) -> list[str]:
     return [error.message for error in validate_config(schema, value).errors or []]
 
 
-# 6. SQLite storage that keeps its connections ---------------------------------------------------
-#
-# Dagster's SQLite run, event log and schedule storages call ``create_engine(..., poolclass=
-# NullPool)`` on every operation: a new engine, a new connection, SQLAlchemy's dialect set-up
-# queries, then ``dispose()``. That costs about 1.3 ms an operation, and an asset event takes two
-# or three (the run's own database, then the index): on the bundled sample, 1.5 s of a 5 s run
-# went to storing 248 events. These subclasses differ from Dagster's in that one thing: each
-# process keeps one engine per database file, with its pool of open connections. The files, the
-# schema, the migrations and the queries are Dagster's own. Postgres (deploy/postgres) pools its
-# connections already and does not use this.
+# 6. SQLite storage that keeps its connections (runs/pooled_sqlite.py) --------------------------
 
 
-class PooledSqliteInstance(dg.DagsterInstance):
-    """A Dagster instance whose default storage, when dagster.yaml has no ``storage:`` key, is
-    ``PooledSqliteStorage`` in the instance's own folder, where Dagster's SQLite storage would
-    be. An instance class (dagster.yaml's ``instance_class``), not a ``storage: custom:`` block,
-    because only an instance class is told the folder of the dagster.yaml it was loaded from: a
-    storage block would have to name it through ``DAGSTER_HOME``, and
-    ``DagsterInstance.from_config(folder)`` would then write to whatever instance that variable
-    named."""
+class SqliteStorageParts(NamedTuple):
+    """Dagster's SQLite storages, which ``runs/pooled_sqlite.py`` subclasses, and what they
+    are built from."""
 
-    @classmethod
-    def config_schema(cls) -> dict:
-        return {}
-
-    @staticmethod
-    def config_defaults(base_dir: str) -> dict:
-        import yaml
-        from dagster._core.instance.ref import InstanceRef
-        from dagster._serdes import ConfigurableClassData
-
-        defaults = dict(InstanceRef.config_defaults(base_dir))
-        defaults["storage"] = ConfigurableClassData(__name__, "PooledSqliteStorage",
-                                                    yaml.dump({"base_dir": base_dir}, default_flow_style=False))
-        return defaults
+    unified: type  # DagsterSqliteStorage: the three below, in an instance's folder
+    runs: type  # SqliteRunStorage
+    event_logs: type  # SqliteEventLogStorage
+    schedules: type  # SqliteScheduleStorage
+    index_shard: str  # the event log's index database
+    busy_timeout_s: float  # how long Dagster's SQLite connections wait for a lock
+    runs_directory: Callable[[str], str]  # where each storage keeps its files in an instance's folder
+    event_logs_directory: Callable[[str], str]
+    schedules_directory: Callable[[str], str]
 
 
-class _Engines:
-    """SQLAlchemy engines, one per SQLite file, for this process only.
-
-    A forked child never uses (or closes) its parent's connections: SQLite forbids carrying an
-    open connection across ``fork()``. It gets engines of its own, and the inherited ones are
-    kept referenced so that garbage collection never closes them under the parent. At most
-    ``capacity`` files stay open (a webserver reads one event database per run it shows); the
-    least recently used engine is disposed beyond that.
-    """
-
-    def __init__(self, capacity: int = 16, **engine_args: Any):
-        self._capacity = capacity
-        self._engine_args = engine_args
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._engines: OrderedDict[str, Any] = OrderedDict()
-        self._inherited: list[OrderedDict[str, Any]] = []
-
-    def get(self, conn_string: str):
-        with self._lock:
-            self._adopt()
-            engine = self._engines.get(conn_string)
-            if engine is None:
-                from sqlalchemy import create_engine
-
-                # unbounded overflow: as many connections at once as NullPool allowed, and
-                # five kept open between operations
-                engine = create_engine(conn_string, max_overflow=-1, **self._engine_args)
-                self._engines[conn_string] = engine
-                while len(self._engines) > self._capacity:
-                    self._engines.popitem(last=False)[1].dispose()
-            self._engines.move_to_end(conn_string)
-            return engine
-
-    def dispose(self) -> None:
-        with self._lock:
-            self._adopt()
-            for engine in self._engines.values():
-                engine.dispose()
-            self._engines = OrderedDict()
-
-    def _adopt(self) -> None:
-        """In a process forked since the engines were made: set the parent's aside, untouched."""
-        if os.getpid() != self._pid:
-            self._inherited.append(self._engines)
-            self._engines, self._pid = OrderedDict(), os.getpid()
-
-
-@contextmanager
-def _transaction(engine) -> Iterator[Any]:
-    with engine.connect() as conn:
-        with conn.begin():
-            yield conn
-
-
-def _pooled_storage_classes():
-    """The three pooled storages and the unified one, defined on first use so that importing
-    this module does not import Dagster's storage modules (SQLAlchemy, Alembic)."""
+def sqlite_storage_parts() -> SqliteStorageParts:
+    """Dagster's SQLite storage classes and their files' places, imported on call (SQLAlchemy,
+    Alembic). Public alternative: ``storage: sqlite``, which builds an engine per operation."""
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
         INDEX_SHARD_NAME,
         SqliteEventLogStorage,
@@ -451,92 +391,30 @@ def _pooled_storage_classes():
         _schedule_directory,
     )
 
-    class KeptConnections:
-        """``connect()`` of Dagster's SQLite run and schedule storages, on a kept engine."""
-
-        _conn_string: str
-
-        def __init__(self, *args, **kwargs):
-            self._pooled_engines = _Engines()
-            super().__init__(*args, **kwargs)
-
-        @contextmanager
-        def connect(self) -> Iterator[Any]:
-            with _transaction(self._pooled_engines.get(self._conn_string)) as conn:
-                yield conn
-
-        def dispose(self) -> None:
-            self._pooled_engines.dispose()
-            super().dispose()
-
-    class PooledSqliteRunStorage(KeptConnections, SqliteRunStorage):
-        pass
-
-    class PooledSqliteScheduleStorage(KeptConnections, SqliteScheduleStorage):
-        pass
-
-    class PooledSqliteEventLogStorage(SqliteEventLogStorage):
-        def __init__(self, base_dir: str, inst_data=None):
-            self._pooled_engines = _Engines(connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
-            super().__init__(base_dir, inst_data=inst_data)
-
-        @contextmanager
-        def _connect(self, shard: str) -> Iterator[Any]:
-            # as Dagster's, one operation at a time per storage, less the engine per call
-            with self._db_lock:
-                engine = self._pooled_engines.get(self.conn_string_for_shard(shard))
-                if shard not in self._initialized_dbs:
-                    self._initdb(engine)
-                    self._initialized_dbs.add(shard)
-                with _transaction(engine) as conn:
-                    yield conn
-
-        def has_table(self, table_name: str) -> bool:
-            # asked of the index at every tagged asset event
-            engine = self._pooled_engines.get(self.conn_string_for_shard(INDEX_SHARD_NAME))
-            with engine.connect() as conn:
-                return bool(engine.dialect.has_table(conn, table_name))
-
-        def wipe(self) -> None:
-            # wiping deletes the database files: no connection may outlive them
-            self._pooled_engines.dispose()
-            super().wipe()
-
-        def dispose(self) -> None:
-            self._pooled_engines.dispose()
-            super().dispose()
-
-    class PooledSqliteStorage(DagsterSqliteStorage):
-        """Dagster's SQLite storage, files and layout unchanged, with pooled connections."""
-
-        def __init__(self, base_dir: str, inst_data=None):
-            self.base_dir = base_dir
-            self._run_storage = PooledSqliteRunStorage.from_local(_runs_directory(base_dir))
-            self._event_log_storage = PooledSqliteEventLogStorage(_event_logs_directory(base_dir))
-            self._schedule_storage = PooledSqliteScheduleStorage.from_local(_schedule_directory(base_dir))
-            self._inst_data = inst_data
-            super(DagsterSqliteStorage, self).__init__()
-
-        @classmethod
-        def from_config_value(cls, inst_data, config_value):
-            return cls(config_value["base_dir"], inst_data=inst_data)
-
-    PooledSqliteStorage.__module__ = __name__
-    return PooledSqliteStorage
+    return SqliteStorageParts(DagsterSqliteStorage, SqliteRunStorage, SqliteEventLogStorage, SqliteScheduleStorage,
+                              INDEX_SHARD_NAME, SQLITE_BUSY_TIMEOUT_SECONDS, _runs_directory, _event_logs_directory,
+                              _schedule_directory)
 
 
-def __getattr__(name: str):
-    # ``PooledSqliteStorage`` is looked up by name when Dagster opens the instance
-    if name == "PooledSqliteStorage":
-        globals()[name] = _pooled_storage_classes()
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def instance_defaults(base_dir: str, storage: tuple[str, str, Mapping[str, Any]]) -> dict:
+    """What an instance class's ``config_defaults`` returns: Dagster's defaults for an
+    instance in ``base_dir``, with the storage (module, class, config) given instead of
+    Dagster's SQLite storage. Public alternative: a ``storage: custom:`` block in dagster.yaml,
+    which is not told the folder dagster.yaml was read from."""
+    import yaml
+    from dagster._core.instance.ref import InstanceRef
+    from dagster._serdes import ConfigurableClassData
+
+    module, class_name, config = storage
+    defaults = dict(InstanceRef.config_defaults(base_dir))
+    defaults["storage"] = ConfigurableClassData(module, class_name, yaml.dump(dict(config), default_flow_style=False))
+    return defaults
 
 
-# 7. Runs launched from a preloaded fork server --------------------------------------------------
+# 7. Runs launched from a preloaded fork server (runs/launcher.py) ------------------------------
 # Dagster's launcher has the code server spawn an interpreter per run, which imports the code
-# location before the run starts (runs/launcher.py). This one forks the runs of the project's
-# code location from a server that imported it once; every other run goes to Dagster's.
+# location before the run starts. ``PreloadedRunLauncher`` forks the runs of the project's code
+# location from a server that imported it once; every other run goes to Dagster's.
 
 
 def run_python_target(run: dg.DagsterRun) -> tuple[str, str, str] | None:
@@ -568,58 +446,42 @@ def location_env(instance: dg.DagsterInstance, location_name: str) -> dict[str, 
     return dict(loader.get_secrets_for_environment(location_name)) if loader is not None else {}
 
 
-class PreloadedRunLauncher(dg.DefaultRunLauncher):
-    """Dagster's default run launcher, except that the runs of this project's code location
-    are forked from a server that already imported it (``runs/launcher.py``): a launch takes
-    a fork, not a new interpreter that imports the code location. Named in dagster.yaml's
-    ``run_launcher``."""
+def launch_failed(message: str) -> Exception:
+    """The error a run launcher raises for a run it could not launch: Dagster's run queue
+    then fails the run with ``message``. Public alternative: none."""
+    from dagster._core.errors import DagsterLaunchFailedError
 
-    def __init__(self, inst_data=None):
-        super().__init__(inst_data=inst_data)
-        from trajectory_assets.runs.launcher import LaunchedRuns
+    return DagsterLaunchFailedError(message)
 
-        self._forked = LaunchedRuns()
 
-    def launch_run(self, context) -> None:
-        from trajectory_assets.runs.launcher import LaunchFailed
+def track_launched_run(launcher: dg.DefaultRunLauncher, run_id: str) -> None:
+    """Adds a run that a subclass of Dagster's default launcher launched itself to the runs its
+    ``join()`` waits for, as ``DefaultRunLauncher.launch_run`` does. Public alternative: none."""
+    launcher._run_ids.add(run_id)  # noqa: SLF001
 
-        run = context.dagster_run
-        reason = self._forked.why_not_here(self._instance, run)
-        if reason is not None:
-            self._instance.report_engine_event(f"Launched through the code server: {reason}.", run, cls=type(self))
-            return super().launch_run(context)
-        try:
-            self._forked.launch(self._instance, run)
-        except LaunchFailed as error:
-            from dagster._core.errors import DagsterLaunchFailedError
 
-            raise DagsterLaunchFailedError(str(error)) from None
-        self._run_ids.add(run.run_id)  # what join() waits for
+def run_worker_health(running: bool, message: str | None = None):
+    """What a run launcher's ``check_run_worker_health`` returns: the run's process is
+    running, or it failed (``message`` says why). Public alternative: none."""
+    from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 
-    def terminate(self, run_id: str) -> bool:
-        run = self._instance.get_run_by_id(run_id)
-        if run is None or run.is_finished:
-            return False
-        handled = self._forked.terminate(self._instance, run)
-        return super().terminate(run_id) if handled is None else handled
+    return CheckRunHealthResult(WorkerStatus.RUNNING if running else WorkerStatus.FAILED, message)
 
-    @property
-    def supports_check_run_worker_health(self) -> bool:
-        return True
 
-    def check_run_worker_health(self, run: dg.DagsterRun):
-        from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+# The two classes that dagster.yaml names by module path lived here until they moved to runs/.
+# An instance whose dagster.yaml still names them here loads them from there, with a warning
+# that names the new path. The import happens on that lookup only (this module imports nothing
+# of runs/ itself: tests/test_layout_rules.py).
+MOVED_TO = {"PooledSqliteInstance": "trajectory_assets.runs.pooled_sqlite",
+            "PreloadedRunLauncher": "trajectory_assets.runs.launcher"}
 
-        from trajectory_assets.runs.run_workers import executor_alive, recorded_executor
 
-        executor = recorded_executor(run)
-        alive = executor_alive(executor) if executor is not None else None
-        if alive is None:  # as for Dagster's launcher, which checks none: run monitoring fails any other status
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "not forked by this launcher on this machine: "
-                                        "its process is not checked")
-        return CheckRunHealthResult(WorkerStatus.RUNNING if alive else WorkerStatus.FAILED,
-                                    None if alive else f"its process ({executor}) is gone")
+def __getattr__(name: str):
+    if name not in MOVED_TO:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    import warnings
 
-    def dispose(self) -> None:
-        self._forked.dispose()
-        super().dispose()
+    warnings.warn(f"dagster.yaml names {__name__}.{name}, which moved: write `module: {MOVED_TO[name]}`",
+                  FutureWarning, stacklevel=2)
+    return getattr(importlib.import_module(MOVED_TO[name]), name)

@@ -6,9 +6,9 @@ new interpreter, which imports the code location and the instance's storage modu
 the run starts, and the run queue waits for that before it launches the next run: 2.0 to
 3.4 s a run on this machine (``python -m bench.ui --compare-launcher``), paid by every run.
 
-``PreloadedRunLauncher`` (``dagster_internals.py``, named in ``dagster_home/dagster.yaml``)
-hands the runs of this project's code location to ``LaunchedRuns``, in the process that
-launches them (the daemon's run queue):
+``PreloadedRunLauncher`` (below, named in ``dagster_home/dagster.yaml``) hands the runs of
+this project's code location to ``LaunchedRuns``, in the process that launches them (the
+daemon's run queue):
 
 - one fork server, started at the first launch and preloaded with what a step needs
   (``step_preload.py``: the code location and the instance's storage modules), forks a
@@ -202,3 +202,49 @@ class LaunchedRuns:
 
 class LaunchFailed(Exception):
     pass
+
+
+class PreloadedRunLauncher(dg.DefaultRunLauncher):
+    """Dagster's default run launcher, except that the runs of this project's code location
+    are forked from a server that already imported it (``LaunchedRuns``): a launch takes a
+    fork, not a new interpreter that imports the code location. Named in dagster.yaml's
+    ``run_launcher``."""
+
+    def __init__(self, inst_data=None):
+        super().__init__(inst_data=inst_data)
+        self._forked = LaunchedRuns()
+
+    def launch_run(self, context) -> None:
+        run = context.dagster_run
+        reason = self._forked.why_not_here(self._instance, run)
+        if reason is not None:
+            self._instance.report_engine_event(f"Launched through the code server: {reason}.", run, cls=type(self))
+            return super().launch_run(context)
+        try:
+            self._forked.launch(self._instance, run)
+        except LaunchFailed as error:
+            raise internals.launch_failed(str(error)) from None
+        internals.track_launched_run(self, run.run_id)  # what join() waits for
+
+    def terminate(self, run_id: str) -> bool:
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        handled = self._forked.terminate(self._instance, run)
+        return super().terminate(run_id) if handled is None else handled
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun):
+        executor = recorded_executor(run)
+        alive = executor_alive(executor) if executor is not None else None
+        if alive is None:  # as for Dagster's launcher, which checks none: run monitoring fails any other status
+            return internals.run_worker_health(True, "not forked by this launcher on this machine: "
+                                               "its process is not checked")
+        return internals.run_worker_health(alive, None if alive else f"its process ({executor}) is gone")
+
+    def dispose(self) -> None:
+        self._forked.dispose()
+        super().dispose()
