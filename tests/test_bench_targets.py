@@ -105,7 +105,11 @@ def test_the_peak_is_broken_down_by_role_for_each_run_variant():
 def test_a_measured_command_and_its_child_are_both_in_the_peak_and_in_the_cpu_time():
     from bench.run import measure
 
-    child = "import time; end = time.process_time() + 0.4\nwhile time.process_time() < end: pass\ntime.sleep(1.0)"
+    # the child holds 64 MB once it has exec'd, so the peak is a sample taken after its exec: at
+    # the instant between fork and exec it still has its parent's command line, and would be
+    # taken for a fork server forked from the command (seen under heavy load)
+    child = ("import time; held = bytes(range(256)) * 250_000; end = time.process_time() + 0.4\n"
+             "while time.process_time() < end: pass\ntime.sleep(1.0)")
     measured = measure([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"])
     roles = measured["peak_pss_by_role"]
     assert sorted(roles) == ["command", "other"], roles

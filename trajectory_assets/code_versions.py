@@ -11,8 +11,9 @@ The modules are found by parsing the source (every ``import`` statement, functio
 included, read with ``ast`` as tests/test_layout_rules.py reads them) from the asset's own modules through ``trajectory_assets`` and ``schemas``. A
 package's ``__init__.py`` is hashed with any module under it (Python runs it first), but
 what it imports is followed only when a module imports the package itself: the sources'
-registry lives in ``sources/__init__.py``, and an export that reads Hermes markup with
-``sources/hermes.py`` does not depend on how NeMo Gym rows are converted.
+registry lives in ``sources/__init__.py``, so a module that imports one format's module
+(``sources.format``) does not depend on the others, while one that asks the registry (the
+GRPO family: where a format's tasks go) depends on every format.
 
 Config: an asset reads only some sections of ``PipelineConfig``; their values are hashed
 in, so editing ``dpo.min_margin`` marks the DPO exports stale and nothing else. Dagster

@@ -10,7 +10,7 @@ chat-shaped ``role: tool`` message), a user message and a system/developer messa
 consecutive assistant ``message`` items become one message (their text joined with a
 newline), every ``reasoning`` item of the turn is gathered into its ``reasoning_content``
 (also one that comes after a ``function_call``), and every call of the turn is kept in order.
-Where we differ from that converter, on purpose (the README lists these):
+Where we differ from that converter, on purpose (docs/sources.md lists these too):
 
 - reasoning goes to ``reasoning_content``, not into the text as ``<think>`` blocks;
 - text pieces are joined with a newline rather than glued together;
