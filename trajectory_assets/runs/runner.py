@@ -381,13 +381,12 @@ def run_pipeline(
             result.batches.append(pipeline.outcome(label, run))
         if not all(outcome.success for outcome in result.batches):
             return result  # the exports need every batch
+        storage = run_config["resources"]["storage"]["config"]["root"]
         if batches_by_source:
-            store = Storage(run_config["resources"]["storage"]["config"]["root"])
-            result.unrecognised = unrecognised_sources(store, batches_by_source)
+            result.unrecognised = unrecognised_sources(Storage(storage), batches_by_source)
             if result.unrecognised:
                 return result
         if steps == "auto":  # decided here, as the executor would: the fork server is started from this thread
-            storage = run_config["resources"]["storage"]["config"]["root"]
             steps = "in_process" if trajectories_fit_in_process(storage, batches) else "multiprocess"
         if steps == "multiprocess" and pipeline.forks is None:
             pipeline.forks = start_fork_server()  # this process has run the ingest: not forked from it

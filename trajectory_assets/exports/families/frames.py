@@ -151,8 +151,11 @@ def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list
     benchmarks, read once more chunk by chunk."""
     if budget is not None:
         config = config.model_copy(update={"max_tokens": None})
-    superseded = superseded_copies(_concat(table.scan(SUPERSEDED_COLUMNS)), config.reverified_reward)
-    candidates = _concat(table.scan(columns))
+    # one scan of the flat columns, with what the superseded-copy rule reads, dropped once read
+    extra = [column for column in SUPERSEDED_COLUMNS if column not in columns]
+    candidates = _concat(table.scan([*columns, *extra]))
+    superseded = superseded_copies(candidates, config.reverified_reward)
+    candidates = candidates.drop(columns=extra)
     if superseded:  # a re-verified rollout is kept once: the other copy is counted, not filtered
         candidates = candidates.loc[~candidates["trajectory_id"].isin(superseded)]
     kept, excluded = filter_trajectories(candidates, config)
