@@ -1,0 +1,185 @@
+"""The sources and datasets of a deployment, as plain values the definitions are built from.
+
+A *source* is rollout files (folders, files, ``s3://`` prefixes) ingested once into its own
+storage, one batch partition per file, whatever reads it. A *dataset* reads one or more
+sources and writes its exports and report under its own storage root. They are declared in
+YAML (``defs/components.py`` reads them) or come from the environment: the environment's
+setup is one source and one dataset, both named ``""``, whose assets keep their unprefixed
+keys (``validated_trajectories``, ``sft_dataset``) and whose batches keep the partitions
+definition ``rollout_batches``, so an existing instance keeps its history.
+
+No Dagster here: ``validate`` checks a whole project before anything is built, so an error
+names the file and field it comes from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from trajectory_assets import layout
+from trajectory_assets.config import DecontaminationConfig, PipelineConfig
+
+ENVIRONMENT = ""  # the name of the environment's source and dataset (unprefixed keys)
+# a name becomes an asset key prefix, a partitions definition's and a job's name: Dagster
+# allows letters, digits and underscores there
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+DEFAULT_REFRESH_CRON = "0 3 * * *"
+# a day and an hour: the nightly refresh plus its margin (change it with the cron)
+DEFAULT_FRESHNESS_MINUTES = 25 * 60
+
+
+class ProjectError(Exception):
+    """A declaration that cannot be built; the message is one line naming the file and field."""
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    uris: tuple[str, ...]
+    storage: str  # where its raw records, validated trajectories and quarantine are written
+    # the settings of its conversion and redaction (the other sections are the datasets')
+    config_file: str | None = None
+    config: PipelineConfig = field(default_factory=PipelineConfig, compare=False)
+    declared_in: str | None = None
+
+    @property
+    def partitions(self) -> str:
+        """Its dynamic partitions definition: one partition per batch (source file)."""
+        return layout.BATCH_PARTITIONS if self.name == ENVIRONMENT else f"{self.name}_batches"
+
+    @property
+    def key_prefix(self) -> list[str]:
+        return [self.name] if self.name else []
+
+    def where(self, attribute: str) -> str:
+        return _where(self.declared_in, attribute, "source", self.name)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    sources: tuple[SourceSpec, ...]
+    storage: str  # its exports, report and gathered quarantine
+    config_file: str | None = None
+    config: PipelineConfig = field(default_factory=PipelineConfig, compare=False)
+    exports: tuple[str, ...] | None = None  # None: every export of the registry
+    refresh_cron: str = DEFAULT_REFRESH_CRON
+    freshness_minutes: int = DEFAULT_FRESHNESS_MINUTES
+    declared_in: str | None = None
+
+    @property
+    def key_prefix(self) -> list[str]:
+        return [self.name] if self.name else []
+
+    def where(self, attribute: str) -> str:
+        return _where(self.declared_in, attribute, "dataset", self.name)
+
+
+@dataclass(frozen=True)
+class Project:
+    sources: tuple[SourceSpec, ...]
+    datasets: tuple[DatasetSpec, ...]
+
+    def readers(self, source: SourceSpec) -> list[DatasetSpec]:
+        """The datasets that read ``source``."""
+        return [dataset for dataset in self.datasets if source in dataset.sources]
+
+    def benchmark_sets(self, source: SourceSpec) -> list[DecontaminationConfig]:
+        """The decontamination settings of every dataset reading ``source``, each once: ingest
+        flags a batch against each, and each dataset uses its own."""
+        sets: list[DecontaminationConfig] = []
+        for dataset in self.readers(source):
+            if dataset.config.decontamination.benchmarks and dataset.config.decontamination not in sets:
+                sets.append(dataset.config.decontamination)
+        return sets
+
+    def source(self, name: str) -> SourceSpec:
+        return next(source for source in self.sources if source.name == name)
+
+    def dataset(self, name: str) -> DatasetSpec:
+        return next(dataset for dataset in self.datasets if dataset.name == name)
+
+
+def environment_project(uris: list[str], storage: str, config_file: str | None, config: PipelineConfig,
+                        refresh_cron: str = DEFAULT_REFRESH_CRON,
+                        freshness_minutes: int = DEFAULT_FRESHNESS_MINUTES, name: str = ENVIRONMENT) -> Project:
+    """One source and one dataset of that source, into one storage root (today's setup: the
+    environment's, or an ad hoc CLI call's under its own ``name``)."""
+    source = SourceSpec(name, tuple(uris), storage, config_file, config)
+    dataset = DatasetSpec(name, (source,), storage, config_file, config, refresh_cron=refresh_cron,
+                          freshness_minutes=freshness_minutes)
+    return Project((source,), (dataset,))
+
+
+def call_name(uris: list[str], storage: str) -> str:
+    """An ad hoc CLI call's namespace, derived from its sources and storage: two calls on the
+    same rollouts into the same storage share their batches, any other two never collide.
+
+    >>> call_name(["/data/a"], "/out") == call_name(["/data/a"], "/out/")
+    True
+    >>> call_name(["/data/a"], "/out") == call_name(["/data/b"], "/out")
+    False
+    """
+    identity = "\n".join([*sorted(uri.rstrip("/") for uri in uris), "->", storage.rstrip("/")])
+    return "adhoc_" + hashlib.sha256(identity.encode()).hexdigest()[:10]
+
+
+def merged(*projects: Project) -> Project:
+    return Project(tuple(s for p in projects for s in p.sources), tuple(d for p in projects for d in p.datasets))
+
+
+def validate(project: Project) -> None:
+    """Every rule that spans declarations, checked before anything is built; the first broken
+    one is raised as a ``ProjectError`` naming the file and field."""
+    names: dict[str, str] = {}
+    for spec in [*project.sources, *project.datasets]:
+        kind = "source" if isinstance(spec, SourceSpec) else "dataset"
+        if spec.name != ENVIRONMENT and not NAME.fullmatch(spec.name):
+            raise ProjectError(f"{spec.where('name')}: {spec.name!r} cannot be part of an asset key: use letters, "
+                               "digits and underscores, starting with a letter")
+        if spec.name in names and not _pair(project, spec.name):
+            raise ProjectError(f"{spec.where('name')}: the name {spec.name!r} is already the {names[spec.name]}; "
+                               "every source and dataset needs a name of its own")
+        names.setdefault(spec.name, f"{kind} declared in {spec.declared_in or 'the environment'}")
+    for source in project.sources:
+        if not source.uris:
+            raise ProjectError(f"{source.where('uris')}: a source needs at least one URI")
+        for other in project.sources:
+            if other is source:
+                continue
+            for uri in source.uris:
+                for outer in other.uris:
+                    if _inside(uri, outer):
+                        raise ProjectError(f"{source.where('uris')}: {uri} is inside source {other.name!r} "
+                                           f"({outer}): its files would be two sources' batches")
+    roots: dict[str, DatasetSpec] = {}
+    for dataset in project.datasets:
+        if not dataset.sources:
+            raise ProjectError(f"{dataset.where('sources')}: a dataset reads at least one source")
+        root = dataset.storage.rstrip("/")
+        if root in roots:
+            raise ProjectError(f"{dataset.where('storage')}: {dataset.storage} is already the storage of dataset "
+                               f"{roots[root].name!r} ({roots[root].declared_in}); each dataset writes its own root")
+        roots[root] = dataset
+
+
+def _pair(project: Project, name: str) -> bool:
+    """A source and a dataset may share a name only as one setup's pair (the environment's, or
+    an ad hoc call's): one source into the storage its one dataset writes."""
+    sources = [s for s in project.sources if s.name == name]
+    datasets = [d for d in project.datasets if d.name == name]
+    return len(sources) == len(datasets) == 1 and datasets[0].sources == (sources[0],) \
+        and sources[0].declared_in is None
+
+
+def _inside(uri: str, outer: str) -> bool:
+    uri, outer = uri.removeprefix("file://").rstrip("/"), outer.removeprefix("file://").rstrip("/")
+    return uri == outer or uri.startswith(outer + "/")
+
+
+def _where(declared_in: str | None, attribute: str, kind: str, name: str) -> str:
+    if declared_in is None:
+        return f"the environment's {kind} ({attribute})"
+    return f"{declared_in}: attributes.{attribute}"
