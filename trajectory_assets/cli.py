@@ -7,6 +7,16 @@ shows them and can re-execute them.
     trajectory-assets run --source SRC [--source SRC ...] --storage DEST [--config FILE]
                           [--exports NAME,NAME,...] [--workers N]
                           [--execution auto|in-process|forked] [--verbose]
+    trajectory-assets run --dataset NAME [--exports ...] [--workers N] [--execution ...]
+    trajectory-assets list
+
+``--dataset`` builds a declared dataset (``catalog/``): it ingests what of its sources is not
+ingested yet, under a lock per source, so calls and the UI's sensor sharing a source ingest
+each batch once. ``--source/--storage`` is an ad hoc call: its batches and assets have a
+namespace of their own, derived from its sources and storage (``adhoc_<hash>/...``), so it
+never meets a declared source or another call; a call whose sources, storage and config are
+the environment's dataset's (``make run``) is that dataset, unprefixed. ``list`` shows the
+declared sources and datasets with their last materialization.
 
 Exit code 0 when the run completes (quarantined records are not failures); 2 with a
 one-line reason when the arguments, a source, the config or storage cannot be used; 1 when
@@ -25,7 +35,9 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 EXIT_STEP_FAILED = 1
 EXIT_UNUSABLE_INPUT = 2
@@ -51,9 +63,10 @@ def main(argv: list[str] | None = None, single_call_process: bool = False) -> in
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="materialize every asset (trajectories, exports, stats)",
                               formatter_class=_Help)
-    run.add_argument("--source", action="append", required=True,
+    run.add_argument("--source", action="append",
                      help="folder, .jsonl/.jsonl.gz file or s3://bucket/prefix; repeatable")
-    run.add_argument("--storage", required=True, help="output folder or s3://bucket/prefix")
+    run.add_argument("--storage", help="output folder or s3://bucket/prefix")
+    run.add_argument("--dataset", help="a declared dataset (instead of --source/--storage/--config)")
     run.add_argument("--config", help="YAML config (see config.example.yaml)")
     run.add_argument(
         "--workers", type=int, default=None,
@@ -67,7 +80,15 @@ def main(argv: list[str] | None = None, single_call_process: bool = False) -> in
              "processes forked from a preloaded server; auto (default): in process for small inputs",
     )
     run.add_argument("--verbose", action="store_true", help="show Dagster's event log")
+    commands.add_parser("list", help="the declared sources and datasets, with their last materialization")
     args = parser.parse_args(argv)
+    if args.command == "list":
+        return _list()
+    if args.dataset is not None and (args.source or args.storage or args.config):
+        parser.error("--dataset reads its sources, storage and config from its declaration: "
+                     "give it without --source, --storage and --config")
+    if args.dataset is None and not (args.source and args.storage):
+        parser.error("give --source and --storage, or --dataset")
     return _run(args, single_call_process)
 
 
@@ -103,33 +124,44 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
     from trajectory_assets.sources import discover_sources
     from trajectory_assets.progress import progress_for
 
-    storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
-    sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
+    try:
+        target, configs, named = (_declared_call(args.dataset) if args.dataset is not None else _ad_hoc_call(args))
+    except CallError as error:
+        print(f"trajectory-assets: {error}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
+    storage = target.storage
     # fail fast, in one line, on what the user can fix
     exports = None if args.exports is None else [name.strip() for name in args.exports.split(",") if name.strip()]
     assets = None  # the whole datasets job: every export and the report
     if exports is not None:
         from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
-        unknown = sorted(set(exports) - set(EXPORTS_BY_NAME))
+        available = configs.exports or list(EXPORTS_BY_NAME)
+        unknown = sorted(set(exports) - set(available))
         if unknown or not exports:
             print(f"trajectory-assets: unknown export(s) {unknown or args.exports!r}; choose from "
-                  f"{', '.join(EXPORTS_BY_NAME)}", file=sys.stderr)
+                  f"{', '.join(available)}", file=sys.stderr)
             return EXIT_UNUSABLE_INPUT
         assets = [EXPORTS_BY_NAME[name].asset_name for name in exports] + ["stats_report"]
     try:
-        config = load_config(args.config)
-        check_rules(config.redaction)  # the ingest steps check them again before they redact
-        if config.tokenizer is not None:
-            check_tokenizer(config.tokenizer)  # the runs' steps load it; this process only checks
-        cached_index(config.decontamination)  # every benchmark readable, with its fields (kept for in-process runs)
-        found = discover_sources(sources)
+        for config in configs.sources:
+            check_rules(config.redaction)  # the ingest steps check them again before they redact
+        if configs.dataset.tokenizer is not None:
+            check_tokenizer(configs.dataset.tokenizer)  # the runs' steps load it; this process only checks
+        cached_index(configs.dataset.decontamination)  # every benchmark readable (kept for in-process runs)
+        found = discover_sources(named)
     except (ConfigError, SourceError, TokenizerError, BenchmarkError) as error:
         print(f"trajectory-assets: {error}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
-    batches = sorted({batch_key(source.source_id) for source in found})
+    for source in target.sources:
+        source_found = [found_source for found_source in found if any(_covers(found_source, uri)
+                                                                         for uri in configs.uris[source.name])]
+        source.batches = sorted({batch_key(found_source.source_id) for found_source in source_found})
+        if source.found is not None:
+            source.found = {batch_key(found_source.source_id): found_source for found_source in source_found}
+    batches = target.batches
     batches_by_source = {path: sorted({batch_key(source.source_id) for source in found if _covers(source, path)})
-                         for path in sources}
+                         for path in named}
     if empty := [path for path, keys in batches_by_source.items() if not keys]:
         from trajectory_assets.sources import formats_tried
 
@@ -156,18 +188,15 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
 
         from trajectory_assets.runs.runner import run_pipeline, unreadable_sources
 
-        # the call's sources, storage and config travel in each run's config (shown with the run in the UI)
-        config_file = str(Path(args.config).resolve()) if args.config else None
         run_config = {
-            "resources": {"sources": {"config": {"paths": sources}}, "storage": {"config": {"root": storage}},
-                          "settings": {"config": {"config_file": config_file}}},
+            **configs.run_config,
             "loggers": {"console": {"config": {"log_level": "DEBUG" if args.verbose else "CRITICAL"}}},
         }
         from trajectory_assets.runs.instance import open_instance
 
         with open_instance() as instance:
             try:
-                run = run_pipeline(instance, batches, run_config, slots=slots, runs=runs, assets=assets,
+                run = run_pipeline(instance, target, run_config, slots=slots, runs=runs, assets=assets,
                                    progress=progress, forks=forks, steps=steps, taken=interrupts,
                                    batches_by_source=batches_by_source)
             except (dg.DagsterError, RuntimeError) as error:  # the instance or the code location cannot be used
@@ -186,9 +215,7 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         print(f"trajectory-assets: run failed: {run.first_failure}", file=sys.stderr)
         return EXIT_STEP_FAILED
 
-    from trajectory_assets.io.storage import Storage
-
-    store = Storage(storage)
+    store = target.store()
     stats = store.read_json(layout.STATS_JSON)
     print(
         f"records: {stats['records_read']} read = {stats['records_valid']} valid"
@@ -206,6 +233,131 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         named = "; ".join(f"{uri} ({error})" for uri, error in unreadable)
         print(f"trajectory-assets: cannot read {len(unreadable)} source(s) at all: {named}", file=sys.stderr)
         return EXIT_UNUSABLE_INPUT
+    return 0
+
+
+class CallError(Exception):
+    """A call that cannot start (an unknown dataset, a catalog that does not load): one line."""
+
+
+@dataclass
+class _Configs:
+    """What a call checks before any run, and what its runs' config says."""
+
+    sources: list  # each source's PipelineConfig (its conversion and redaction)
+    dataset: Any  # the dataset's PipelineConfig
+    uris: dict[str, list[str]]  # source name -> its URIs
+    run_config: dict = field(default_factory=dict)
+    exports: list[str] | None = None  # the dataset's exports (None: every one)
+
+
+def _ad_hoc_call(args: argparse.Namespace):
+    """``--source/--storage``: the environment's dataset when they (and the config) are its,
+    else a source and dataset of the call's own namespace (``project.call_name``)."""
+    from trajectory_assets.config import ConfigError, load_config
+    from trajectory_assets.defs.declared import declared_project
+    from trajectory_assets.project import ENVIRONMENT, ProjectError, RunSettings, call_name, call_settings, resource_key
+    from trajectory_assets.runs.run_plan import DatasetCall, SourceCall
+
+    storage = args.storage if "://" in args.storage else str(Path(args.storage).resolve())
+    sources = [s if "://" in s else str(Path(s).resolve()) for s in args.source]
+    config_file = str(Path(args.config).resolve()) if args.config else None
+    environment = RunSettings.from_env()
+    try:
+        built = declared_project()[1]
+    except ProjectError as error:
+        raise CallError(str(error)) from None
+    if built and (sources, storage, config_file) == (environment.sources, environment.storage,
+                                                     environment.config_file):
+        name, call = ENVIRONMENT, None
+    else:
+        name = call_name(sources, storage)
+        call = call_settings(RunSettings(sources, storage, config_file, name=name))
+    try:
+        config = load_config(config_file)
+    except ConfigError as error:
+        raise CallError(str(error)) from None
+    # the call's sources, storage and config travel in each run's config (shown with the run in the UI)
+    run_config = {"resources": {resource_key(name, "sources"): {"config": {"paths": sources}},
+                                resource_key(name, "storage"): {"config": {"root": storage}},
+                                resource_key(name, "settings"): {"config": {"config_file": config_file}}}}
+    target = DatasetCall(name, storage, [SourceCall(name, storage, [])], call)
+    return target, _Configs([config], config, {name: sources}, run_config), sources
+
+
+def _declared_call(dataset_name: str):
+    """``--dataset NAME``: a declared dataset and its sources, whose batches already ingested
+    as they are now are not ingested again."""
+    from trajectory_assets.config import ConfigError, load_config
+    from trajectory_assets.defs.declared import declared_project
+    from trajectory_assets.project import ProjectError
+    from trajectory_assets.runs.run_plan import DatasetCall, SourceCall
+
+    try:
+        declared, _ = declared_project()
+    except ProjectError as error:
+        raise CallError(str(error)) from None
+    datasets = {dataset.name: dataset for dataset in (declared.datasets if declared else ())}
+    if dataset_name not in datasets:
+        raise CallError(f"no dataset {dataset_name!r} is declared; declared: {', '.join(sorted(datasets)) or 'none'}"
+                        " (trajectory-assets list)")
+    dataset = datasets[dataset_name]
+    target = DatasetCall(dataset.name, dataset.storage,
+                         [SourceCall(source.name, source.storage, [], found={}) for source in dataset.sources])
+    try:
+        dataset_config = load_config(dataset.config_file) if dataset.config_file else dataset.config
+    except ConfigError as error:
+        raise CallError(str(error)) from None
+    configs = _Configs([source.config for source in dataset.sources], dataset_config,
+                       {source.name: list(source.uris) for source in dataset.sources},
+                       exports=list(dataset.exports) if dataset.exports else None)
+    return target, configs, [uri for source in dataset.sources for uri in source.uris]
+
+
+def _list() -> int:
+    """The declared sources and datasets, each with its last materialization in the instance."""
+    from trajectory_assets import PROJECT_ROOT
+    from trajectory_assets.defs.declared import declared_project
+    from trajectory_assets.project import ProjectError
+
+    try:
+        declared, environment = declared_project()
+    except ProjectError as error:
+        print(f"trajectory-assets: {error}", file=sys.stderr)
+        return EXIT_UNUSABLE_INPUT
+    if declared is None or not (declared.sources or declared.datasets):
+        print("no sources or datasets are declared (catalog/, or TRAJECTORY_CATALOG); the environment's dataset "
+              "is built from TRAJECTORY_SOURCE")
+        return 0
+    os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / "dagster_home"))
+    import dagster as dg
+
+    from trajectory_assets.defs.batches import asset_key
+    from trajectory_assets.runs.instance import open_instance
+
+    warnings.filterwarnings("ignore")
+    with open_instance() as instance:
+        def last(key) -> str:
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records
+            if not records:
+                return "never materialized"
+            from datetime import datetime, timezone
+
+            when = datetime.fromtimestamp(records[0].timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            return f"last materialized {when}"
+
+        print("sources:")
+        for source in declared.sources:
+            batches = len(instance.get_dynamic_partitions(source.partitions))
+            print(f"  {source.name}: {', '.join(source.uris)} -> {source.storage}; {batches} batch(es); "
+                  f"{last(asset_key(source.name, 'validated_trajectories'))}")
+        print("datasets:")
+        for dataset in declared.datasets:
+            exports = ", ".join(dataset.exports) if dataset.exports else "every export"
+            print(f"  {dataset.name}: reads {', '.join(s.name for s in dataset.sources)} -> {dataset.storage}; "
+                  f"{exports}; report {last(asset_key(dataset.name, 'stats_report'))}")
+    if environment:
+        print("(the environment's dataset is built too: TRAJECTORY_SOURCE is set)")
     return 0
 
 

@@ -1,59 +1,33 @@
-"""The Dagster code location (``dagster dev -w workspace.yaml`` loads ``defs`` from here)."""
+"""The Dagster code location (``dagster dev -w workspace.yaml`` loads ``defs`` from here).
+
+It builds every declared source and dataset (``catalog/``, ``defs/components.py``) and the
+environment's dataset (``TRAJECTORY_SOURCE``...: today's setup, with unprefixed keys): each
+source's batch assets, sensor and ingest job; each dataset's exports, report, job, automation
+and schedule.
+"""
 
 from __future__ import annotations
 
-import os
+import functools
+import json
 import warnings
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 import dagster as dg
 
-from trajectory_assets import PROJECT_ROOT
+from trajectory_assets.defs.automation import build_batch_sensor, build_dataset_automation, build_jobs
 from trajectory_assets.defs.code_versions import asset_code_versions, with_code_versions
-from trajectory_assets.defs.automation import BATCH_ASSETS, build_automation, build_jobs
-from trajectory_assets.runs.executors import sized_executor
-from trajectory_assets.defs.exports import export_assets
-from trajectory_assets.defs.ingest import ingest_batches
-from trajectory_assets.defs.reports import stats_report
+from trajectory_assets.defs.exports import build_family_asset
+from trajectory_assets.defs.ingest import build_ingest_assets
+from trajectory_assets.defs.reports import build_report_asset
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
+from trajectory_assets.exports.registry import EXPORT_FAMILIES, EXPORTS, EXPORTS_BY_NAME
+from trajectory_assets.defs.declared import declared_project
+from trajectory_assets.project import DatasetSpec, Project, RunSettings, SourceSpec, merged, resource_key, validate
+from trajectory_assets.runs.executors import sized_executor
 from trajectory_assets.runs.run_plan import INGEST_JOB, MAIN_JOB
 
-BUNDLED_SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
 __all__ = ["INGEST_JOB", "MAIN_JOB", "RunSettings", "build_definitions", "defs"]
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    sources: list[str]
-    storage: str
-    config_file: str | None = None
-    # how often the batch sensor lists the sources and the automation looks for changed inputs:
-    # a few seconds, so that `dagster dev` keeps pace with the CLI (the listing gives every
-    # file's fingerprint: an unchanged file costs no request of its own)
-    sensor_interval_seconds: int = 3
-    refresh_cron: str = "0 3 * * *"
-    executor: str = "multiprocess"  # how the datasets job's steps run: "multiprocess", or "k8s" (a pod each)
-    # the exports and the report fail their freshness policy when not rebuilt for this long:
-    # a day and an hour, the nightly refresh plus its margin (change it with the cron)
-    freshness_minutes: int = 25 * 60
-
-    @classmethod
-    def from_env(cls) -> "RunSettings":
-        """TRAJECTORY_SOURCE (comma-separated), TRAJECTORY_STORAGE, TRAJECTORY_CONFIG,
-        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON, TRAJECTORY_EXECUTOR,
-        TRAJECTORY_FRESHNESS_MINUTES."""
-        sources = [s.strip() for s in os.environ.get("TRAJECTORY_SOURCE", "").split(",") if s.strip()]
-        return cls(
-            sources=sources or [str(BUNDLED_SAMPLE)],
-            storage=os.environ.get("TRAJECTORY_STORAGE") or str(Path.cwd() / "data"),
-            config_file=os.environ.get("TRAJECTORY_CONFIG") or None,
-            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 3),
-            refresh_cron=os.environ.get("TRAJECTORY_REFRESH_CRON") or "0 3 * * *",
-            executor=os.environ.get("TRAJECTORY_EXECUTOR") or "multiprocess",
-            freshness_minutes=int(os.environ.get("TRAJECTORY_FRESHNESS_MINUTES") or 25 * 60),
-        )
 
 
 # On a cluster: a pod per datasets step, the three export families at once (the report waits
@@ -66,13 +40,13 @@ K8S_STEPS = {
 }
 
 
-def step_executor(name: str, storage: str) -> dg.ExecutorDefinition:
-    """The code location's default executor, by name: on this machine (``executors.py``: in
-    the run's process, or forked when the data is large), or ``k8s_job_executor`` (a
-    Kubernetes job per step, for the datasets job on a cluster). The ingest job always runs
-    its one step in its run's process."""
+def step_executor(name: str, sources: dict[str, str]) -> dg.ExecutorDefinition:
+    """A datasets job's executor, by name: on this machine (``executors.py``: in the run's
+    process, or forked when its sources' data is large; ``sources``: name -> storage root), or
+    ``k8s_job_executor`` (a Kubernetes job per step, on a cluster). The ingest jobs always run
+    their one step in the run's process."""
     if name == "multiprocess":
-        return sized_executor(storage)
+        return sized_executor(sources)
     if name == "k8s":
         from dagster_k8s import k8s_job_executor  # only needed on a cluster
 
@@ -80,35 +54,110 @@ def step_executor(name: str, storage: str) -> dg.ExecutorDefinition:
     raise ValueError(f"TRAJECTORY_EXECUTOR must be 'multiprocess' or 'k8s', not {name!r}")
 
 
-def build_definitions(settings: RunSettings) -> dg.Definitions:
-    ingest_job, datasets_job = build_jobs()
-    automation = build_automation(settings.sensor_interval_seconds, settings.refresh_cron, ingest_job, datasets_job)
+def build_definitions(settings: RunSettings, declared: Project | None = None, environment: bool = True) -> dg.Definitions:
+    """The environment's (or a call's) source and dataset from ``settings`` (unless not
+    ``environment``), and every ``declared`` source and dataset."""
+    project = merged(*([settings.project()] if environment else []), *([declared] if declared else []))
+    validate(project)
+    resources: dict[str, object] = {}
+    source_assets = {}
+    versions: dict[str, str] = {}
+    imports: dict[str, set[str]] = {}  # shared by every namespace's code versions: each module read once
+    for source in project.sources:
+        resources[resource_key(source.name, "sources")] = RolloutSources(paths=list(source.uris))
+        resources[resource_key(source.name, "storage")] = TrajectoryStorage(root=source.storage)
+        resources[resource_key(source.name, "settings")] = _settings(source, project)
+        source_assets[source.name] = build_ingest_assets(source.name)
+        versions.update(_prefixed(source.key_prefix, asset_code_versions(_config(source), imports=imports)))
+    dataset_assets = {}
+    for dataset in project.datasets:
+        resources[resource_key(dataset.name, "storage")] = TrajectoryStorage(root=dataset.storage)
+        resources[resource_key(dataset.name, "settings")] = _settings(dataset, project)
+        dataset_assets[dataset.name] = _dataset_assets(dataset)
+        versions.update(_prefixed(dataset.key_prefix, asset_code_versions(_config(dataset), imports=imports)))
+    ingest_jobs, dataset_jobs = build_jobs(
+        source_assets, dataset_assets,
+        {dataset.name: step_executor(settings.executor, {s.name: s.storage for s in dataset.sources})
+         for dataset in project.datasets})
+    jobs_of = dict(zip(dataset_assets, dataset_jobs))
+    automation = [
+        *(build_batch_sensor(source.name, settings.sensor_interval_seconds, ingest_job,
+                             [jobs_of[dataset.name] for dataset in project.readers(source)])
+          for source, ingest_job in zip(project.sources, ingest_jobs)),
+        *(definition for dataset in project.datasets
+          for definition in build_dataset_automation(dataset.name, dataset_assets[dataset.name],
+                                                     settings.sensor_interval_seconds, dataset.refresh_cron,
+                                                     jobs_of[dataset.name])),
+    ]
     defs = dg.Definitions(
-        assets=[ingest_batches, *export_assets, stats_report],
-        jobs=[ingest_job, datasets_job],
-        executor=step_executor(settings.executor, settings.storage),
+        assets=[*source_assets.values(), *(a for assets in dataset_assets.values() for a in assets)],
+        jobs=[*ingest_jobs, *dataset_jobs],
+        # what the UI's ad hoc materializations run on: sized by every source's data
+        executor=step_executor(settings.executor, {source.name: source.storage for source in project.sources}),
         sensors=[d for d in automation if isinstance(d, dg.SensorDefinition)],
         schedules=[d for d in automation if isinstance(d, dg.ScheduleDefinition)],
-        resources={
-            "sources": RolloutSources(paths=settings.sources),
-            "storage": TrajectoryStorage(root=settings.storage),
-            "settings": PipelineSettings(config_file=settings.config_file),
-        },
+        resources=resources,
     )
-    # the datasets show as failing freshness in the UI when they were not rebuilt within the
-    # window: a batch landed and its refresh failed, or the nightly refresh did not run
-    freshness = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=settings.freshness_minutes))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # map_resolved_asset_specs is marked preview in Dagster 1.13
-        defs = with_code_versions(defs, asset_code_versions(settings.config_file))
-        return defs.map_resolved_asset_specs(func=lambda spec: dg.apply_freshness_policy(spec, freshness),
-                                             selection=dg.AssetSelection.all() - BATCH_ASSETS)
+        defs = with_code_versions(defs, versions)
+        for dataset in project.datasets:
+            # the datasets show as failing freshness in the UI when they were not rebuilt within the
+            # window: a batch landed and its refresh failed, or the scheduled refresh did not run
+            freshness = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=dataset.freshness_minutes))
+            defs = defs.map_resolved_asset_specs(
+                func=lambda spec, policy=freshness: dg.apply_freshness_policy(spec, policy),
+                selection=dg.AssetSelection.assets(*dataset_assets[dataset.name]))
+        return defs
 
 
-defs = build_definitions(RunSettings.from_env())
+def _dataset_assets(dataset: DatasetSpec) -> list[dg.AssetsDefinition]:
+    exports = [EXPORTS_BY_NAME[name] for name in dataset.exports] if dataset.exports else list(EXPORTS)
+    sources = [source.name for source in dataset.sources]
+    declared = dataset.declared_in is not None
+    families = [build_family_asset(family, [e for e in exports if e.family == family], dataset.name, sources, declared)
+                for family in EXPORT_FAMILIES if any(e.family == family for e in exports)]
+    return [*families, build_report_asset(dataset.name, sources, exports)]
 
 
-def job_by_name(name: str) -> dg.JobDefinition:
-    """A job of the code location, for processes that load it by reference (the CLI's forked
-    runs and steps: ``dg.build_reconstructable_job``)."""
-    return defs.resolve_job_def(name)
+def _settings(spec: SourceSpec | DatasetSpec, project: Project) -> PipelineSettings:
+    """A source's or dataset's config resource: its config file, or its declaration's sections;
+    a declared source's names the benchmark sets of every dataset reading it."""
+    if spec.declared_in is None:
+        return PipelineSettings(config_file=spec.config_file)
+    benchmark_sets = None
+    if isinstance(spec, SourceSpec):
+        benchmark_sets = [found.model_dump_json() for found in project.benchmark_sets(spec)]
+    return PipelineSettings(config_file=spec.config_file,
+                            inline=None if spec.config_file else spec.config.model_dump_json(),
+                            benchmark_sets=benchmark_sets)
+
+
+def _config(spec: SourceSpec | DatasetSpec):
+    return spec.config_file if spec.declared_in is None or spec.config_file else spec.config
+
+
+def _prefixed(prefix: list[str], versions: dict[str, str]) -> dict[str, str]:
+    return {dg.AssetKey([*prefix, name]).to_user_string(): version for name, version in versions.items()}
+
+
+def _code_location() -> dg.Definitions:
+    declared, environment = declared_project()
+    return build_definitions(RunSettings.from_env(), declared, environment)
+
+
+defs = _code_location()
+
+
+@functools.lru_cache(maxsize=8)
+def call_definitions(call: str) -> dg.Definitions:
+    """An ad hoc CLI call's source and dataset (``RunSettings`` as JSON), named by its sources
+    and storage (``project.call_name``): a code location of their own, so the call's batches
+    and assets never meet another's."""
+    return build_definitions(RunSettings(**json.loads(call)))
+
+
+def job_by_name(name: str, call: str | None = None) -> dg.JobDefinition:
+    """A job of the code location, or of an ad hoc call's definitions, for processes that load
+    it by reference (the CLI's forked runs and steps: ``dg.build_reconstructable_job``)."""
+    return (call_definitions(call) if call else defs).resolve_job_def(name)

@@ -5,6 +5,9 @@ the cross-batch assets read every registered batch and write the datasets and re
 """
 
 BATCH_PARTITIONS = "rollout_batches"
+# the folders of the batches' own files (``batch_source`` ... ``batch_quarantine``), each named
+# ``<batch key>.<suffix>``: they live in the storage of the batch's source
+BATCH_FOLDERS = ("raw/batches/", "trajectories/batches/", "quarantine/batches/")
 REPORTS = "reports"
 STATS_JSON = "reports/stats.json"
 STATS_MARKDOWN = "reports/stats.md"

@@ -15,11 +15,14 @@ names the file and field it comes from.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from trajectory_assets import layout
-from trajectory_assets.config import DecontaminationConfig, PipelineConfig
+from trajectory_assets import PROJECT_ROOT, layout
+from trajectory_assets.config import ConfigError, DecontaminationConfig, PipelineConfig, load_config
 
 ENVIRONMENT = ""  # the name of the environment's source and dataset (unprefixed keys)
 # a name becomes an asset key prefix, a partitions definition's and a job's name: Dagster
@@ -28,6 +31,12 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 DEFAULT_REFRESH_CRON = "0 3 * * *"
 # a day and an hour: the nightly refresh plus its margin (change it with the cron)
 DEFAULT_FRESHNESS_MINUTES = 25 * 60
+BUNDLED_SAMPLE = PROJECT_ROOT / "samples" / "rollouts"
+
+
+def partitions_name(source: str) -> str:
+    """The dynamic partitions definition of a source's batches (one partition per file)."""
+    return layout.BATCH_PARTITIONS if source == ENVIRONMENT else f"{source}_batches"
 
 
 class ProjectError(Exception):
@@ -46,8 +55,7 @@ class SourceSpec:
 
     @property
     def partitions(self) -> str:
-        """Its dynamic partitions definition: one partition per batch (source file)."""
-        return layout.BATCH_PARTITIONS if self.name == ENVIRONMENT else f"{self.name}_batches"
+        return partitions_name(self.name)
 
     @property
     def key_prefix(self) -> list[str]:
@@ -111,6 +119,65 @@ def environment_project(uris: list[str], storage: str, config_file: str | None, 
     dataset = DatasetSpec(name, (source,), storage, config_file, config, refresh_cron=refresh_cron,
                           freshness_minutes=freshness_minutes)
     return Project((source,), (dataset,))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One source read into one dataset in one storage root: the environment's setup (named
+    ``""``, unprefixed keys) or an ad hoc CLI call's (named ``project.call_name``); and the
+    deployment's sensor interval and executor."""
+
+    sources: list[str]
+    storage: str
+    config_file: str | None = None
+    # how often the batch sensor lists the sources and the automation looks for changed inputs:
+    # a few seconds, so that `dagster dev` keeps pace with the CLI (the listing gives every
+    # file's fingerprint: an unchanged file costs no request of its own)
+    sensor_interval_seconds: int = 3
+    refresh_cron: str = DEFAULT_REFRESH_CRON
+    executor: str = "multiprocess"  # how the datasets jobs' steps run: "multiprocess", or "k8s" (a pod each)
+    # the exports and the report fail their freshness policy when not rebuilt for this long
+    freshness_minutes: int = DEFAULT_FRESHNESS_MINUTES
+    name: str = ENVIRONMENT
+
+    @classmethod
+    def from_env(cls) -> "RunSettings":
+        """TRAJECTORY_SOURCE (comma-separated), TRAJECTORY_STORAGE, TRAJECTORY_CONFIG,
+        TRAJECTORY_SENSOR_INTERVAL (seconds), TRAJECTORY_REFRESH_CRON, TRAJECTORY_EXECUTOR,
+        TRAJECTORY_FRESHNESS_MINUTES."""
+        sources = [s.strip() for s in os.environ.get("TRAJECTORY_SOURCE", "").split(",") if s.strip()]
+        return cls(
+            sources=sources or [str(BUNDLED_SAMPLE)],
+            storage=os.environ.get("TRAJECTORY_STORAGE") or str(Path.cwd() / "data"),
+            config_file=os.environ.get("TRAJECTORY_CONFIG") or None,
+            sensor_interval_seconds=int(os.environ.get("TRAJECTORY_SENSOR_INTERVAL") or 3),
+            refresh_cron=os.environ.get("TRAJECTORY_REFRESH_CRON") or DEFAULT_REFRESH_CRON,
+            executor=os.environ.get("TRAJECTORY_EXECUTOR") or "multiprocess",
+            freshness_minutes=int(os.environ.get("TRAJECTORY_FRESHNESS_MINUTES") or DEFAULT_FRESHNESS_MINUTES),
+        )
+
+    def project(self) -> Project:
+        try:
+            config = load_config(self.config_file)
+        except ConfigError:  # the runs fail on it, saying why; the code location still loads
+            config = PipelineConfig()
+        return environment_project(self.sources, self.storage, self.config_file, config, self.refresh_cron,
+                                   self.freshness_minutes, name=self.name)
+
+
+def resource_key(name: str, kind: str) -> str:
+    """The key of a source's or dataset's resource of ``kind`` (sources, storage, settings): the
+    environment's keep today's unprefixed keys.
+
+    >>> resource_key("", "storage"), resource_key("swe_sft", "storage")
+    ('storage', 'swe_sft__storage')
+    """
+    return f"{name}__{kind}" if name else kind
+
+
+def call_settings(settings: RunSettings) -> str:
+    """An ad hoc call's settings as the JSON its forked processes rebuild its definitions from."""
+    return json.dumps(asdict(settings), sort_keys=True)
 
 
 def call_name(uris: list[str], storage: str) -> str:

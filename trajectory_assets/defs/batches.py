@@ -1,10 +1,48 @@
-"""How the cross-batch assets see every registered batch (dynamic partition) at once."""
+"""Names per source and dataset, and how a dataset's assets see every batch of its sources.
+
+The environment's source and dataset (named ``""``, ``project.ENVIRONMENT``) keep today's
+unprefixed asset keys and resource keys; a declared one's are prefixed by its name
+(``swe_sft/sft_dataset``, resource ``swe_sft__storage``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
 
 import dagster as dg
 
-from trajectory_assets import layout
+from trajectory_assets.io.dataset_storage import DatasetStorage
+from trajectory_assets.io.storage import Storage
+from trajectory_assets.project import partitions_name, resource_key
 
 
-def registered_batches(context: dg.AssetExecutionContext) -> list[str]:
-    """Sorted, so the datasets do not depend on the order in which batches arrived."""
-    return sorted(context.instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
+def asset_key(name: str, base: str) -> dg.AssetKey:
+    """``base`` (``validated_trajectories``, ``sft_dataset``...) of the source or dataset ``name``."""
+    return dg.AssetKey([name, base] if name else [base])
+
+
+def registered_batches(instance: dg.DagsterInstance, sources: Sequence[str]) -> dict[str, str]:
+    """Every registered batch of the named sources, batch key -> source, sorted by key so that
+    the datasets do not depend on the order in which batches arrived."""
+    found = {key: source for source in sources for key in instance.get_dynamic_partitions(partitions_name(source))}
+    return dict(sorted(found.items()))
+
+
+def batches_of_sources(instance: dg.DagsterInstance, sources: Sequence[str]) -> dict[str, list[str]]:
+    """Each named source's registered batches."""
+    found: dict[str, list[str]] = {source: [] for source in sources}
+    for key, source in registered_batches(instance, sources).items():
+        found[source].append(key)
+    return found
+
+
+def dataset_store(context: dg.AssetExecutionContext, dataset: str, sources: Sequence[str]) -> tuple[Storage, list[str]]:
+    """The dataset's storage, reading each batch where its source keeps it (``DatasetStorage``),
+    and every batch of its sources."""
+    batches = registered_batches(context.instance, sources)
+    root = getattr(context.resources, resource_key(dataset, "storage")).root
+    source_roots = {source: getattr(context.resources, resource_key(source, "storage")).root for source in sources}
+    stores = {root: None, **{r: Storage(r) for r in set(source_roots.values()) if r != root}}
+    batch_stores = {key: stores[source_roots[source]] for key, source in batches.items()
+                    if stores[source_roots[source]] is not None}
+    return DatasetStorage(root, batch_stores), list(batches)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dagster as dg
 
 from trajectory_assets.code_versions import code_version
-from trajectory_assets.config import ConfigError, load_config
+from trajectory_assets.config import ConfigError, PipelineConfig, load_config
 from trajectory_assets.exports.registry import EXPORTS
 
 INGEST_ASSETS = ("raw_rollouts", "validated_trajectories", "quarantined_records")
@@ -20,17 +20,21 @@ COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
        for export in EXPORTS},
     "stats_report": (("trajectory_assets.defs.reports",), ("report", "grpo")),
 }
-def asset_code_versions(config_file: str | None, computed_by=None, **kwargs) -> dict[str, str]:
-    """Every asset's code version under the config in ``config_file``. A config that does not
-    load is hashed as its error: the runs fail on it with a clear message, not the code
-    location."""
-    try:
-        config = load_config(config_file).model_dump()
-    except ConfigError as error:
-        config = {"config_error": str(error)}
+def asset_code_versions(config: str | PipelineConfig | None, computed_by=None, imports=None,
+                        **kwargs) -> dict[str, str]:
+    """Every asset's code version under ``config`` (a config file, or a declaration's config).
+    A config file that does not load is hashed as its error: the runs fail on it with a clear
+    message, not the code location. ``imports``: a cache shared between calls."""
+    if isinstance(config, PipelineConfig):
+        dumped = config.model_dump()
+    else:
+        try:
+            dumped = load_config(config).model_dump()
+        except ConfigError as error:
+            dumped = {"config_error": str(error)}
     computed_by = COMPUTED_BY if computed_by is None else computed_by
-    imports: dict[str, set[str]] = {}  # the assets share most of their modules: each is read once
-    return {asset: code_version(modules, sections, config, imports=imports, **kwargs)
+    imports = {} if imports is None else imports  # the assets share most of their modules: each is read once
+    return {asset: code_version(modules, sections, dumped, imports=imports, **kwargs)
             for asset, (modules, sections) in computed_by.items()}
 
 

@@ -11,24 +11,26 @@ token budget enforced (``exports/token_budget.py``).
 """
 
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 
 from trajectory_assets import __version__, layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.defs.batches import registered_batches
+from trajectory_assets.defs.batches import asset_key, batches_of_sources, dataset_store
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
-from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+from trajectory_assets.defs.ingest import TRAJECTORIES
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
 from trajectory_assets.ingest.decontamination import BenchmarkError, BenchmarkIndex, cached_index
 from trajectory_assets.exports.export import Export
+from trajectory_assets.exports.manifest import dataset_identity
 from trajectory_assets.exports.registry import EXPORT_FAMILIES, family_exports
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
 from trajectory_assets.exports.writer import Broken, CheckOutcome, Written, check_names, write_family
 from trajectory_assets.io.batch_summary import read_summary
 from trajectory_assets.io.trajectory_table import StoredTrajectories
+from trajectory_assets.project import ENVIRONMENT, resource_key
 
 CHECK_DESCRIPTIONS = {
     "contract": "every row satisfies {contract}",
@@ -43,19 +45,25 @@ CHECK_DESCRIPTIONS = {
 FAMILY_PRIORITY = {"sft": 2, "dpo": 1, "grpo": 0}
 
 
-def build_family_asset(family: str, exports: list[Export] | None = None) -> dg.AssetsDefinition:
-    """One step for the exports of a family (all of the registry's by default); any subset of
-    them can be materialized."""
+def build_family_asset(family: str, exports: list[Export] | None = None, dataset: str = ENVIRONMENT,
+                       sources: Sequence[str] = (ENVIRONMENT,), declared: bool = False) -> dg.AssetsDefinition:
+    """One step for the exports of a family (all of the registry's by default) of the dataset
+    ``dataset``, read from the batches of its ``sources``; any subset of them can be
+    materialized. A ``declared`` dataset's manifests and cards name it, its sources and batches."""
     exports = family_exports(family) if exports is None else exports
+    trajectories = [asset_key(source, TRAJECTORIES) for source in sources]
+    keys = {export.name: asset_key(dataset, export.asset_name) for export in exports}
+    resources = [resource_key(dataset, "storage"), resource_key(dataset, "settings"),
+                 *(resource_key(source, "storage") for source in sources)]
 
     @dg.multi_asset(
-        name=f"{family}_exports",
+        name=f"{dataset}_{family}_exports" if dataset else f"{family}_exports",
         op_tags={"dagster/priority": str(FAMILY_PRIORITY.get(family, 0))},
         specs=[
             dg.AssetSpec(
-                export.asset_name,
-                deps=["validated_trajectories"],
-                group_name=export.group,
+                keys[export.name],
+                deps=trajectories,
+                group_name=dataset or export.group,
                 kinds={export.file_format, "pandera"},
                 description=export.description,
                 metadata={"dagster/column_schema": written_column_schema(export.arrow_schema,
@@ -65,44 +73,45 @@ def build_family_asset(family: str, exports: list[Export] | None = None) -> dg.A
             for export in exports
         ],
         check_specs=[
-            dg.AssetCheckSpec(name, asset=export.asset_name, blocking=True,
+            dg.AssetCheckSpec(name, asset=keys[export.name], blocking=True,
                               description=CHECK_DESCRIPTIONS[name].format(contract=export.contract.__name__,
                                                                           family=export.family))
             for export in exports for name in check_names(export)
         ],
+        required_resource_keys=set(resources),
         can_subset=True,
         retry_policy=STORAGE_RETRY,
         pool=STORAGE_POOL,
     )
-    def _family(context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings):
-        selected = [export for export in exports if dg.AssetKey(export.asset_name) in context.selected_asset_keys]
+    def _family(context: dg.AssetExecutionContext):
+        selected = [export for export in exports if keys[export.name] in context.selected_asset_keys]
         stop_if_canceling(context)
         with storage_faults_only():
-            yield from _materialize_family(family, selected, context, storage, settings)
+            yield from _materialize_family(family, selected, context, dataset, sources, keys, trajectories, declared)
 
     return _family
 
 
-def _materialize_family(family: str, exports: list[Export], context: dg.AssetExecutionContext,
-                        storage: TrajectoryStorage, settings: PipelineSettings) -> Iterator:
-    config = settings.load()
-    store = storage.open()
-    batches = registered_batches(context)
+def _materialize_family(family: str, exports: list[Export], context: dg.AssetExecutionContext, dataset: str,
+                        sources: Sequence[str], keys: dict[str, dg.AssetKey], trajectories: list[dg.AssetKey],
+                        declared: bool) -> Iterator:
+    config = getattr(context.resources, resource_key(dataset, "settings")).load()
+    store, batches = dataset_store(context, dataset, sources)
     table = StoredTrajectories(store, batches)
-    sources = read_summary(store, batches)["sources"]
+    read_sources = read_summary(store, batches)["sources"]
     broken = []
     specs = context.assets_def.specs_by_key
-    code_versions = {export.name: specs[dg.AssetKey(export.asset_name)].code_version or __version__
-                     for export in exports}
+    code_versions = {export.name: specs[keys[export.name]].code_version or __version__ for export in exports}
+    identity = dataset_identity(dataset, batches_of_sources(context.instance, sources)) if declared else None
     for outcome in write_family(store, family, exports, table, config, _token_budget(config, family), batches,
-                                sources, code_versions, _benchmarks(config)):
-        asset = outcome.export.asset_name
+                                read_sources, code_versions, _benchmarks(config), identity):
+        asset = keys[outcome.export.name]
         if isinstance(outcome, Broken):
             # nothing of it was written: a dataset that breaks its checks must never reach a trainer
             yield from (_check_result(asset, check) for check in outcome.checks)
-            broken.append(f"{asset} failed {', '.join(outcome.failed)}: {outcome.summary}")
+            broken.append(f"{asset.to_user_string()} failed {', '.join(outcome.failed)}: {outcome.summary}")
             continue
-        yield _materialization(store.uri, outcome)
+        yield _materialization(store.uri, outcome, asset, trajectories)
     if broken:
         raise dg.Failure(  # the same rows would fail again: no retry
             description="; ".join(broken) + "; nothing was written for them",
@@ -130,16 +139,17 @@ def _benchmarks(config: PipelineConfig) -> BenchmarkIndex | None:
         raise dg.Failure(description=str(error), allow_retries=False) from None
 
 
-def _check_result(asset: str, check: CheckOutcome) -> dg.AssetCheckResult:
+def _check_result(asset: dg.AssetKey, check: CheckOutcome) -> dg.AssetCheckResult:
     if check.contract is not None:
         return contract_check_result(check.contract, asset=asset, check_name=check.name)
     return dg.AssetCheckResult(asset_key=asset, check_name=check.name, passed=check.passed, metadata=check.metadata)
 
 
-def _materialization(uri, written: Written) -> dg.MaterializeResult:
+def _materialization(uri, written: Written, asset: dg.AssetKey,
+                     trajectories: list[dg.AssetKey]) -> dg.MaterializeResult:
     export, manifest = written.export, written.manifest
     return dg.MaterializeResult(
-        asset_key=export.asset_name,
+        asset_key=asset,
         metadata={
             "dagster/row_count": sum(manifest["rows"].values()),
             "dagster/uri": uri(layout.export_folder(export.name)),
@@ -154,13 +164,13 @@ def _materialization(uri, written: Written) -> dg.MaterializeResult:
             ),
             "dagster/column_lineage": dg.TableColumnLineage(
                 deps_by_column={
-                    column: [dg.TableColumnDep(asset_key=dg.AssetKey("validated_trajectories"), column_name=c)
-                             for c in columns]
+                    column: [dg.TableColumnDep(asset_key=source, column_name=c)
+                             for source in trajectories for c in columns]
                     for column, columns in export.lineage.items()
                 }
             ),
         },
-        check_results=[_check_result(export.asset_name, check) for check in written.checks],
+        check_results=[_check_result(asset, check) for check in written.checks],
     )
 
 

@@ -2,6 +2,7 @@
 
 
 import base64
+from collections.abc import Sequence
 
 import dagster as dg
 import orjson
@@ -10,43 +11,54 @@ from trajectory_assets import layout
 from trajectory_assets.report.report import MAIN_PLOTS, build_report
 from trajectory_assets.report.report_data import QuarantineExamples
 from trajectory_assets.exports.registry import EXPORTS
-from trajectory_assets.defs.batches import registered_batches
+from trajectory_assets.defs.batches import asset_key, dataset_store
+from trajectory_assets.defs.ingest import QUARANTINE, TRAJECTORIES
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
-from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+from trajectory_assets.defs.resources import PipelineSettings
+from trajectory_assets.exports.export import Export
+from trajectory_assets.io.storage import Storage
+from trajectory_assets.project import ENVIRONMENT, resource_key
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
 from trajectory_assets.io.batch_summary import read_summary
 from trajectory_assets.io.export_files import StoredExport
 from trajectory_assets.io.trajectory_table import StoredTrajectories
 
 
-@dg.asset(
-    group_name="reports",
-    kinds={"html", "markdown"},
-    deps=["validated_trajectories", "quarantined_records", *(export.asset_name for export in EXPORTS)],
-    automation_condition=REBUILD_ON_CHANGED_DATA,
-    retry_policy=STORAGE_RETRY,
-    pool=STORAGE_POOL,
-)
-def stats_report(
-    context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings
-) -> dg.MaterializeResult:
-    """Counts (read / valid / rejected by reason), reward and length distributions, breakdowns
-    per agent / task_type / model, rows and exclusions per export, DPO pairs and margins,
-    pass@k per task, tool use per tool; written as JSON and Markdown with its main plots
-    (every task in ``tasks.jsonl``), and as ``index.html``: plots, a seeded sample of every
-    export shown as chats, quarantine examples. Also gathers every batch's quarantine into
-    one ``quarantine/rejected.jsonl``."""
-    stop_if_canceling(context)
-    with storage_faults_only():
-        return _write_report(context, storage, settings)
+def build_report_asset(dataset: str = ENVIRONMENT, sources: Sequence[str] = (ENVIRONMENT,),
+                       exports: Sequence[Export] = EXPORTS) -> dg.AssetsDefinition:
+    """The stats report of the dataset ``dataset``: its sources' batches and its ``exports``."""
+    resources = [resource_key(dataset, "storage"), resource_key(dataset, "settings"),
+                 *(resource_key(source, "storage") for source in sources)]
+
+    @dg.asset(
+        key=asset_key(dataset, "stats_report"),
+        group_name=dataset or "reports",
+        kinds={"html", "markdown"},
+        deps=[*(asset_key(source, base) for source in sources for base in (TRAJECTORIES, QUARANTINE)),
+              *(asset_key(dataset, export.asset_name) for export in exports)],
+        required_resource_keys=set(resources),
+        automation_condition=REBUILD_ON_CHANGED_DATA,
+        retry_policy=STORAGE_RETRY,
+        pool=STORAGE_POOL,
+    )
+    def stats_report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        """Counts (read / valid / rejected by reason), reward and length distributions, breakdowns
+        per agent / task_type / model, rows and exclusions per export, DPO pairs and margins,
+        pass@k per task, tool use per tool; written as JSON and Markdown with its main plots
+        (every task in ``tasks.jsonl``), and as ``index.html``: plots, a seeded sample of every
+        export shown as chats, quarantine examples. Also gathers every batch's quarantine into
+        one ``quarantine/rejected.jsonl``."""
+        stop_if_canceling(context)
+        store, batches = dataset_store(context, dataset, sources)
+        settings = getattr(context.resources, resource_key(dataset, "settings"))
+        with storage_faults_only():
+            return write_report(store, batches, settings)
+
+    return stats_report
 
 
-def _write_report(
-    context: dg.AssetExecutionContext, storage: TrajectoryStorage, settings: PipelineSettings
-) -> dg.MaterializeResult:
+def write_report(store: Storage, batches: list[str], settings: PipelineSettings) -> dg.MaterializeResult:
     config = settings.load()
-    store = storage.open()
-    batches = registered_batches(context)
     table = StoredTrajectories(store, batches)
     ingest_summary = read_summary(store, batches)
     examples = QuarantineExamples(config.report.quarantine_examples, ingest_summary["rejected_by_reason"])
@@ -89,3 +101,7 @@ def _write_report(
             "dagster/uri": page,
         }
     )
+
+
+# the environment's dataset's report (unprefixed)
+stats_report = build_report_asset()

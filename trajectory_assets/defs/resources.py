@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from trajectory_assets.config import ConfigError, PipelineConfig, load_config
+from trajectory_assets.config import ConfigError, DecontaminationConfig, PipelineConfig, load_config
 from trajectory_assets.io.storage import Storage
 
 
@@ -23,13 +23,25 @@ class TrajectoryStorage(dg.ConfigurableResource):
 
 
 class PipelineSettings(dg.ConfigurableResource):
-    """Curation and export settings, from an optional YAML file (see config.example.yaml)."""
+    """Curation and export settings: an optional YAML file (see config.example.yaml), or the
+    sections a declaration gives (``inline``, JSON). A source's settings also name the
+    benchmark sets of every dataset that reads it (``benchmark_sets``, JSON each; None: the
+    config's own), which its ingest flags trajectories against."""
 
     config_file: str | None = None
+    inline: str | None = None
+    benchmark_sets: list[str] | None = None
 
     def load(self) -> PipelineConfig:
         """The config, or a failure that is never retried: the same file would fail again."""
         try:
+            if self.inline is not None:
+                return PipelineConfig.model_validate_json(self.inline)
             return load_config(self.config_file)
         except ConfigError as error:
             raise dg.Failure(description=str(error), allow_retries=False) from None
+
+    def ingest_benchmarks(self, config: PipelineConfig) -> list[DecontaminationConfig]:
+        if self.benchmark_sets is None:
+            return [config.decontamination] if config.decontamination.benchmarks else []
+        return [DecontaminationConfig.model_validate_json(found) for found in self.benchmark_sets]

@@ -44,6 +44,7 @@ def render_card(manifest: dict[str, Any], purpose: str, training: str | None = N
         f" format: {manifest['format']}",
         f"- made by trajectory-assets {manifest['code_version']} from {len(manifest['sources'])} source file(s)"
         f" in {len(manifest['batches'])} batch(es); the split is by prompt, so no prompt is in both splits",
+        *_dataset_lines(manifest),
         redaction_line(manifest["sources"]),
         "",
         "## Files",
@@ -89,6 +90,15 @@ def training_of(export: Any, manifest: dict[str, Any]) -> str | None:
     if export.training_setting is None:
         return None
     return export.training_setting(manifest["config"]["sft"]["train_on"])
+
+
+def _dataset_lines(manifest: dict[str, Any]) -> list[str]:
+    """The declared dataset this export belongs to, and the batches it read of each source."""
+    dataset = manifest.get("dataset")
+    if dataset is None:
+        return []
+    read = ", ".join(f"`{source['name']}` ({len(source['batches'])} batch(es))" for source in dataset["sources"])
+    return [f"- dataset `{dataset['name']}`, from the source(s) {read}"]
 
 
 def redaction_line(sources: list[dict[str, Any]]) -> str:

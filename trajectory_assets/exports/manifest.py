@@ -47,9 +47,13 @@ def build_manifest(
     features: list[dict[str, Any]],
     token_budget: dict[str, Any],
     decontamination: dict[str, Any] | None = None,
+    dataset: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     manifest = {
         "export": export,
+        # a declared dataset's name and its sources' names with their batches (``dataset_identity``);
+        # absent for the environment's dataset and an ad hoc call, whose manifests are what they were
+        **({"dataset": dataset} if dataset is not None else {}),
         "format": file_format,
         "producer": "trajectory-assets",
         "code_version": code_version,  # the export asset's (defs/code_versions.py)
@@ -76,3 +80,14 @@ def build_manifest(
         # absent when none is configured, so such a manifest is what it was before
         manifest["decontamination"] = decontamination
     return manifest
+
+
+def dataset_identity(name: str, batches_by_source: dict[str, list[str]]) -> dict[str, Any]:
+    """What a declared dataset's manifests say of it: its name, and each source it read with the
+    batches it read of it.
+
+    >>> dataset_identity("swe_sft", {"swe": ["b-2", "a-1"]})
+    {'name': 'swe_sft', 'sources': [{'name': 'swe', 'batches': ['a-1', 'b-2']}]}
+    """
+    return {"name": name, "sources": [{"name": source, "batches": sorted(batches)}
+                                      for source, batches in sorted(batches_by_source.items())]}

@@ -144,7 +144,8 @@ class ExportWriter:
     def discard(self) -> None:
         self.files.discard()
 
-    def finish(self, batches: list[str], sources: list[dict], code_version: str) -> Written | Broken:
+    def finish(self, batches: list[str], sources: list[dict], code_version: str,
+               dataset: dict | None = None) -> Written | Broken:
         """Checks; then commits the files and writes the index files, card and (last) the
         manifest, or discards everything when a check failed."""
         contract = self.contract.result()
@@ -189,6 +190,7 @@ class ExportWriter:
             token_budget=self._token_budget_summary(),
             decontamination=(manifest_block(self.benchmarks, self.excluded) if self.benchmarks is not None
                              else None),
+            dataset=dataset,
         )
         for name, content in (export.index_files(export.name) if export.index_files else {}).items():
             store.write_bytes(layout.export_extra(export.name, name), content)
@@ -211,11 +213,13 @@ class ExportWriter:
 
 def write_family(store: Storage, family: str, exports: list[Export], table: TrajectoryTable, config: PipelineConfig,
                  budget: TokenBudget | None, batches: list[str], sources: list[dict],
-                 code_versions: dict[str, str], benchmarks: BenchmarkIndex | None = None) -> Iterator[Written | Broken]:
+                 code_versions: dict[str, str], benchmarks: BenchmarkIndex | None = None,
+                 dataset: dict | None = None) -> Iterator[Written | Broken]:
     """Every export of ``exports`` (of one family) written from ``table``, one outcome each;
     ``code_versions`` (by export name) go into the manifests; ``benchmarks`` (the
     decontamination index, ``decontamination.build_index``) leaves out what matches an
-    evaluation set. An error while writing discards every staged file of the family."""
+    evaluation set; ``dataset`` (``manifest.dataset_identity``) names a declared dataset in the
+    manifests. An error while writing discards every staged file of the family."""
     writers = {export.name: ExportWriter(store, export, config, benchmarks) for export in exports}
     try:
         with chunk_memory() as release:
@@ -231,7 +235,7 @@ def write_family(store: Storage, family: str, exports: list[Export], table: Traj
             writer.discard()
         raise
     for export in exports:
-        yield writers[export.name].finish(batches, sources, code_versions[export.name])
+        yield writers[export.name].finish(batches, sources, code_versions[export.name], dataset)
     release_memory()  # the payloads are gone: give their memory back before the next step
 
 

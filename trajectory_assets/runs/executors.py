@@ -21,6 +21,7 @@ import dagster as dg
 from trajectory_assets import layout
 from trajectory_assets.runs.processes import STEP_PRELOAD
 from trajectory_assets.io.storage import Storage
+from trajectory_assets.project import partitions_name
 
 # Trajectory Parquet (compressed) of every registered batch up to which the datasets run's
 # steps run in its own process: below it, starting a fork server and a process per step
@@ -40,13 +41,13 @@ class _SizedExecutor(dg.Executor):
     """In process or forked, as the run's config says or (``auto``) as its data size says."""
 
     def __init__(self, init_context: dg.InitExecutorContext, mode: str, max_concurrent: int,
-                 default_storage: str | None) -> None:
+                 sources: dict[str, str]) -> None:
         def build(executor_def: dg.ExecutorDefinition, config: dict) -> dg.Executor:
             return executor_def.executor_creation_fn(dg.InitExecutorContext(
                 job=init_context.job, executor_def=executor_def, executor_config=config,
                 instance=init_context.instance))
 
-        self.mode, self.default_storage = mode, default_storage
+        self.mode, self.sources = mode, sources
         self.in_process = build(dg.in_process_executor, {"retries": {"enabled": {}}})
         self.forked = build(dg.multiprocess_executor, {**forked_steps_config(max_concurrent),
                                                        "retries": {"enabled": {}}})
@@ -60,26 +61,28 @@ class _SizedExecutor(dg.Executor):
         return (self.in_process if in_process else self.forked).execute(plan_context, execution_plan)
 
     def _small(self, plan_context) -> bool:
-        storage = plan_context.run_config.get("resources", {}).get("storage", {}).get("config", {}).get(
-            "root", self.default_storage)
-        batches = plan_context.instance.get_dynamic_partitions(layout.BATCH_PARTITIONS)
-        return storage is not None and trajectories_fit_in_process(storage, batches)
+        instance = plan_context.instance
+        return trajectories_fit_in_process({
+            storage: instance.get_dynamic_partitions(partitions_name(source))
+            for source, storage in self.sources.items()})
 
 
-def trajectories_fit_in_process(storage: str, batches: list[str]) -> bool:
-    """Whether the stored trajectories of ``batches`` are small enough for the datasets run's
-    steps to run in its own process (a storage that cannot be listed counts as large: the
-    steps report the fault)."""
-    try:
-        size = Storage(storage).total_size([layout.batch_trajectories(key) for key in batches])
-    except OSError:
-        return False
+def trajectories_fit_in_process(batches_by_storage: dict[str, list[str]]) -> bool:
+    """Whether the stored trajectories of the batches (by the storage root holding them) are
+    small enough for the datasets run's steps to run in its own process (a storage that cannot
+    be listed counts as large: the steps report the fault)."""
+    size = 0
+    for storage, batches in batches_by_storage.items():
+        try:
+            size += Storage(storage).total_size([layout.batch_trajectories(key) for key in batches])
+        except OSError:
+            return False
     return size <= DATASETS_IN_PROCESS_MAX_BYTES
 
 
-def sized_executor(default_storage: str | None = None) -> dg.ExecutorDefinition:
-    """The code location's default executor (``default_storage``: the storage root that runs
-    whose config names none write to)."""
+def sized_executor(sources: dict[str, str]) -> dg.ExecutorDefinition:
+    """A dataset job's executor; ``sources``: each of its sources' name -> storage root, where
+    ``auto`` measures the stored trajectories."""
 
     @dg.executor(
         name="sized_executor",
@@ -96,6 +99,6 @@ def sized_executor(default_storage: str | None = None) -> dg.ExecutorDefinition:
     )
     def _sized(init_context: dg.InitExecutorContext) -> dg.Executor:
         config = init_context.executor_config
-        return _SizedExecutor(init_context, config["steps"], config["max_concurrent"], default_storage)
+        return _SizedExecutor(init_context, config["steps"], config["max_concurrent"], sources)
 
     return _sized

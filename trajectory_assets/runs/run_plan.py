@@ -12,7 +12,10 @@ batch.
 import math
 import os
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from trajectory_assets.io.storage import Storage
 from trajectory_assets.dagster_internals import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -24,6 +27,18 @@ from trajectory_assets.dagster_internals import (
 # them without importing the code location, which its code server already holds.
 INGEST_JOB = "ingest_rollout_batch"
 MAIN_JOB = "build_training_datasets"
+
+
+def ingest_job_name(source: str) -> str:
+    """The ingest job of a source (the environment's, named "", keeps its name)."""
+    return f"ingest_{source}" if source else INGEST_JOB
+
+
+def datasets_job_name(dataset: str) -> str:
+    """The job that builds a dataset's exports and report."""
+    return f"build_{dataset}" if dataset else MAIN_JOB
+
+
 # the most batches one run takes (also the batch assets' backfill policy, for backfills
 # launched from the UI): enough to amortise start-up, few enough that a failed run is cheap
 # to redo and that a large backlog still spreads over every run slot
@@ -79,3 +94,38 @@ def run_slots(instance) -> int:
     """How many runs the instance lets run at once (its run queue's limit, in dagster.yaml);
     one per CPU where it sets none."""
     return run_queue_limit(instance) or os.cpu_count() or 1
+
+
+@dataclass
+class SourceCall:
+    """One source of a call: its batches now, and those of them that need an ingest run."""
+
+    name: str  # the source's (``""``: the environment's; an ad hoc call's namespace)
+    storage: str
+    batches: list[str]  # every batch of its files, as discovered now
+    # key -> SourceFile: with it, a batch whose stored trajectories were made from its file as
+    # it is now, by this code and config, is not ingested again (a declared source, which
+    # other calls and the UI's sensor share); without, every batch is (an ad hoc call's)
+    found: dict[str, Any] | None = None
+
+
+@dataclass
+class DatasetCall:
+    """What one CLI call builds: a dataset of its sources."""
+
+    dataset: str
+    storage: str
+    sources: list[SourceCall]
+    call: str | None = None  # an ad hoc call's definitions (``definitions.call_settings``); None: the code location's
+
+    @property
+    def batches(self) -> list[str]:
+        return sorted(key for source in self.sources for key in source.batches)
+
+    def store(self) -> Storage:
+        """The dataset's storage, reading each batch where its source keeps it."""
+        from trajectory_assets.io.dataset_storage import DatasetStorage
+
+        return DatasetStorage(self.storage, {key: Storage(source.storage) for source in self.sources
+                                             if source.storage.rstrip("/") != self.storage.rstrip("/")
+                                             for key in source.batches})

@@ -32,10 +32,12 @@ import gc
 import multiprocessing
 import multiprocessing.connection
 import os
+import fcntl
 import signal
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -45,10 +47,12 @@ from trajectory_assets import dagster_internals as internals
 from trajectory_assets.runs.executors import trajectories_fit_in_process
 from trajectory_assets.runs.processes import Interrupts, start_fork_server
 from trajectory_assets.defs.retries import initialize_storage_pool
-from trajectory_assets.runs.run_plan import INGEST_JOB, MAIN_JOB, batch_run_tags, group_batches
+from trajectory_assets.runs.run_plan import (DatasetCall, SourceCall, batch_run_tags, datasets_job_name, group_batches,
+                                            ingest_job_name)
 from trajectory_assets.runs.run_workers import (UNFINISHED, end_unfinished, executor_tag, fail_abandoned_runs,
                                                 process_identity)
 from trajectory_assets.io.storage import Storage
+from trajectory_assets.project import partitions_name
 
 WORKSPACE = PROJECT_ROOT / "workspace.yaml"
 
@@ -92,14 +96,46 @@ class Progress:
     def export_written(self, name: str, rows: int, uri: str | None) -> None: ...
 
 
-def sync_batches(instance: dg.DagsterInstance, batches: list[str]) -> None:
-    """Make the registered batch partitions exactly the given batches."""
-    registered = set(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
+def sync_batches(instance: dg.DagsterInstance, batches: list[str], partitions: str = layout.BATCH_PARTITIONS) -> None:
+    """Make the registered batch partitions of one source (``partitions``) exactly the given
+    batches: the source's files now. Another source's partitions are never touched."""
+    registered = set(instance.get_dynamic_partitions(partitions))
     for stale in sorted(registered - set(batches)):
-        instance.delete_dynamic_partition(layout.BATCH_PARTITIONS, stale)
+        instance.delete_dynamic_partition(partitions, stale)
     missing = [key for key in batches if key not in registered]
     if missing:
-        instance.add_dynamic_partitions(layout.BATCH_PARTITIONS, missing)
+        instance.add_dynamic_partitions(partitions, missing)
+
+
+@contextlib.contextmanager
+def sources_locked(sources: list[SourceCall]):
+    """Holds a lock per source (a file in ``DAGSTER_HOME``, taken in name order) while its
+    batches are registered and ingested: two calls sharing a source on one machine take
+    turns, and the second finds the batches ingested. (Calls on several machines sharing a
+    database do not see each other's locks: docs/operations.md.)"""
+    home = os.environ.get("DAGSTER_HOME")
+    with contextlib.ExitStack() as held:
+        if home:
+            folder = Path(home) / "locks"
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in sorted({partitions_name(source.name) for source in sources}):
+                lock = held.enter_context(open(folder / f"{name}.lock", "a"))
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+def batches_to_ingest(instance: dg.DagsterInstance, source: SourceCall, code_version: str | None) -> list[str]:
+    """The source's batches that need an ingest run: all of them for an ad hoc call; else those
+    whose stored trajectories were not made from the file as it is now (``ingested_as_is``) or
+    were made by other code or config (``code_version``, the ingest assets' now)."""
+    if source.found is None:
+        return list(source.batches)
+    from trajectory_assets.defs.automation import ingested_as_is, latest_code_version
+
+    store = Storage(source.storage)
+    return [key for key in source.batches
+            if not ingested_as_is(instance, store, key, source.found[key], source.name)
+            or latest_code_version(instance, source.name, key) != code_version]
 
 
 def unreadable_sources(store: Storage, batches: list[str]) -> list[tuple[str, str]]:
@@ -155,7 +191,7 @@ def run_report(event: dg.DagsterEvent) -> tuple | None:
     reason) for the first failure of a step or of the run; None for anything else."""
     if event.is_step_materialization:
         materialization = event.step_materialization_data.materialization
-        name, metadata = materialization.asset_key.to_user_string(), materialization.metadata
+        name, metadata = materialization.asset_key.path[-1], materialization.metadata
         if name == "validated_trajectories":
             return ("batch", materialization.partition, metadata["records_read"].value)
         if name.endswith("_dataset"):
@@ -190,17 +226,22 @@ class _Reports:
 class _Jobs:
     """The code location's jobs, as this process loaded them, and how runs of them are made."""
 
-    def __init__(self) -> None:
-        from trajectory_assets.definitions import defs  # the code location, loaded once per CLI call
+    def __init__(self, call: str | None) -> None:
+        # the code location, loaded once per CLI call, or an ad hoc call's own definitions
+        from trajectory_assets.definitions import call_definitions, defs
 
-        self.defs = defs
+        self.call = call
+        self.defs = defs if call is None else call_definitions(call)
         self.repository = defs.get_repository_def().name
 
-    @staticmethod
-    def reconstructable(job_name: str):
+    def reconstructable(self, job_name: str):
         """How a process forked from the fork server (an ingest run, a step) loads the job."""
-        return dg.build_reconstructable_job("trajectory_assets.definitions", "job_by_name", (job_name,),
-                                            reconstructor_working_directory=str(PROJECT_ROOT))
+        return reconstructable_job(job_name, self.call)
+
+    def code_version(self, source: str) -> str | None:
+        """The code version the source's trajectories are computed with now."""
+        key = dg.AssetKey([source, "validated_trajectories"] if source else ["validated_trajectories"])
+        return self.defs.resolve_assets_def(key).code_versions_by_key.get(key)
 
     def create_run(self, instance: dg.DagsterInstance, job_name: str, run_config: dict, tags: dict[str, str],
                    assets: list[dg.AssetKey] | None, executed_by: str) -> dg.DagsterRun:
@@ -211,14 +252,21 @@ class _Jobs:
             run_config, {**tags, **executor_tag(executed_by, run_id)}, assets, run_id=run_id)
 
 
-def _execute_forked_run(instance_ref: Any, run_id: str, reports: multiprocessing.connection.Connection) -> None:
+def reconstructable_job(job_name: str, call: str | None):
+    return dg.build_reconstructable_job("trajectory_assets.definitions", "job_by_name",
+                                        (job_name,) if call is None else (job_name, call),
+                                        reconstructor_working_directory=str(PROJECT_ROOT))
+
+
+def _execute_forked_run(instance_ref: Any, run_id: str, call: str | None,
+                        reports: multiprocessing.connection.Connection) -> None:
     """An ingest run in a process forked from the fork server: it sends its reports to the
     CLI. SIGINT stays blocked here: the CLI marks the run canceling, then stops this
     process with SIGTERM, which Dagster takes as an interrupt."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     with internals.instance_from_ref(instance_ref) as instance:
         run = instance.get_run_by_id(run_id)
-        for event in internals.execute_recorded_run(_Jobs.reconstructable(run.job_name), run, instance):
+        for event in internals.execute_recorded_run(reconstructable_job(run.job_name, call), run, instance):
             report = run_report(event)
             if report is not None:
                 reports.send(report)
@@ -230,10 +278,10 @@ def _execute_forked_run(instance_ref: Any, run_id: str, reports: multiprocessing
 
 class _Pipeline:
     def __init__(self, instance: dg.DagsterInstance, run_config: dict, progress: Progress,
-                 forks: multiprocessing.context.BaseContext | None, taken: Interrupts) -> None:
+                 forks: multiprocessing.context.BaseContext | None, taken: Interrupts, call: str | None) -> None:
         self.instance, self.run_config, self.forks = instance, run_config, forks
         self.reports = _Reports(progress)
-        self.jobs = _Jobs()
+        self.jobs = _Jobs(call)
         self.executed_by = process_identity(os.getpid())
         self.created: list[dg.DagsterRun] = []
         self.children: dict[str, multiprocessing.process.BaseProcess] = {}
@@ -288,7 +336,7 @@ class _Pipeline:
             while pending and len(running) < slots:
                 run = pending.pop(0)
                 receiving, sending = self.forks.Pipe(duplex=False)
-                child = self.forks.Process(target=_execute_forked_run, args=(ref, run.run_id, sending),
+                child = self.forks.Process(target=_execute_forked_run, args=(ref, run.run_id, self.jobs.call, sending),
                                            name=f"run {run.run_id[:8]}")
                 with self.lock:
                     if self.canceling:
@@ -336,7 +384,7 @@ class _Pipeline:
 
 def run_pipeline(
     instance: dg.DagsterInstance,
-    batches: list[str],
+    target: DatasetCall,
     run_config: dict,
     slots: int,
     runs: int = 1,
@@ -347,52 +395,63 @@ def run_pipeline(
     taken: Interrupts | None = None,
     batches_by_source: dict[str, list[str]] | None = None,
 ) -> PipelineRun:
-    """``runs`` ingest runs over ranges of the batches (a bad batch never blocks the others),
-    then the datasets run: the whole datasets job (every export and the stats report), or only the
-    given ``assets`` of it. With ``forks`` (a fork server's context, see
-    ``processes.cli_fork_server``) the ingest runs are forked, ``slots`` at a time; without,
-    they execute in this process, one after the other. The datasets run executes in this process, its steps as
-    ``steps`` says (``executors.py``: in_process, multiprocess or auto). With ``batches_by_source``
-    (each named source's batches), a source that recognised no record stops the call before
-    the datasets run: its exports would replace the stored ones with nothing."""
+    """``runs`` ingest runs over ranges of each source's batches that need one (a bad batch
+    never blocks the others), then the dataset's run: its whole job (its exports and report),
+    or only the given ``assets`` of it (names without the dataset's prefix). Each source's
+    batches are registered and ingested under its lock (``sources_locked``). With ``forks``
+    (a fork server's context, see ``processes.cli_fork_server``) the ingest runs are forked,
+    ``slots`` at a time; without, they execute in this process, one after the other. The
+    datasets run executes in this process, its steps as ``steps`` says (``executors.py``:
+    in_process, multiprocess or auto). With ``batches_by_source`` (each named path's batches),
+    a path that recognised no record stops the call before the datasets run: its exports
+    would replace the stored ones with nothing."""
     progress = progress or Progress()
     fail_abandoned_runs(instance)
-    sync_batches(instance, batches)
     initialize_storage_pool(instance)  # before runs that start together claim it
-    groups = group_batches(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS), batches, runs)
     taken = taken or Interrupts()  # (one not entered takes no signal)
-    pipeline = _Pipeline(instance, run_config, progress, forks, taken)
+    pipeline = _Pipeline(instance, run_config, progress, forks, taken, target.call)
     # what the code location's import made lives as long as the call: the export steps'
     # garbage collections (one per chunk, memory.py) then walk only what the runs make
     froze = gc.get_freeze_count() == 0
     gc.freeze()
     result = PipelineRun()
-    progress.batches_started(sum(len(group) for group in groups))
     try:
-        ingest_runs = [(group, pipeline.create(INGEST_JOB, batch_run_tags(group), run_config))
-                       for group in groups]
-        if forks is not None:
-            pipeline.execute_forked([run for _, run in ingest_runs], slots)
-        else:
-            for _, run in ingest_runs:
-                pipeline.execute_here(run)
+        with sources_locked(target.sources):
+            planned = []  # (ingest job, batches of one run)
+            for source in target.sources:
+                partitions = partitions_name(source.name)
+                sync_batches(instance, source.batches, partitions)
+                job = ingest_job_name(source.name)
+                wanted = batches_to_ingest(instance, source, pipeline.jobs.code_version(source.name))
+                planned.extend((job, group) for group in group_batches(instance.get_dynamic_partitions(partitions),
+                                                                       wanted, runs))
+            progress.batches_started(sum(len(group) for _, group in planned))
+            ingest_runs = [(group, pipeline.create(job, batch_run_tags(group), run_config)) for job, group in planned]
+            if forks is not None:
+                pipeline.execute_forked([run for _, run in ingest_runs], slots)
+            else:
+                for _, run in ingest_runs:
+                    pipeline.execute_here(run)
         for group, run in ingest_runs:
             label = group[0] if len(group) == 1 else f"{group[0]} .. {group[-1]} ({len(group)} batches)"
             result.batches.append(pipeline.outcome(label, run))
         if not all(outcome.success for outcome in result.batches):
             return result  # the exports need every batch
-        storage = run_config["resources"]["storage"]["config"]["root"]
         if batches_by_source:
-            result.unrecognised = unrecognised_sources(Storage(storage), batches_by_source)
+            result.unrecognised = unrecognised_sources(target.store(), batches_by_source)
             if result.unrecognised:
                 return result
         if steps == "auto":  # decided here, as the executor would: the fork server is started from this thread
-            steps = "in_process" if trajectories_fit_in_process(storage, batches) else "multiprocess"
+            by_storage: dict[str, list[str]] = {}
+            for source in target.sources:
+                by_storage.setdefault(source.storage, []).extend(source.batches)
+            steps = "in_process" if trajectories_fit_in_process(by_storage) else "multiprocess"
         if steps == "multiprocess" and pipeline.forks is None:
             pipeline.forks = start_fork_server()  # this process has run the ingest: not forked from it
         execution = {"config": {"steps": steps, "max_concurrent": slots}}
-        datasets = pipeline.create(MAIN_JOB, {}, {**run_config, "execution": execution},
-                                   None if assets is None else [dg.AssetKey(name) for name in assets])
+        prefix = [target.dataset] if target.dataset else []
+        datasets = pipeline.create(datasets_job_name(target.dataset), {}, {**run_config, "execution": execution},
+                                   None if assets is None else [dg.AssetKey([*prefix, name]) for name in assets])
         pipeline.execute_here(datasets)
         result.datasets.append(pipeline.outcome("datasets", datasets))
     except BaseException:  # interrupted, or the instance failed us: no run is left going

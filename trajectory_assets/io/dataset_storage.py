@@ -1,0 +1,72 @@
+"""A dataset's storage: its own root, and each batch's files where the batch's source keeps them.
+
+A source is ingested once, into its own storage, whatever datasets read it; a dataset writes
+its exports and report under its own root. Its steps read and write through one ``Storage``
+that sends a batch's files (``layout.BATCH_FOLDERS``) to its source's storage and every other
+file to the dataset's root, so the export and report code need not know where each batch
+lives. (Decontamination flags an export step finds are saved beside the batch, for every
+dataset that reads it.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trajectory_assets import layout
+from trajectory_assets.io.storage import StagedFile, Storage
+
+
+class DatasetStorage(Storage):
+    def __init__(self, root: str, batch_stores: Mapping[str, Storage]) -> None:
+        """``batch_stores``: batch key -> its source's storage (a batch absent from it is read
+        under ``root``, as when the source writes where the dataset does)."""
+        super().__init__(root)
+        self._batch_stores = batch_stores
+
+    def _store_for(self, relative: str) -> Storage:
+        for folder in layout.BATCH_FOLDERS:
+            if relative.startswith(folder):
+                name = relative[len(folder):]
+                dot = name.find(".")
+                while dot != -1:  # a key may hold dots itself: try each prefix ending before one
+                    store = self._batch_stores.get(name[:dot])
+                    if store is not None:
+                        return store
+                    dot = name.find(".", dot + 1)
+        return self
+
+    def _routed(self, relative: str) -> Storage | None:
+        store = self._store_for(relative)
+        return None if store is self else store
+
+    def path(self, relative: str) -> str:
+        store = self._routed(relative)
+        return super().path(relative) if store is None else store.path(relative)
+
+    def uri(self, relative: str) -> str:
+        store = self._routed(relative)
+        return super().uri(relative) if store is None else store.uri(relative)
+
+    def exists(self, relative: str) -> bool:
+        store = self._routed(relative)
+        return super().exists(relative) if store is None else store.exists(relative)
+
+    def stage(self, relative: str) -> StagedFile:
+        store = self._routed(relative)
+        return super().stage(relative) if store is None else store.stage(relative)
+
+    def open_read(self, relative: str):
+        store = self._routed(relative)
+        return super().open_read(relative) if store is None else store.open_read(relative)
+
+    def remove(self, relative: str) -> None:
+        store = self._routed(relative)
+        return super().remove(relative) if store is None else store.remove(relative)
+
+    def total_size(self, relatives: list[str]) -> int:
+        by_store: dict[int, tuple[Storage | None, list[str]]] = {}
+        for relative in relatives:
+            store = self._routed(relative)
+            by_store.setdefault(id(store), (store, []))[1].append(relative)
+        return sum(super().total_size(paths) if store is None else store.total_size(paths)
+                   for store, paths in by_store.values())
