@@ -34,7 +34,8 @@ E2E = {
     "runs/test_run_plan.py", "test_dagster_internals.py", "report/test_page.py",
     "exports/test_registry.py", "test_extension.py",
 }
-SYSTEM = {"defs/test_dagster_dev.py", "runs/test_runner.py", "runs/test_instance.py", "runs/test_launcher.py",
+SYSTEM = {"defs/test_dagster_dev.py", "defs/test_dagster_dev_datasets.py", "runs/test_namespaces.py",
+          "runs/test_runner.py", "runs/test_instance.py", "runs/test_launcher.py",
           "deploy/", "trainers/",
           "io/test_s3.py", "test_faults.py"}
 
@@ -109,13 +110,16 @@ def session_instance(tmp_path_factory):
     fresh one per test below). Checked when the session ends."""
     project_home = PROJECT_ROOT / "dagster_home"
     before = sorted(project_home.rglob("*"))
-    previous = os.environ.get("DAGSTER_HOME")
+    previous = {name: os.environ.get(name) for name in ("DAGSTER_HOME", "TRAJECTORY_CATALOG")}
     os.environ["DAGSTER_HOME"] = str(temporary_dagster_home(tmp_path_factory.mktemp("dagster_home")))
+    # no declared dataset unless a test declares one: a catalog/ in the checkout changes nothing here
+    os.environ["TRAJECTORY_CATALOG"] = str(tmp_path_factory.mktemp("no_catalog") / "absent")
     yield
-    if previous is None:
-        os.environ.pop("DAGSTER_HOME", None)
-    else:
-        os.environ["DAGSTER_HOME"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     assert sorted(project_home.rglob("*")) == before, "a test wrote to the project's dagster_home"
 
 

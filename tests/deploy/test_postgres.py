@@ -111,3 +111,22 @@ def test_the_storage_pool_gets_its_default_limit_before_runs_are_launched_togeth
         initialize_storage_pool(instance)
         initialize_storage_pool(instance)
         assert pools(instance)[STORAGE_POOL] == (4, True)  # (the limit, from the default)
+
+
+def test_two_calls_at_once_on_different_sources_on_postgres(tmp_path, postgres_home):
+    """tests/runs/test_namespaces.py's case on the Postgres instance: both exit 0, each dataset
+    byte-identical to its call run alone."""
+    import os
+
+    from tests.runs.test_namespaces import split_sample, two_sources_at_once
+
+    first, second = split_sample(tmp_path / "in")
+    two_sources_at_once(tmp_path, first, second, dict(os.environ))
+
+
+def test_two_datasets_sharing_a_source_at_once_on_postgres(tmp_path, postgres_home):
+    import os
+
+    from tests.runs.test_namespaces import two_datasets_sharing_a_source
+
+    two_datasets_sharing_a_source(tmp_path, dict(os.environ))

@@ -68,5 +68,5 @@ class DatasetStorage(Storage):
         for relative in relatives:
             store = self._routed(relative)
             by_store.setdefault(id(store), (store, []))[1].append(relative)
-        return sum(super().total_size(paths) if store is None else store.total_size(paths)
-                   for store, paths in by_store.values())
+        own = super().total_size
+        return sum(own(paths) if store is None else store.total_size(paths) for store, paths in by_store.values())

@@ -1,0 +1,36 @@
+"""A dataset's storage view: a batch's files where its source keeps them, the rest under the
+dataset's own root."""
+
+from trajectory_assets import layout
+from trajectory_assets.io.dataset_storage import DatasetStorage
+from trajectory_assets.io.source_files import batch_key
+from trajectory_assets.io.storage import Storage
+
+
+def test_batch_files_go_to_their_sources_storage_and_the_rest_to_the_datasets(tmp_path):
+    # a key whose readable part holds a dot and a "-<8 hex>." of its own: only the whole key routes
+    tricky = batch_key("/in/run-deadbeef.jsonl")
+    plain = batch_key("/in/b.jsonl")
+    source = Storage(str(tmp_path / "source"))
+    view = DatasetStorage(str(tmp_path / "dataset"), {tricky: source})
+    for path in (layout.batch_source(tricky), layout.batch_trajectories(tricky), layout.batch_summary(tricky),
+                 layout.batch_tool_use(tricky), layout.batch_quarantine(tricky)):
+        view.write_bytes(path, b"x")
+        assert (tmp_path / "source" / path).read_bytes() == b"x" and view.exists(path)
+        assert view.uri(path) == source.uri(path)
+        assert view.read_bytes(path) == b"x"
+    # a batch the mapping does not name, and every other file, are the dataset's own
+    for path in (layout.batch_summary(plain), layout.export_manifest("sft"), layout.STATS_JSON):
+        view.write_bytes(path, b"y")
+        assert (tmp_path / "dataset" / path).read_bytes() == b"y"
+        assert not (tmp_path / "source" / path).exists()
+    assert view.total_size([layout.batch_trajectories(tricky), layout.STATS_JSON]) == 2
+    view.remove(layout.batch_tool_use(tricky))
+    assert not (tmp_path / "source" / layout.batch_tool_use(tricky)).exists()
+
+
+def test_every_batch_file_lives_in_a_batch_folder():
+    key = batch_key("/in/a.jsonl")
+    for path in (layout.batch_source(key), layout.batch_trajectories(key), layout.batch_summary(key),
+                 layout.batch_tool_use(key), layout.batch_quarantine(key)):
+        assert path.startswith(layout.BATCH_FOLDERS) and path.split("/")[-1].startswith(key + ".")

@@ -1,0 +1,172 @@
+"""No call disturbs another: CLI calls sharing one DAGSTER_HOME, at once and one after the
+other, on different sources and on declared datasets sharing a source.
+
+Every call is a real ``trajectory-assets`` process. The Postgres variants of the two
+concurrent cases are in tests/deploy/test_postgres.py (they reuse ``calls_at_once`` and the
+checks here)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tests.conftest import SAMPLE, shared_data, temporary_dagster_home, written_files
+from trajectory_assets.project import call_name
+
+CLI = str(Path(sys.executable).parent / "trajectory-assets")
+
+
+def cli(*args: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def calls_at_once(calls: list[list[str]], env: dict) -> list[tuple[int, str]]:
+    """Starts every call, then waits for all: (exit code, stderr) each."""
+    started = [cli(*call, env=env) for call in calls]
+    return [(process.wait(timeout=900), process.stderr.read()) for process in started]
+
+
+def env_with(home: Path, **extra: str) -> dict:
+    return {**os.environ, "DAGSTER_HOME": str(home), **extra}
+
+
+def split_sample(root: Path) -> tuple[Path, Path]:
+    """The bundled sample as two sources: its NeMo Gym files, and its Harbor-style folder."""
+    first, second = root / "first", root / "second"
+    first.mkdir(parents=True)
+    for name in ("legacy_rollouts.jsonl", "math_rollouts.jsonl.gz"):
+        shutil.copy(SAMPLE / name, first / name)
+    shutil.copytree(SAMPLE / "weather", second / "weather")
+    return first, second
+
+
+def partitions(home: Path, name: str) -> list[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
+        with dg.DagsterInstance.get() as instance:
+            return sorted(instance.get_dynamic_partitions(name))
+
+
+def two_sources_at_once(root: Path, first: Path, second: Path, env: dict) -> None:
+    """Each source alone on an instance of its own, then both at once on one instance: both
+    exit 0, and each dataset is byte-identical to its lone call's."""
+    for name, source in (("first", first), ("second", second)):
+        home = temporary_dagster_home(root / f"alone_{name}_home")
+        code, error = calls_at_once([["run", "--source", str(source), "--storage", str(root / f"alone_{name}")]],
+                                    {**env, "DAGSTER_HOME": str(home)})
+        assert code == 0, error
+    results = calls_at_once([["run", "--source", str(first), "--storage", str(root / "first_out")],
+                             ["run", "--source", str(second), "--storage", str(root / "second_out")]], env)
+    assert [code for code, _ in results] == [0, 0], results
+    for name in ("first", "second"):
+        assert written_files(root / f"{name}_out") == written_files(root / f"alone_{name}")
+
+
+def test_two_calls_at_once_on_different_sources_both_succeed_as_if_alone(tmp_path, temporary_instance):
+    first, second = split_sample(tmp_path / "in")
+    two_sources_at_once(tmp_path, first, second, env_with(temporary_instance))
+
+
+def test_two_calls_at_once_on_the_corpus_nemo_gym_and_hermes_folders(tmp_path, temporary_instance):
+    """The issue's case: the 47 NeMo Gym files of ../shared/corpus and its Hermes folder, two
+    seconds apart on the default instance, failed the NeMo Gym call ("Nonexistent partition keys")."""
+    two_sources_at_once(tmp_path, shared_data("corpus/nemo_gym"), shared_data("corpus/hermes"),
+                        env_with(temporary_instance))
+
+
+def test_a_call_on_another_source_leaves_the_first_calls_batches(tmp_path, temporary_instance):
+    first, second = split_sample(tmp_path / "in")
+    env = env_with(temporary_instance)
+    for source in (first, second):
+        code, error = calls_at_once([["run", "--source", str(source), "--storage", str(tmp_path / source.name)]],
+                                    env)[0]
+        assert code == 0, error
+    first_batches = partitions(temporary_instance, f"{call_name([str(first)], str(tmp_path / 'first'))}_batches")
+    second_batches = partitions(temporary_instance, f"{call_name([str(second)], str(tmp_path / 'second'))}_batches")
+    assert len(first_batches) == 2 and len(second_batches) == 1
+    assert partitions(temporary_instance, "rollout_batches") == []  # the environment's dataset is untouched
+
+
+def shared_source_catalog(root: Path, source: Path) -> Path:
+    """A catalog: one source, two datasets reading it (with different curation)."""
+    catalog = root / "catalog"
+    (catalog / "sources" / "rollouts").mkdir(parents=True)
+    (catalog / "sources" / "rollouts" / "defs.yaml").write_text(
+        "type: trajectory_assets.defs.components.RolloutSource\n"
+        f"attributes:\n  name: rollouts\n  uris: [{source}]\n  storage: {root / 'rollouts_store'}\n")
+    for name, exports, extra in (("sft_set", "[sft, trl_sft]", ""),
+                                 ("grpo_set", "[grpo]", "  config:\n    grpo:\n      min_rollouts_per_task: 1\n")):
+        (catalog / "datasets" / name).mkdir(parents=True)
+        (catalog / "datasets" / name / "defs.yaml").write_text(
+            "type: trajectory_assets.defs.components.TrainingDataset\n"
+            f"attributes:\n  name: {name}\n  sources: [rollouts]\n  storage: {root / name}\n"
+            f"  exports: {exports}\n{extra}")
+    return catalog
+
+
+def ingest_counts(home: Path, source: str) -> dict[str, int]:
+    """How many times each batch of a source was ingested (its trajectories materialized)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DAGSTER_HOME", str(home))
+        with dg.DagsterInstance.get() as instance:
+            records = instance.fetch_materializations(dg.AssetKey([source, "validated_trajectories"]),
+                                                      limit=1000).records
+            counts: dict[str, int] = {}
+            for record in records:
+                counts[record.partition_key] = counts.get(record.partition_key, 0) + 1
+            return counts
+
+
+def two_datasets_sharing_a_source(root: Path, env: dict) -> None:
+    """Two --dataset calls at once, both reading one source: both exit 0, each batch is
+    ingested once, and each dataset holds its own exports, naming itself and the source."""
+    catalog = shared_source_catalog(root, SAMPLE)
+    env = {**env, "TRAJECTORY_CATALOG": str(catalog)}
+    results = calls_at_once([["run", "--dataset", "sft_set"], ["run", "--dataset", "grpo_set"]], env)
+    assert [code for code, _ in results] == [0, 0], results
+    counts = ingest_counts(Path(env["DAGSTER_HOME"]), "rollouts")
+    assert len(counts) == 3 and set(counts.values()) == {1}, counts
+    import json
+
+    assert sorted(p.name for p in (root / "sft_set" / "exports").iterdir()) == ["sft", "trl_sft"]
+    assert sorted(p.name for p in (root / "grpo_set" / "exports").iterdir()) == ["grpo"]
+    manifest = json.loads((root / "grpo_set" / "exports" / "grpo" / "manifest.json").read_text())
+    assert manifest["dataset"] == {"name": "grpo_set", "sources": [{"name": "rollouts",
+                                                                    "batches": sorted(counts)}]}
+    card = (root / "grpo_set" / "exports" / "grpo" / "README.md").read_text()
+    assert "dataset `grpo_set`, from the source(s) `rollouts` (3 batch(es))" in card
+    # the datasets read the source's storage; they write only their own roots
+    assert not (root / "rollouts_store" / "exports").exists()
+    assert (root / "rollouts_store" / "trajectories" / "batches").is_dir()
+
+
+def test_two_datasets_sharing_a_source_at_once_ingest_each_batch_once(tmp_path, temporary_instance):
+    two_datasets_sharing_a_source(tmp_path, env_with(temporary_instance))
+
+
+def test_a_second_call_of_a_dataset_ingests_nothing_new(tmp_path, temporary_instance):
+    catalog = shared_source_catalog(tmp_path, SAMPLE)
+    env = env_with(temporary_instance, TRAJECTORY_CATALOG=str(catalog))
+    for dataset in ("sft_set", "sft_set", "grpo_set"):
+        code, error = calls_at_once([["run", "--dataset", dataset]], env)[0]
+        assert code == 0, error
+    assert set(ingest_counts(temporary_instance, "rollouts").values()) == {1}
+    listing = subprocess.run([CLI, "list"], env=env, capture_output=True, text=True, check=True).stdout
+    assert "rollouts:" in listing and "3 batch(es)" in listing and "sft_set: reads rollouts" in listing
+    assert "never materialized" not in listing
+
+
+def test_an_unknown_dataset_is_refused_in_one_line(tmp_path, temporary_instance):
+    catalog = shared_source_catalog(tmp_path, SAMPLE)
+    result = subprocess.run([CLI, "run", "--dataset", "nope"], env=env_with(temporary_instance,
+                                                                           TRAJECTORY_CATALOG=str(catalog)),
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("trajectory-assets: no dataset 'nope' is declared; declared: grpo_set, sft_set "
+                                     "(trajectory-assets list)")
