@@ -98,7 +98,7 @@ COMPONENT_TYPES: dict[str, type[RolloutSource | TrainingDataset]] = {
 def load_catalog(folder: Path) -> Project:
     """The sources and datasets declared under ``folder``, checked; relative paths in them are
     relative to the project folder, ``folder``'s parent."""
-    folder = Path(folder).absolute()
+    folder = Path(os.path.abspath(folder))
     if not folder.is_dir():
         raise ProjectError(f"{shown(folder)}: there is no catalog folder there")
     files = _declaration_files(folder)
@@ -168,6 +168,7 @@ def _dagster_error(file: Path, component: type[BaseModel], error: BaseException)
     """One line naming the file, line and attribute of what Dagster raised while loading."""
     cause: BaseException | None = error
     while cause is not None:
+        innermost = cause
         if isinstance(cause, ValidationError):
             first = cause.errors()[0]
             if "source_position" in first.get("ctx", {}):
@@ -180,7 +181,9 @@ def _dagster_error(file: Path, component: type[BaseModel], error: BaseException)
         if template:
             return f"{declaration_site(file, template[0])}: {template[1]}"
         cause = cause.__cause__ or cause.__context__
-    return f"{shown(file)}: {_one_line(str(error))}"
+    # a template's own error (an environment variable env('NAME') names that is not set) has
+    # no location: its message names what is missing
+    return f"{shown(file)}: {_one_line(str(innermost))}"
 
 
 def _template_error(message: str) -> tuple[str, str] | None:
