@@ -171,6 +171,9 @@ ERRORS = {
         {"datasets/swe_sft/defs.yaml": SWE_SFT + "  export: [sft]\n"},
         "datasets/swe_sft/defs.yaml", ":6 attributes.export: unknown attribute; TrainingDataset takes name, "
                                       "sources, storage, exports, config, config_file, refresh_cron, freshness_minutes"),
+    "an unknown key beside the attributes": (
+        {"sources/swe/defs.yaml": SWE_SOURCE.replace("attributes:", "attribute:")},
+        "sources/swe/defs.yaml", ":2 attribute: not a key Dagster reads here"),
     "a missing attribute": (
         {"sources/swe/defs.yaml": SWE_SOURCE.replace("  storage: data/sources/swe\n", "")},
         "sources/swe/defs.yaml", ":2 attributes.storage: required, and missing"),

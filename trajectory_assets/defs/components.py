@@ -176,7 +176,8 @@ def _dagster_error(file: Path, component: type[BaseModel], error: BaseException)
                 path = _attribute_path(str(first["loc"][0]).rsplit(" at ", 1)[0].split("."))
             else:  # the component's own fields, checked once templates are rendered
                 path = _attribute_path(["attributes", *first["loc"]])
-            return f"{declaration_site(file, path)}: {_problem(first, component)}"
+            attributes = component if path.startswith("attributes.") else None
+            return f"{declaration_site(file, path)}: {_problem(first, attributes)}"
         template = _template_error(str(cause))
         if template:
             return f"{declaration_site(file, template[0])}: {template[1]}"
@@ -213,9 +214,11 @@ def _is_type_tag(part: str) -> bool:
 
 
 def _problem(error: dict[str, Any], component: type[BaseModel] | None = None) -> str:
+    """What is wrong, in one line; an unknown attribute of ``component`` with the ones it takes."""
     if error["type"] == "extra_forbidden":
-        known = f"; {component.__name__} takes {', '.join(component.model_fields)}" if component else ""
-        return f"unknown attribute{known}"
+        if component:
+            return f"unknown attribute; {component.__name__} takes {', '.join(component.model_fields)}"
+        return "not a key Dagster reads here"
     if error["type"] == "missing":
         return "required, and missing"
     got = repr(error["input"])
