@@ -12,7 +12,15 @@ import pytest
 from tests.conftest import PROJECT_ROOT, SAMPLE
 from trajectory_assets.defs.components import load_catalog
 from trajectory_assets.exports.registry import EXPORTS_BY_NAME
-from trajectory_assets.project import DEFAULT_FRESHNESS_MINUTES, DEFAULT_REFRESH_CRON, ProjectError
+from trajectory_assets.project import (
+    DEFAULT_FRESHNESS_MINUTES,
+    DEFAULT_REFRESH_CRON,
+    DatasetSpec,
+    Project,
+    ProjectError,
+    SourceSpec,
+    validate,
+)
 
 SOURCE = "trajectory_assets.defs.components.RolloutSource"
 DATASET = "trajectory_assets.defs.components.TrainingDataset"
@@ -307,3 +315,11 @@ def test_a_catalog_folder_that_is_not_there_or_declares_nothing_is_an_error(tmp_
     (tmp_path / "catalog" / "sources").mkdir(parents=True)
     assert error_of(tmp_path / "catalog") == f"{tmp_path / 'catalog'}: the catalog declares nothing (no defs.yaml " \
                                              "under it)"
+
+
+def test_a_dataset_reading_a_source_the_project_does_not_declare_is_an_error():
+    """A Project built in code (the loader resolves names, so it never builds one)."""
+    stray = SourceSpec("swe", ("/rollouts/swe",), "/data/swe")
+    with pytest.raises(ProjectError, match=r"^the environment's dataset \(sources\[0\]\): unknown source 'swe'; "
+                                           r"the project declares none$"):
+        validate(Project((), (DatasetSpec("swe_sft", (stray,), "/data/swe_sft"),)))
