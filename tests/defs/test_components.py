@@ -178,7 +178,8 @@ ERRORS = {
     "an unknown attribute": (
         {"datasets/swe_sft/defs.yaml": SWE_SFT + "  export: [sft]\n"},
         "datasets/swe_sft/defs.yaml", ":6 attributes.export: unknown attribute; TrainingDataset takes name, "
-                                      "sources, storage, exports, config, config_file, refresh_cron, freshness_minutes"),
+                                      "sources, storage, exports, config, config_file, refresh_cron, "
+                                      "freshness_minutes"),
     "an unknown key beside the attributes": (
         {"sources/swe/defs.yaml": SWE_SOURCE.replace("attributes:", "attribute:")},
         "sources/swe/defs.yaml", ":2 attribute: not a key Dagster reads here"),
@@ -231,7 +232,8 @@ ERRORS = {
     "a config rule spanning sections": (
         {"datasets/swe_sft/defs.yaml": SWE_SFT + "  config:\n    sft: {over_token_budget: truncate}\n"},
         "datasets/swe_sft/defs.yaml", ":6 attributes.config: Value error, sft: over_token_budget: truncate needs "
-                                      "`tokenizer` to measure rows (got {{'sft': {{'over_token_budget': 'truncate'}}}})"),
+                                      "`tokenizer` to measure rows "
+                                      "(got {{'sft': {{'over_token_budget': 'truncate'}}}})"),
     "a source's section in a dataset's config": (
         {"datasets/swe_sft/defs.yaml": SWE_SFT + "  config:\n    split: {validation_fraction: 0.2}\n"
                                                  "    redaction: {emails: true}\n"},
