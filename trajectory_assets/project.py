@@ -21,6 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import yaml
+
 from trajectory_assets import PROJECT_ROOT, layout
 from trajectory_assets.config import ConfigError, DecontaminationConfig, PipelineConfig, load_config
 
@@ -209,26 +211,38 @@ def validate(project: Project) -> None:
         if spec.name in names and not _pair(project, spec.name):
             raise ProjectError(f"{spec.where('name')}: the name {spec.name!r} is already the {names[spec.name]}; "
                                "every source and dataset needs a name of its own")
-        names.setdefault(spec.name, f"{kind} declared in {spec.declared_in or 'the environment'}")
+        names.setdefault(spec.name, f"{kind} declared in {_declared(spec)}")
+    source_roots: dict[str, SourceSpec] = {}
     for source in project.sources:
         if not source.uris:
             raise ProjectError(f"{source.where('uris')}: a source needs at least one URI")
         for other in project.sources:
             if other is source:
                 continue
-            for uri in source.uris:
+            for index, uri in enumerate(source.uris):
                 for outer in other.uris:
                     if _inside(uri, outer):
-                        raise ProjectError(f"{source.where('uris')}: {uri} is inside source {other.name!r} "
+                        raise ProjectError(f"{source.where(f'uris[{index}]')}: {uri} is inside source {other.name!r} "
                                            f"({outer}): its files would be two sources' batches")
+        # two sources in one root would write their batches' files over each other's
+        root = source.storage.rstrip("/")
+        if root in source_roots:
+            raise ProjectError(f"{source.where('storage')}: {source.storage} is already the storage of source "
+                               f"{source_roots[root].name!r} ({_declared(source_roots[root])}); each source "
+                               "writes its own root")
+        source_roots[root] = source
     roots: dict[str, DatasetSpec] = {}
     for dataset in project.datasets:
         if not dataset.sources:
             raise ProjectError(f"{dataset.where('sources')}: a dataset reads at least one source")
+        for index, source in enumerate(dataset.sources):
+            if source not in project.sources:
+                raise ProjectError(f"{dataset.where(f'sources[{index}]')}: unknown source {source.name!r}; the "
+                                   f"project declares {', '.join(repr(s.name) for s in project.sources) or 'none'}")
         root = dataset.storage.rstrip("/")
         if root in roots:
             raise ProjectError(f"{dataset.where('storage')}: {dataset.storage} is already the storage of dataset "
-                               f"{roots[root].name!r} ({roots[root].declared_in}); each dataset writes its own root")
+                               f"{roots[root].name!r} ({_declared(roots[root])}); each dataset writes its own root")
         roots[root] = dataset
 
 
@@ -249,4 +263,53 @@ def _inside(uri: str, outer: str) -> bool:
 def _where(declared_in: str | None, attribute: str, kind: str, name: str) -> str:
     if declared_in is None:
         return f"the environment's {kind} ({attribute})"
-    return f"{declared_in}: attributes.{attribute}"
+    return declaration_site(declared_in, f"attributes.{attribute}")
+
+
+def _declared(spec: SourceSpec | DatasetSpec) -> str:
+    return shown(spec.declared_in) if spec.declared_in else "the environment"
+
+
+def declaration_site(file: str | Path, path: str) -> str:
+    """Where a value of a declaration file is, for an error message: ``file:line path``, the
+    line of the deepest part of ``path`` (``attributes.exports[1]``) the file holds, so a
+    missing attribute points at the mapping it is missing from."""
+    line = _line_of(Path(file), _path_parts(path))
+    return f"{shown(file)}:{line} {path}" if line else f"{shown(file)} {path}"
+
+
+def shown(file: str | Path) -> str:
+    """A file as messages name it: relative to the working directory when it is inside it,
+    as a terminal or an editor opens it from there; else absolute."""
+    relative = os.path.relpath(file)
+    return str(file) if relative.startswith("..") else relative
+
+
+def _path_parts(path: str) -> list[str | int]:
+    """
+    >>> _path_parts("attributes.config.decontamination.benchmarks[0].path")
+    ['attributes', 'config', 'decontamination', 'benchmarks', 0, 'path']
+    """
+    return [int(part[1:-1]) if part.startswith("[") else part for part in re.findall(r"\[\d+\]|[^.\[\]]+", path)]
+
+
+def _line_of(file: Path, parts: list[str | int]) -> int | None:
+    try:
+        node = yaml.compose(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for part in parts:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            entry = next(((key, value) for key, value in node.value if key.value == part), None)
+            if entry is None:
+                break
+            line, node = entry[0].start_mark.line + 1, entry[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
