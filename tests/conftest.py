@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import contextlib
 import json
 import os
@@ -251,3 +252,33 @@ def loopback_s3(monkeypatch, **extra_env: str) -> Iterator[LoopbackS3]:
     finally:
         s3.stop()
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+@dataclasses.dataclass(frozen=True)
+class AdHocCall:
+    """The names an ad hoc CLI call's runs and assets get in the instance (docs/datasets.md)."""
+
+    name: str
+
+    @classmethod
+    def of(cls, sources: list, storage) -> "AdHocCall":
+        from trajectory_assets.project import call_name
+
+        return cls(call_name([str(source) for source in sources], str(storage)))
+
+    @property
+    def ingest_job(self) -> str:
+        return f"ingest_{self.name}"
+
+    @property
+    def datasets_job(self) -> str:
+        return f"build_{self.name}"
+
+    @property
+    def partitions(self) -> str:
+        return f"{self.name}_batches"
+
+    def key(self, asset: str):
+        import dagster as dg
+
+        return dg.AssetKey([self.name, asset])

@@ -97,7 +97,7 @@ def run_ingest(source_folder, storage, key_of):
 
     from trajectory_assets import layout
     from trajectory_assets.definitions import RunSettings, build_definitions
-    from trajectory_assets.defs.automation import INGEST_JOB
+    from trajectory_assets.runs.run_plan import INGEST_JOB
     from trajectory_assets.runs.runner import failure_reason
     from trajectory_assets.io.source_files import batch_key
 

@@ -182,6 +182,10 @@ def _run_calls(args: argparse.Namespace, interrupts, single_call_process: bool) 
         if runs > 1:  # a fork server: forked from this process once it has imported the code location
             if single_call_process:
                 import_what_steps_need()
+                if target.call is not None:  # an ad hoc call's definitions, built once for every forked run
+                    from trajectory_assets.definitions import call_definitions
+
+                    call_definitions(target.call)
             forks = cli_fork_server(from_here=single_call_process)
         steps = {"auto": "auto", "in-process": "in_process", "forked": "multiprocess"}[args.execution]
         import dagster as dg

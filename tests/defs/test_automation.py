@@ -23,7 +23,7 @@ def test_plan_batches_splits_new_changed_and_gone():
 def evaluate(defs, instance, cursor=None):
     sensor = defs.resolve_sensor_def("rollout_batch_sensor")
     with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs, resources=defs.resources) as context:
-        result = sensor(context)  # the raw SensorResult, as the daemon receives it
+        result = sensor.evaluate_tick(context)  # what the daemon makes of a tick
     for request in result.dynamic_partitions_requests or []:
         if isinstance(request, dg.AddDynamicPartitionsRequest):
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -60,7 +60,7 @@ def test_sensor_registers_new_files_reruns_changed_ones_and_drops_deleted(tmp_pa
 
         # nothing changed: nothing to do (the cursor remembers every file's fingerprint)
         again = evaluate(defs, instance, tick.cursor)
-        assert not again.run_requests and "no new or changed" in again.skip_reason.skip_message
+        assert not again.run_requests and "no new or changed" in again.skip_message
 
         # a new file is registered and run on its own
         write_jsonl(source / "sub" / "b.jsonl", [make_rollout(request_input="other")])
@@ -123,7 +123,7 @@ def test_sensor_skips_with_a_reason_when_the_source_is_missing(tmp_path):
     defs = build_definitions(RunSettings(sources=[str(tmp_path / "missing")], storage=str(tmp_path / "out")))
     with dg.instance_for_test() as instance:
         result = evaluate(defs, instance)
-    assert not result.run_requests and "does not exist" in result.skip_reason.skip_message
+    assert not result.run_requests and "does not exist" in result.skip_message
 
 
 def test_adding_a_batch_changes_only_what_depends_on_it(tmp_path):
@@ -163,7 +163,9 @@ def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tm
     """47 files landing at once become as many runs as may run at once (here two), each a
     range of partitions that Dagster resolves to exactly its batches."""
     from trajectory_assets.dagster_internals import partition_keys_in_range
-    from trajectory_assets.defs.ingest import rollout_batches
+    from trajectory_assets.defs.ingest import ingest_batches
+
+    rollout_batches = ingest_batches.partitions_def
 
     source = tmp_path / "in"
     for i in range(47):

@@ -13,6 +13,8 @@ import dagster as dg
 from trajectory_assets.definitions import RunSettings, build_definitions, defs
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+CATALOG_SNAPSHOT = Path(__file__).parent / "snapshots" / "two_datasets.json"
+EXAMPLE_CATALOG = Path(__file__).parents[2] / "examples" / "two_datasets" / "catalog"
 
 
 def describe(definitions: dg.Definitions) -> dict:
@@ -49,6 +51,21 @@ def test_definitions_match_snapshot():
     if os.environ.get("UPDATE_SNAPSHOTS"):
         SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n")
     assert current == json.loads(SNAPSHOT.read_text())
+
+
+def test_the_example_catalog_matches_its_snapshot():
+    """Two datasets of one source: the source's batch assets once, each dataset's own assets,
+    group, job, automation and schedule, its exports depending on the source's trajectories."""
+    from trajectory_assets.defs.components import load_catalog
+
+    declared = load_catalog(EXAMPLE_CATALOG)
+    current = json.loads(json.dumps(describe(build_definitions(RunSettings(sources=["/in"], storage="/out"),
+                                                               declared, environment=False))))
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        CATALOG_SNAPSHOT.write_text(json.dumps(current, indent=2) + "\n")
+    assert current == json.loads(CATALOG_SNAPSHOT.read_text())
+    assert current["assets"]["sft_v1/sft_dataset"]["deps"] == ["sample/validated_trajectories"]
+    assert current["assets"]["grpo_math/stats_report"]["group"] == "grpo_math"
 
 
 def test_settings_come_from_the_environment(monkeypatch, tmp_path):

@@ -398,10 +398,10 @@ def test_a_failed_check_is_not_retried_away_by_a_storage_fault_in_the_same_run(t
     real_check = ingest_defs._check_batch
     real_write_bytes = Storage.write_bytes
 
-    def nothing_lost_fails_on_a(key, store, checks, summary, counts):
-        results = real_check(key, store, checks, summary, counts)
+    def nothing_lost_fails_on_a(keys, key, store, checks, summary, counts):
+        results = real_check(keys, key, store, checks, summary, counts)
         if "a.jsonl" in key:
-            results[ingest_defs.NOTHING_LOST] = (False, counts, "counts do not reconcile")
+            results[keys.nothing_lost] = (False, counts, "counts do not reconcile")
         return results
 
     def storage_fails_on_b(self, relative, data):

@@ -59,7 +59,7 @@ def test_a_run_whose_process_cannot_load_it_fails_to_launch(temporary_instance):
     launched = LaunchedRuns()
     try:
         with dg.DagsterInstance.get() as instance:
-            run = _Jobs().create_run(instance, "ingest_rollout_batch", {}, {}, None, "test")
+            run = _Jobs(None).create_run(instance, "ingest_rollout_batch", {}, {}, None, "test")
             instance.delete_run(run.run_id)
             with pytest.raises(LaunchFailed, match="could not start it: Traceback"):
                 launched.launch(instance, run)
@@ -92,7 +92,7 @@ def test_a_launched_datasets_run_forks_its_steps_from_a_server_of_its_own(tmp_pa
     launched = LaunchedRuns()
     try:
         with dg.DagsterInstance.get() as instance:
-            run = _Jobs().create_run(instance, MAIN_JOB, run_config, {}, None, "test")
+            run = _Jobs(None).create_run(instance, MAIN_JOB, run_config, {}, None, "test")
             launched.launch(instance, run)
             deadline = time.monotonic() + 240
             while not instance.get_run_by_id(run.run_id).is_finished and time.monotonic() < deadline:
@@ -118,7 +118,7 @@ def test_terminating_a_run_whose_process_is_gone_cancels_it_at_once(temporary_in
     from trajectory_assets.runs.runner import _Jobs
 
     with dg.DagsterInstance.get() as instance:
-        run = _Jobs().create_run(instance, "ingest_rollout_batch", {}, {}, None, "test")
+        run = _Jobs(None).create_run(instance, "ingest_rollout_batch", {}, {}, None, "test")
         untagged = instance.get_run_by_id(run.run_id).tags
         assert LaunchedRuns.terminate(instance, dg.DagsterRun(job_name=run.job_name, run_id="other",
                                                               tags=untagged)) is None

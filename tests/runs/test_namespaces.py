@@ -101,7 +101,7 @@ def shared_source_catalog(root: Path, source: Path) -> Path:
         "type: trajectory_assets.defs.components.RolloutSource\n"
         f"attributes:\n  name: rollouts\n  uris: [{source}]\n  storage: {root / 'rollouts_store'}\n")
     for name, exports, extra in (("sft_set", "[sft, trl_sft]", ""),
-                                 ("grpo_set", "[grpo]", "  config:\n    grpo:\n      min_rollouts_per_task: 1\n")):
+                                 ("grpo_set", "[grpo]", "  config:\n    grpo:\n      zero_variance_groups: keep\n")):
         (catalog / "datasets" / name).mkdir(parents=True)
         (catalog / "datasets" / name / "defs.yaml").write_text(
             "type: trajectory_assets.defs.components.TrainingDataset\n"

@@ -13,13 +13,12 @@ import time
 import dagster as dg
 import pytest
 
-from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, write_jsonl, written_files
+from tests.conftest import PROJECT_ROOT, SAMPLE, AdHocCall, make_rollout, message_item, write_jsonl, written_files
 from tests.fixtures.probes import importing_processes, probe_env
 from trajectory_assets.dagster_internals import check_executions
 from trajectory_assets.runs.run_plan import BATCHES_TAG
 from trajectory_assets.runs.run_workers import EXECUTOR_TAG
 
-INGEST, DATASETS = "ingest_rollout_batch", "build_training_datasets"
 
 
 def cli(*args: str, env: dict | None = None, **popen) -> subprocess.Popen:
@@ -55,7 +54,8 @@ def test_an_in_process_call_imports_the_code_location_once_and_records_its_runs(
     assert code == 0, stderr
     assert importing_processes(tmp_path / "imports") == [process.pid]  # no code server, no run worker
     made = runs(temporary_instance)
-    assert [run.job_name for run in made] == [INGEST, DATASETS] and all(run.is_success for run in made)
+    call = AdHocCall.of([SAMPLE], tmp_path / "out")
+    assert [run.job_name for run in made] == [call.ingest_job, call.datasets_job] and all(r.is_success for r in made)
     assert [run.tags[EXECUTOR_TAG].split(":")[1] for run in made] == [str(process.pid)] * 2
     assert [run.tags[EXECUTOR_TAG].split(" ")[1] for run in made] == [run.run_id for run in made]
 
@@ -76,26 +76,28 @@ def test_a_forked_call_imports_it_in_the_cli_only(tmp_path, temporary_instance):
     assert importers == [process.pid]  # not its fork server, nor the runs and steps forked from it
 
     made = runs(temporary_instance)
-    assert [run.job_name for run in made] == [INGEST, INGEST, DATASETS] and all(run.is_success for run in made)
+    call = AdHocCall.of([SAMPLE], storage)
+    assert [run.job_name for run in made] == [call.ingest_job, call.ingest_job, call.datasets_job]
+    assert all(run.is_success for run in made)
     for run in made:
         assert run.remote_job_origin.location_name == "trajectory_assets.definitions:defs"
         assert run.remote_job_origin.job_name == run.job_name
         resources = run.run_config["resources"]
-        assert resources["sources"]["config"]["paths"] == [str(SAMPLE)]
-        assert resources["storage"]["config"]["root"] == str(storage)
+        assert resources[f"{call.name}__sources"]["config"]["paths"] == [str(SAMPLE)]
+        assert resources[f"{call.name}__storage"]["config"]["root"] == str(storage)
     assert made[-1].run_config["execution"]["config"]["steps"] == "multiprocess"
     with dg.DagsterInstance.from_config(str(temporary_instance)) as instance:
-        batches = instance.get_dynamic_partitions("rollout_batches")
+        batches = instance.get_dynamic_partitions(call.partitions)
         assert sorted(key for run in made[:2] for key in run.tags[BATCHES_TAG].split(",")) == sorted(batches)
         for asset in ("raw_rollouts", "validated_trajectories", "quarantined_records"):
-            records = instance.fetch_materializations(dg.AssetKey(asset), limit=10).records
+            records = instance.fetch_materializations(call.key(asset), limit=10).records
             assert sorted(record.partition_key for record in records) == sorted(batches)
             assert {record.run_id for record in records} == {made[0].run_id, made[1].run_id}
         for batch in batches:
-            checks = check_executions(instance, dg.AssetCheckKey(dg.AssetKey("validated_trajectories"),
+            checks = check_executions(instance, dg.AssetCheckKey(call.key("validated_trajectories"),
                                                                  "nothing_lost"), batch)
             assert [status for status, _ in checks] == ["SUCCEEDED"]
-        exported = instance.fetch_materializations(dg.AssetKey("sft_dataset"), limit=1).records[0]
+        exported = instance.fetch_materializations(call.key("sft_dataset"), limit=1).records[0]
         assert exported.run_id == made[-1].run_id
 
     in_process = tmp_path / "in_process"
@@ -114,15 +116,16 @@ def test_ctrl_c_cancels_every_run_the_call_started(slow_source, tmp_path, tempor
         process = cli("--source", str(slow_source), "--storage", str(tmp_path / "out"), "--execution", execution,
                       "--workers", "2", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + 120
+        call = AdHocCall.of([slow_source], tmp_path / "out")
         while time.monotonic() < deadline and not instance.fetch_materializations(
-                dg.AssetKey("validated_trajectories"), limit=1).records:
+                call.key("validated_trajectories"), limit=1).records:
             time.sleep(0.05)
     assert process.poll() is None, "the CLI ended before the first batch was ingested"
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
     code, stderr = finish(process, timeout=120)
     assert code == 130 and "interrupted" in stderr, stderr
     made = runs(temporary_instance)
-    assert made and {run.job_name for run in made} == {INGEST}
+    assert made and {run.job_name for run in made} == {call.ingest_job}
     statuses = [run.status for run in made]
     assert dg.DagsterRunStatus.CANCELED in statuses
     assert set(statuses) <= {dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.SUCCESS}, statuses
@@ -151,7 +154,8 @@ def test_a_datasets_step_whose_process_dies_fails_its_run(tmp_path, temporary_in
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     assert code == 1 and "dpo_exports" in stderr, stderr
     made = runs(temporary_instance)
-    assert [(run.job_name, run.status) for run in made][-1] == (DATASETS, dg.DagsterRunStatus.FAILURE)
+    datasets_job = AdHocCall.of([SAMPLE], tmp_path / "out").datasets_job
+    assert [(run.job_name, run.status) for run in made][-1] == (datasets_job, dg.DagsterRunStatus.FAILURE)
     assert all(run.is_finished for run in made)
 
 

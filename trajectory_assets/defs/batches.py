@@ -16,6 +16,10 @@ from trajectory_assets.io.storage import Storage
 from trajectory_assets.project import partitions_name, resource_key
 
 
+# the batch assets' keys, without a source's prefix
+RAW, TRAJECTORIES, QUARANTINE = "raw_rollouts", "validated_trajectories", "quarantined_records"
+
+
 def asset_key(name: str, base: str) -> dg.AssetKey:
     """``base`` (``validated_trajectories``, ``sft_dataset``...) of the source or dataset ``name``."""
     return dg.AssetKey([name, base] if name else [base])

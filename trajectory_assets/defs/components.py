@@ -213,12 +213,13 @@ def _is_type_tag(part: str) -> bool:
     return part in ("str", "int", "float", "bool", "none") or part.startswith(("list[", "dict[", "tuple["))
 
 
-def _problem(error: dict[str, Any], component: type[BaseModel] | None = None) -> str:
+def _problem(error: dict[str, Any], component: type[BaseModel] | None = None,
+             unknown: str = "not a key Dagster reads here") -> str:
     """What is wrong, in one line; an unknown attribute of ``component`` with the ones it takes."""
     if error["type"] == "extra_forbidden":
         if component:
             return f"unknown attribute; {component.__name__} takes {', '.join(component.model_fields)}"
-        return "not a key Dagster reads here"
+        return unknown
     if error["type"] == "missing":
         return "required, and missing"
     got = repr(error["input"])
@@ -304,7 +305,8 @@ def _section(file: Path, path: str, model: type[BaseModel], value: dict[str, Any
     except ValidationError as error:
         first = error.errors()[0]
         location = _attribute_path([*path.split("."), *first["loc"]])
-        raise ProjectError(f"{declaration_site(file, location)}: {_problem(first)}") from None
+        raise ProjectError(f"{declaration_site(file, location)}: "
+                           f"{_problem(first, unknown='unknown key (config.example.yaml lists every key)')}") from None
 
 
 def _local_benchmarks(file: Path, config: PipelineConfig, project_folder: Path, attribute: str) -> PipelineConfig:

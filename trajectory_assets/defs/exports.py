@@ -17,15 +17,14 @@ import dagster as dg
 
 from trajectory_assets import __version__, layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.defs.batches import asset_key, batches_of_sources, dataset_store
+from trajectory_assets.defs.batches import TRAJECTORIES, asset_key, batches_of_sources, dataset_store
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
-from trajectory_assets.defs.ingest import TRAJECTORIES
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
 from trajectory_assets.ingest.decontamination import BenchmarkError, BenchmarkIndex, cached_index
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.manifest import dataset_identity
-from trajectory_assets.exports.registry import EXPORT_FAMILIES, family_exports
+from trajectory_assets.exports.registry import family_exports
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
 from trajectory_assets.exports.writer import Broken, CheckOutcome, Written, check_names, write_family
 from trajectory_assets.io.batch_summary import read_summary
@@ -174,4 +173,3 @@ def _materialization(uri, written: Written, asset: dg.AssetKey,
     )
 
 
-export_assets = [build_family_asset(family) for family in EXPORT_FAMILIES]

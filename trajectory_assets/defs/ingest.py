@@ -18,7 +18,7 @@ from trajectory_assets import layout
 from trajectory_assets.config import ConfigError
 from trajectory_assets.ingest import batch
 from trajectory_assets.ingest.decontamination import ingest_flags
-from trajectory_assets.defs.batches import asset_key
+from trajectory_assets.defs.batches import QUARANTINE, RAW, TRAJECTORIES, asset_key
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
@@ -37,7 +37,6 @@ from trajectory_assets.project import ENVIRONMENT, partitions_name, resource_key
 from trajectory_assets.sources import SOURCES, discover_sources, formats_tried, recognised_records
 
 GROUP = "rollouts"
-RAW, TRAJECTORIES, QUARANTINE = "raw_rollouts", "validated_trajectories", "quarantined_records"
 
 
 class IngestKeys:

@@ -11,8 +11,7 @@ from trajectory_assets import layout
 from trajectory_assets.report.report import MAIN_PLOTS, build_report
 from trajectory_assets.report.report_data import QuarantineExamples
 from trajectory_assets.exports.registry import EXPORTS
-from trajectory_assets.defs.batches import asset_key, dataset_store
-from trajectory_assets.defs.ingest import QUARANTINE, TRAJECTORIES
+from trajectory_assets.defs.batches import QUARANTINE, TRAJECTORIES, asset_key, dataset_store
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings
 from trajectory_assets.exports.export import Export

@@ -240,7 +240,9 @@ class _Jobs:
 
     def code_version(self, source: str) -> str | None:
         """The code version the source's trajectories are computed with now."""
-        key = dg.AssetKey([source, "validated_trajectories"] if source else ["validated_trajectories"])
+        from trajectory_assets.defs.ingest import IngestKeys
+
+        key = IngestKeys(source).trajectories
         return self.defs.resolve_assets_def(key).code_versions_by_key.get(key)
 
     def create_run(self, instance: dg.DagsterInstance, job_name: str, run_config: dict, tags: dict[str, str],
