@@ -23,19 +23,9 @@ from pathlib import Path
 from bench.profile import _timed
 
 
-def stored_batches_context(storage: Path):
-    """What the report asset's body asks of its Dagster context, outside Dagster: the
-    registered batches, here every batch stored under ``storage``."""
-    batches = sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
-
-    class Instance:
-        def get_dynamic_partitions(self, _name):
-            return batches
-
-    class Context:
-        instance = Instance()
-
-    return Context()
+def stored_batches(storage: Path) -> list[str]:
+    """What the report asset reads outside Dagster: every batch stored under ``storage``."""
+    return sorted(path.name[: -len(".parquet")] for path in (storage / "trajectories" / "batches").glob("*.parquet"))
 
 
 def _in_main_thread(timed, plain):
@@ -49,7 +39,8 @@ def profile_report(storage: Path) -> dict:
 
     from trajectory_assets.report import report
     from trajectory_assets.defs import reports
-    from trajectory_assets.defs.resources import PipelineSettings, TrajectoryStorage
+    from trajectory_assets.defs.resources import PipelineSettings
+    from trajectory_assets.io.storage import Storage
     from trajectory_assets.io.export_files import StoredExport
 
     spent: Counter = Counter()
@@ -69,8 +60,7 @@ def profile_report(storage: Path) -> dict:
 
     start = time.perf_counter()
     try:
-        result = reports._write_report(stored_batches_context(storage), TrajectoryStorage(root=str(storage)),
-                                       PipelineSettings())
+        result = reports.write_report(Storage(str(storage)), stored_batches(storage), PipelineSettings())
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)

@@ -42,6 +42,13 @@ def ingest(defs, instance, result) -> None:
         assert done.success
 
 
+def as_the_ui(monkeypatch, source, storage) -> None:
+    """The UI's dataset on these sources and storage: a CLI call on them is that dataset
+    (unprefixed), as a user's `make run` then `make ui` are (docs/datasets.md)."""
+    monkeypatch.setenv("TRAJECTORY_SOURCE", str(source))
+    monkeypatch.setenv("TRAJECTORY_STORAGE", str(storage))
+
+
 def touch(path) -> None:
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
@@ -193,7 +200,7 @@ def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tm
         assert rerun.partition_key == batch_key("in/f20.jsonl") and rerun.tags[BATCHES_TAG] == rerun.partition_key
 
 
-def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
+def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path, monkeypatch):
     """Opening the UI on what the CLI built does no work twice: a sensor tick (with no cursor
     yet) and an automation tick on the same files request no run. A changed file then
     requests exactly its batch, and once that is ingested, the datasets."""
@@ -202,6 +209,7 @@ def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
     source, storage = tmp_path / "in", tmp_path / "out"
     for name in ("a", "b", "c"):
         write_jsonl(source / f"{name}.jsonl", [make_rollout(request_input=f"task {name}")])
+    as_the_ui(monkeypatch, source, storage)
     assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
     defs = build_definitions(RunSettings(sources=[str(source)], storage=str(storage)))
     with dg.DagsterInstance.get() as instance:  # the CLI's: this test's own (conftest)
@@ -234,7 +242,7 @@ def test_a_cli_run_leaves_the_sensor_and_the_automation_nothing_to_do(tmp_path):
         assert len(instance.get_run_records()) == runs_before + 2  # the re-run and the changed batch's run
 
 
-def test_a_batch_nothing_can_be_read_from_fails_its_check_and_the_datasets_are_not_rebuilt(tmp_path):
+def test_a_batch_nothing_can_be_read_from_fails_its_check_and_the_datasets_are_not_rebuilt(tmp_path, monkeypatch):
     """Issue 41, item 7, on the sensor path: a file of JSON lines of an unknown shape added to a
     watched folder is ingested as its own batch; its ``source_recognised`` check fails and the
     automation rebuilds no dataset from it (the stored exports stay)."""
@@ -242,6 +250,7 @@ def test_a_batch_nothing_can_be_read_from_fails_its_check_and_the_datasets_are_n
 
     source, storage = tmp_path / "in", tmp_path / "out"
     write_jsonl(source / "a.jsonl", [make_rollout(request_input="task a")])
+    as_the_ui(monkeypatch, source, storage)
     assert main(["run", "--source", str(source), "--storage", str(storage)]) == 0
     sft_before = (storage / "exports" / "sft" / "manifest.json").read_bytes()
     defs = build_definitions(RunSettings(sources=[str(source)], storage=str(storage)))

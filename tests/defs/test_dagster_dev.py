@@ -116,13 +116,17 @@ def ui_state(url: str) -> dict:
     return {"/".join(node["assetKey"]["path"]): node for node in nodes}
 
 
-def everything_green(url: str, batches: int):
+def everything_green(url: str, batches: int, batch_assets=BATCH_ASSETS, dataset_assets=DATASET_ASSETS):
+    """The UI's state once every batch asset has ``batches`` partitions materialized, every
+    dataset asset is materialized, and every check's latest execution succeeded; else None."""
     state = ui_state(url)
-    for name in BATCH_ASSETS:
+    if not set(batch_assets) | set(dataset_assets) <= set(state):
+        return None
+    for name in batch_assets:
         stats = state[name]["partitionStats"]
         if (stats["numPartitions"], stats["numMaterialized"]) != (batches, batches) or stats["numFailed"]:
             return None
-    if any(not state[name]["assetMaterializations"] for name in DATASET_ASSETS):
+    if any(not state[name]["assetMaterializations"] for name in dataset_assets):
         return None
     statuses = [
         check["executionForLatestMaterialization"]["status"]

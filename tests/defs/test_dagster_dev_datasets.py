@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from tests.conftest import SAMPLE
-from tests.defs.test_dagster_dev import RUNS, graphql, running_dagster_dev, tagged_runs, ui_state, wait_for
+from tests.defs.test_dagster_dev import RUNS, everything_green, graphql, running_dagster_dev, tagged_runs, wait_for
 from tests.runs.test_namespaces import shared_source_catalog
 from trajectory_assets.io.source_files import batch_key, discover
 from trajectory_assets.runs.run_plan import BATCHES_TAG
@@ -37,26 +37,11 @@ def two_datasets(tmp_path_factory):
         yield {"url": url, "root": root, "source": source}
 
 
-def both_built(url: str, batches: int):
-    state = ui_state(url)
-    if not SOURCE_ASSETS | DATASET_ASSETS <= set(state):
-        return None
-    for name in SOURCE_ASSETS:
-        stats = state[name]["partitionStats"]
-        if (stats["numPartitions"], stats["numMaterialized"]) != (batches, batches) or stats["numFailed"]:
-            return None
-    if any(not state[name]["assetMaterializations"] for name in DATASET_ASSETS):
-        return None
-    statuses = [check["executionForLatestMaterialization"]["status"]
-                for node in state.values() for check in node["assetChecksOrError"].get("checks", [])
-                if check["executionForLatestMaterialization"] is not None]
-    return state if statuses and all(status == "SUCCEEDED" for status in statuses) else None
-
-
 def test_two_datasets_share_one_sources_ingest_and_are_built_by_automation(two_datasets):
     url = two_datasets["url"]
     files = discover([str(two_datasets["source"])], INPUTS_SUFFIXES)
-    state = wait_for(lambda: both_built(url, len(files)), 600, "the source's batches and both datasets, all green")
+    state = wait_for(lambda: everything_green(url, len(files), SOURCE_ASSETS, DATASET_ASSETS), 600,
+                     "the source's batches and both datasets, all green")
     # only the declared assets: the environment's dataset is not built when datasets are declared
     assert {name.split("/")[0] for name in state} == {"rollouts", "sft_set", "grpo_set"}
     runs = tagged_runs(url)

@@ -7,8 +7,8 @@ import dagster as dg
 import pytest
 import yaml
 
-from tests.conftest import (PROJECT_ROOT, in_ci, make_rollout, message_item, temporary_dagster_home, write_jsonl,
-                            written_files)
+from tests.conftest import (PROJECT_ROOT, AdHocCall, in_ci, make_rollout, message_item, temporary_dagster_home,
+                            write_jsonl, written_files)
 from tests.deploy.postgres_server import loopback_postgres, postgres_bin
 from trajectory_assets.cli import main
 from trajectory_assets.dagster_internals import check_executions, storage_classes
@@ -62,17 +62,18 @@ def test_concurrent_batch_runs_write_one_postgres_instance_and_match_sqlite(tmp_
     # database, then the datasets run (its steps forked too)
     assert main(["run", "--source", str(source), "--storage", str(tmp_path / "pg_out"), "--execution", "forked",
                  "--workers", "3"]) == 0
+    call = AdHocCall.of([source], tmp_path / "pg_out")
     with dg.DagsterInstance.get() as instance:
         assert storage_classes(instance) == ("PostgresRunStorage", "PostgresEventLogStorage")
         runs = instance.get_run_records()
-        ingest = [r for r in runs if r.dagster_run.job_name == "ingest_rollout_batch"]
+        ingest = [r for r in runs if r.dagster_run.job_name == call.ingest_job]
         assert len(ingest) == 3 and all(r.dagster_run.is_success for r in runs)
-        batches = instance.get_dynamic_partitions("rollout_batches")
+        batches = instance.get_dynamic_partitions(call.partitions)
         assert len(batches) == 9
-        records = instance.fetch_materializations(dg.AssetKey("validated_trajectories"), limit=20).records
+        records = instance.fetch_materializations(call.key("validated_trajectories"), limit=20).records
         assert sorted(r.partition_key for r in records) == sorted(batches)
         for batch in batches:
-            checks = check_executions(instance, dg.AssetCheckKey(dg.AssetKey("validated_trajectories"),
+            checks = check_executions(instance, dg.AssetCheckKey(call.key("validated_trajectories"),
                                                                  "nothing_lost"), batch)
             assert [status for status, _ in checks] == ["SUCCEEDED"]
 
@@ -92,9 +93,10 @@ def test_a_second_call_on_the_same_instance_adds_runs_and_drops_removed_batches(
     assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
     (source / "part_0.jsonl").unlink()
     assert main(["run", "--source", str(source), "--storage", str(tmp_path / "out")]) == 0
+    call = AdHocCall.of([source], tmp_path / "out")
     with dg.DagsterInstance.get() as instance:
-        assert len(instance.get_dynamic_partitions("rollout_batches")) == 2
-        assert len([r for r in instance.get_run_records() if r.dagster_run.job_name == "build_training_datasets"]) == 2
+        assert len(instance.get_dynamic_partitions(call.partitions)) == 2
+        assert len([r for r in instance.get_run_records() if r.dagster_run.job_name == call.datasets_job]) == 2
     manifest = yaml.safe_load((tmp_path / "out" / "exports" / "sft" / "manifest.json").read_text())
     assert len(manifest["batches"]) == 2
 

@@ -82,9 +82,11 @@ def test_a_launched_datasets_run_forks_its_steps_from_a_server_of_its_own(tmp_pa
     from trajectory_assets.runs.runner import _Jobs
 
     storage = tmp_path / "out"
+    # the environment's dataset (unprefixed): what the launched run of the code location's job reads
+    environment = {**os.environ, "TRAJECTORY_SOURCE": str(SAMPLE), "TRAJECTORY_STORAGE": str(storage)}
     subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(SAMPLE), "--storage",
                     str(storage), "--execution", "in-process"], cwd=PROJECT_ROOT, check=True, capture_output=True,
-                   timeout=300)
+                   timeout=300, env=environment)
     (storage / "exports").rename(tmp_path / "exports_of_the_cli")
     run_config = {"resources": {"sources": {"config": {"paths": [str(SAMPLE)]}},
                                 "storage": {"config": {"root": str(storage)}}},

@@ -59,7 +59,7 @@ def two_sources_at_once(root: Path, first: Path, second: Path, env: dict) -> Non
     for name, source in (("first", first), ("second", second)):
         home = temporary_dagster_home(root / f"alone_{name}_home")
         code, error = calls_at_once([["run", "--source", str(source), "--storage", str(root / f"alone_{name}")]],
-                                    {**env, "DAGSTER_HOME": str(home)})
+                                    {**env, "DAGSTER_HOME": str(home)})[0]
         assert code == 0, error
     results = calls_at_once([["run", "--source", str(first), "--storage", str(root / "first_out")],
                              ["run", "--source", str(second), "--storage", str(root / "second_out")]], env)
