@@ -95,6 +95,17 @@ class Storage:
         if not self._local:
             self.fs.invalidate_cache(self.path(relative))
 
+    def remove_folder(self, relative: str) -> None:
+        """Delete a stored folder and every file in it; one that is not there is fine."""
+        try:
+            self.fs.rm(self.path(relative), recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise StorageError(f"cannot remove {self.uri(relative)}: {error}") from error
+        if not self._local:
+            self.fs.invalidate_cache(self.path(relative))
+
     def total_size(self, relatives: list[str]) -> int:
         """The bytes of those of the stored files that exist (one listing per folder)."""
         by_folder: dict[str, set[str]] = {}
