@@ -57,11 +57,11 @@ OUT = ROOT / "bench" / "out"
 clock = time.perf_counter
 
 
-def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float, float, int]:
+def ingest_all(source: Path, storage: Path, benchmark_sets=()) -> tuple[float, float, int]:
     """Every file of ``source`` ingested into ``storage`` as the ingest steps do
     (``batch.ingest_batch``, its source record written first: that is the raw asset's work),
-    with the benchmarks' flags if ``decontamination`` names any: (seconds, of which in
-    decontamination, rows)."""
+    with the flags of each of ``benchmark_sets`` (``decontamination`` sections): (seconds, of
+    which in decontamination, rows)."""
     from trajectory_assets.config import PipelineConfig
     from trajectory_assets.ingest.batch import ingest_batch, write_source_record
     from trajectory_assets.ingest.decontamination import ingest_flags
@@ -80,7 +80,7 @@ def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float
     start = clock()
     for key in keys:
         began = clock()
-        flags = [TimedFlags(recorder) for recorder in ingest_flags([decontamination])] if decontamination is not None else []
+        flags = [TimedFlags(recorder) for recorder in ingest_flags(benchmark_sets)]
         inside += clock() - began
         ingest_batch(key, store, config, flags=flags)
         inside += sum(recorder.seconds for recorder in flags)
@@ -267,11 +267,11 @@ def main(argv: list[str] | None = None) -> None:
         unrelated = unrelated_set(work / "unrelated.jsonl", vocabulary, args.items)
         shutil.rmtree(work / "plain")
         unrelated_s, unrelated_inside_s, _ = in_fresh_process(
-            ingest_all, work / "source", work / "unrelated", benchmark_config(work / "unrelated.jsonl"))
+            ingest_all, work / "source", work / "unrelated", [benchmark_config(work / "unrelated.jsonl")])
         unrelated_setup_s = sum(in_fresh_process(setup_alone, benchmark_config(work / "unrelated.jsonl")).values())
         shutil.rmtree(work / "unrelated")
         config = benchmark_config(work / "benchmark.jsonl")
-        with_s, inside_s, _ = in_fresh_process(ingest_all, work / "source", work / "storage", config)
+        with_s, inside_s, _ = in_fresh_process(ingest_all, work / "source", work / "storage", [config])
         setup = in_fresh_process(setup_alone, config)
         setup_s = sum(setup.values())
         measured = in_fresh_process(measure, work / "storage", work / "benchmark.jsonl", batches)
