@@ -769,7 +769,7 @@ class SharedTexts:
     computed once too."""
 
     def __init__(self) -> None:
-        self.trajectory: Trajectory | None = None  # (held: no other trajectory can take its id)
+        self.trajectory: Trajectory | None = None  # (kept alive: no later trajectory can be this object)
         self.texts: list[str] = []
 
     def lazily(self, trajectory: Trajectory) -> Iterator[str]:
