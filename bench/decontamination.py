@@ -57,11 +57,11 @@ OUT = ROOT / "bench" / "out"
 clock = time.perf_counter
 
 
-def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float, float, int]:
+def ingest_all(source: Path, storage: Path, benchmark_sets=()) -> tuple[float, float, int]:
     """Every file of ``source`` ingested into ``storage`` as the ingest steps do
     (``batch.ingest_batch``, its source record written first: that is the raw asset's work),
-    with the benchmarks' flags if ``decontamination`` names any: (seconds, of which in
-    decontamination, rows)."""
+    with the flags of each of ``benchmark_sets`` (``decontamination`` sections): (seconds, of
+    which in decontamination, rows)."""
     from trajectory_assets.config import PipelineConfig
     from trajectory_assets.ingest.batch import ingest_batch, write_source_record
     from trajectory_assets.ingest.decontamination import ingest_flags
@@ -80,10 +80,10 @@ def ingest_all(source: Path, storage: Path, decontamination=None) -> tuple[float
     start = clock()
     for key in keys:
         began = clock()
-        flags = TimedFlags(ingest_flags(decontamination)) if decontamination is not None else None
+        flags = [TimedFlags(recorder) for recorder in ingest_flags(benchmark_sets)]
         inside += clock() - began
         ingest_batch(key, store, config, flags=flags)
-        inside += 0.0 if flags is None else flags.seconds
+        inside += sum(recorder.seconds for recorder in flags)
         rows += store.read_json(layout.batch_summary(key))["records_valid"]
     return clock() - start, inside, rows
 
@@ -93,6 +93,7 @@ class TimedFlags:
 
     def __init__(self, flags) -> None:
         self.flags = flags
+        self.fingerprint = flags.fingerprint
         self.seconds = 0.0
 
     def add(self, trajectory_id, trajectory) -> None:
@@ -121,7 +122,7 @@ def setup_alone(decontamination) -> dict[str, float]:
 
     parts = {}
     start = clock()
-    flags = module.ingest_flags(decontamination)
+    (flags,) = module.ingest_flags([decontamination])
     parts["benchmarks read"] = clock() - start
     for part, step in (("numba imported, code points", module.code_points),
                        ("SciPy's linalg, for numba", lambda: importlib.util.find_spec("scipy") is None
@@ -266,17 +267,16 @@ def main(argv: list[str] | None = None) -> None:
         unrelated = unrelated_set(work / "unrelated.jsonl", vocabulary, args.items)
         shutil.rmtree(work / "plain")
         unrelated_s, unrelated_inside_s, _ = in_fresh_process(
-            ingest_all, work / "source", work / "unrelated", benchmark_config(work / "unrelated.jsonl"))
+            ingest_all, work / "source", work / "unrelated", [benchmark_config(work / "unrelated.jsonl")])
         unrelated_setup_s = sum(in_fresh_process(setup_alone, benchmark_config(work / "unrelated.jsonl")).values())
         shutil.rmtree(work / "unrelated")
         config = benchmark_config(work / "benchmark.jsonl")
-        with_s, inside_s, _ = in_fresh_process(ingest_all, work / "source", work / "storage", config)
+        with_s, inside_s, _ = in_fresh_process(ingest_all, work / "source", work / "storage", [config])
         setup = in_fresh_process(setup_alone, config)
         setup_s = sum(setup.values())
         measured = in_fresh_process(measure, work / "storage", work / "benchmark.jsonl", batches)
-        flagged = sum(len(orjson.loads((work / "storage" / "trajectories" / "batches" /
-                                        f"{key}.decontamination.json").read_bytes())["contaminated"])
-                      for key in batches)
+        flagged = sum(len(orjson.loads(path.read_bytes())["contaminated"])  # (one benchmark set: a file a batch)
+                      for path in (work / "storage" / "trajectories" / "batches").glob("*.decontamination/*.json"))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -407,7 +407,7 @@ def test_decontamination_leaves_benchmark_items_out_of_every_export_and_names_th
     page = (out / "reports" / "index.html").read_text()
     assert 'id="decontamination"' in page and "<code>gsm8k</code>" in page
     # ingest found the four matches and stored them beside the batch
-    (flags_file,) = (out / "trajectories" / "batches").glob("*.decontamination.json")
+    (flags_file,) = (out / "trajectories" / "batches").glob("*.decontamination/*.json")
     assert len(json.loads(flags_file.read_text())["contaminated"]) == 4
 
 
@@ -421,9 +421,9 @@ def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_
     config_file, source, benchmark = decontamination_run(tmp_path)
     out = tmp_path / "out"
     assert main(["run", "--source", str(source), "--storage", str(out), "--config", str(config_file)]) == 0
-    (flags_file,) = (out / "trajectories" / "batches").glob("*.decontamination.json")
+    (flags_file,) = (out / "trajectories" / "batches").glob("*.decontamination/*.json")
     config = load_config(config_file)
-    table = StoredTrajectories(Storage(str(out)), [flags_file.name.removesuffix(".decontamination.json")])
+    table = StoredTrajectories(Storage(str(out)), [flags_file.parent.name.removesuffix(".decontamination")])
 
     def grpo_plan():
         return grpo.plan(table, config.grpo, None, build_index(config.decontamination))
@@ -437,13 +437,16 @@ def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_
     tasks, excluded = grpo.plan(table, config.grpo, None, index)
     assert excluded["contaminated:gsm8k"] == 5 and clean[0] not in tasks["trajectory_ids"].iloc[0]
     assert "_tables" not in vars(index) and index.counted()[0].ngrams == flags["ngrams"][0] > 0  # none built
-    # other benchmarks (a batch ingested before them): the batch is scanned and its flags replaced
+    # other benchmarks (a batch ingested before them): the batch is scanned and their flags stored
+    # beside the first ones' (which another dataset may still use)
     write_jsonl(benchmark, [{"question": "Unused.", "instance_id": "gsm-7"},
                             {"question": "say hi to the nice people who came to the meeting on the first day",
                              "instance_id": "none"}])
     tasks, excluded = grpo_plan()
-    rescanned = json.loads(flags_file.read_text())
+    (rescanned_file,) = set(flags_file.parent.glob("*.json")) - {flags_file}
+    rescanned = json.loads(rescanned_file.read_text())
     assert rescanned["fingerprint"] != flags["fingerprint"] and len(rescanned["contaminated"]) == 2
+    assert json.loads(flags_file.read_text()) == flags
     assert excluded == {"contaminated:gsm8k": 2} and len(tasks) == 2  # now "Say hi ..." matches, the others not
 
 

@@ -33,9 +33,23 @@ def batch_summary(key: str) -> str:
     return f"trajectories/batches/{key}.summary.json"
 
 
-def batch_decontamination(key: str) -> str:
-    """The benchmark matches ingest found in a batch, with the fingerprint of the benchmarks
-    they were found against (written only when decontamination is configured)."""
+def batch_decontamination(key: str, fingerprint: str) -> str:
+    """The benchmark matches found in a batch against one benchmark set (a dataset's
+    ``decontamination`` section), with that set's fingerprint: one file per set, so the
+    datasets reading one source keep each their own (written only when one is configured)."""
+    return f"{batch_decontamination_folder(key)}/{fingerprint[:16]}.json"
+
+
+def batch_decontamination_folder(key: str) -> str:
+    """Every benchmark set's matches of a batch (ingest empties it: none may outlive the
+    trajectories they were found in)."""
+    return f"trajectories/batches/{key}.decontamination"
+
+
+def batch_decontamination_before_sets(key: str) -> str:
+    """The one flags file a batch had before they were kept per benchmark set: still read
+    while its fingerprint is the one wanted (a storage written before keeps its flags, no
+    batch is scanned again), never written; ingest removes it with the folder."""
     return f"trajectories/batches/{key}.decontamination.json"
 
 

@@ -63,6 +63,17 @@ def test_storage_writes_and_reads_objects(s3):
     assert not store.exists("a/b.json")
 
 
+def test_remove_folder_deletes_the_objects_under_its_prefix_only(s3):
+    store = Storage(f"s3://{BUCKET}/out")
+    store.write_bytes("k.decontamination/1.json", b"{}")
+    store.write_bytes("k.decontamination/2.json", b"{}")
+    store.write_bytes("k.decontamination.json", b"{}")
+    store.remove_folder("k.decontamination")
+    assert not store.exists("k.decontamination/1.json") and not store.exists("k.decontamination/2.json")
+    assert store.exists("k.decontamination.json")
+    store.remove_folder("k.decontamination")  # already gone: fine
+
+
 def test_a_failed_write_keeps_the_previous_object(s3):
     """fsspec's ``__exit__`` commits even on an exception: the half object must not replace the old one."""
     store = Storage(f"s3://{BUCKET}/out")

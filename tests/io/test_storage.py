@@ -76,3 +76,15 @@ def test_remove_deletes_a_file_and_accepts_a_missing_one(tmp_path):
     store.remove("a/manifest.json")  # already gone: fine
     with pytest.raises(StorageError, match="outside the storage root"):
         store.remove("../x")
+
+
+def test_remove_folder_deletes_every_file_in_it_and_accepts_a_missing_one(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("a/b/1.json", b"{}")
+    store.write_bytes("a/b/2.json", b"{}")
+    store.write_bytes("a/b.json", b"{}")  # beside the folder, not in it
+    store.remove_folder("a/b")
+    assert not store.exists("a/b/1.json") and not store.exists("a/b/2.json") and store.exists("a/b.json")
+    store.remove_folder("a/b")  # already gone: fine
+    with pytest.raises(StorageError, match="outside the storage root"):
+        store.remove_folder("../x")

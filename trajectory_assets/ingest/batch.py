@@ -4,13 +4,14 @@ records ingest keeps beside them, and the checks on what was stored (no Dagster 
 
 A batch's code version (``defs/code_versions.py``) is this module's and what it imports.
 Decontamination is not among them: its flags are stored with the fingerprint of the rules
-and benchmarks that made them, and the export steps recompute stale ones, so the asset
-hands the recorder in (``ingest_batch``'s ``flags``) and a change to those rules re-ingests
-nothing.
+and benchmarks that made them, one file per benchmark set, and the export steps recompute
+stale ones, so the asset hands the recorders in (``ingest_batch``'s ``flags``) and a change
+to those rules re-ingests nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -34,7 +35,10 @@ CheckOutcome = tuple[bool, dict, str | None]
 
 
 class Recorder(Protocol):
-    """What ingest finds in each valid trajectory, stored beside the batch (``result``)."""
+    """What ingest finds in each valid trajectory against one benchmark set, stored beside
+    the batch (``result``) in that set's file (``fingerprint``)."""
+
+    fingerprint: str
 
     def add(self, trajectory_id: str, trajectory: Any) -> None: ...
 
@@ -52,11 +56,12 @@ def write_source_record(key: str, store: Storage, source: SourceFile) -> dict:
     return {**record, "fingerprint": fingerprint}
 
 
-def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Recorder | None = None) -> None:
+def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequence[Recorder] = ()) -> None:
     """Writes the batch's trajectories, quarantine and summary. A source that cannot be
     opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error.
-    ``flags``: with benchmarks configured, decontamination's recorder of their matches
-    (``decontamination.ingest_flags``)."""
+    ``flags``: decontamination's recorders of their benchmark set's matches, one per set
+    configured by the datasets reading the batch (``decontamination.ingest_flags``); each
+    sees every valid trajectory once, as it is converted."""
     redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
     recorded = store.read_json(layout.batch_source(key))
     # a side file that could not be read is left out (its error is in the raw record); a batch
@@ -64,6 +69,9 @@ def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Record
     source = source_from_record(recorded)
     # a record of the batch's earlier contents must never stand beside its new trajectories
     store.remove(layout.batch_tool_use(key))
+    # nor flags found in them, for any benchmark set (one no dataset configures now may be again)
+    store.remove_folder(layout.batch_decontamination_folder(key))
+    store.remove(layout.batch_decontamination_before_sets(key))
     with (
         store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
         store.open_write(layout.batch_quarantine(key)) as quarantine,
@@ -78,13 +86,13 @@ def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Record
 
         def on_trajectory(trajectory_id, trajectory):
             tools.add(trajectory_id, trajectory)
-            if flags is not None:
-                flags.add(trajectory_id, trajectory)
+            for recorder in flags:
+                recorder.add(trajectory_id, trajectory)
 
         summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
                          options=config.conversion, on_trajectory=on_trajectory)
-    if flags is not None:
-        store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags.result()))
+    for recorder in flags:
+        store.write_bytes(layout.batch_decontamination(key, recorder.fingerprint), orjson.dumps(recorder.result()))
     store.write_bytes(layout.batch_tool_use(key), orjson.dumps(tools.result()))
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -738,23 +739,44 @@ def contaminated(chunks: Iterable[Any], index: BenchmarkIndex) -> dict[str, str]
 
 
 class IngestFlags:
-    """The matches of one batch, found while it is ingested, from the conversations ingest
-    has already parsed (no second read of the stored messages): ``add`` each valid
-    trajectory, then ``result``."""
+    """The matches of one batch against one benchmark set, found while it is ingested, from
+    the conversations ingest has already parsed (no second read of the stored messages):
+    ``add`` each valid trajectory, then ``result``, stored under ``fingerprint``."""
 
-    def __init__(self, index: BenchmarkIndex) -> None:
+    def __init__(self, index: BenchmarkIndex, texts: SharedTexts | None = None) -> None:
         self.index = index
         self.matches = Matches(index)
+        self.texts = texts if texts is not None else SharedTexts()
+
+    @property
+    def fingerprint(self) -> str:
+        return self.index.fingerprint
 
     def add(self, trajectory_id: str, trajectory: Trajectory) -> None:
         """Checks one trajectory as ingest converts it (``ingest.ingest``'s ``on_trajectory``)."""
         owner = (id_owner(self.index, trajectory.task_inputs, trajectory.metadata, trajectory.request)
                  if self.index.ids else -1)
-        self.matches.add(trajectory_id, owner, turn_texts(trajectory.messages))
+        self.matches.add(trajectory_id, owner, self.texts.lazily(trajectory))
 
     def result(self) -> dict[str, Any]:
         """What is stored beside the batch (``flags_record``)."""
         return flags_record(self.index, self.matches.result())
+
+
+class SharedTexts:
+    """The compared texts of the trajectory being ingested, listed once for every benchmark
+    set's recorder: the same string objects, so each text's hash (``CheckedTexts``) is
+    computed once too."""
+
+    def __init__(self) -> None:
+        self.trajectory: Trajectory | None = None  # (kept alive: no later trajectory can be this object)
+        self.texts: list[str] = []
+
+    def lazily(self, trajectory: Trajectory) -> Iterator[str]:
+        """The texts, listed on first read (a recorder whose id test settles the match reads none)."""
+        if trajectory is not self.trajectory:
+            self.trajectory, self.texts = trajectory, list(turn_texts(trajectory.messages))
+        yield from self.texts
 
 
 def flags_record(index: BenchmarkIndex, found: dict[str, str]) -> dict[str, Any]:
@@ -763,7 +785,11 @@ def flags_record(index: BenchmarkIndex, found: dict[str, str]) -> dict[str, Any]
             "contaminated": found}
 
 
-_INDEXES: dict[Any, BenchmarkIndex] = {}  # the last index built in this process, by config and files
+# the indexes built in this process, by config and files, the most recently used last: ingest
+# checks a batch against every benchmark set of its source's datasets, each export step
+# against its dataset's (several sets in one process: the CLI runs its steps in one)
+_INDEXES: OrderedDict[Any, BenchmarkIndex] = OrderedDict()
+INDEXES_KEPT = 8  # beyond that many sets, the least recently used is read again when next needed
 
 
 def _files_state(path: str) -> Any:
@@ -778,21 +804,37 @@ def cached_index(config: DecontaminationConfig) -> BenchmarkIndex | None:
     stay the same (the ingest steps of a run, and the family steps run in one process)."""
     if not config.benchmarks:
         return None
-    key = (orjson.dumps(config.model_dump()), tuple(_files_state(b.path) for b in config.benchmarks))
-    if key not in _INDEXES:
-        _INDEXES.clear()
-        _INDEXES[key] = build_index(config)
-    return _INDEXES[key]
+    settings = orjson.dumps(config.model_dump())
+    key = (settings, tuple(_files_state(b.path) for b in config.benchmarks))
+    if key in _INDEXES:
+        _INDEXES.move_to_end(key)
+        return _INDEXES[key]
+    for older in [older for older in _INDEXES if older[0] == settings]:  # its files changed since
+        del _INDEXES[older]
+    index = build_index(config)
+    _INDEXES[key] = index
+    while len(_INDEXES) > INDEXES_KEPT:
+        _INDEXES.popitem(last=False)
+    return index
 
 
-def ingest_flags(config: DecontaminationConfig) -> IngestFlags | None:
-    """A collector for one batch being ingested, or None: no benchmark configured, or one that
-    cannot be read (the export steps then fail on it, saying why; ingest goes on)."""
-    try:
-        index = cached_index(config)
-    except (BenchmarkError, OSError):
-        return None
-    return None if index is None else IngestFlags(index)
+def ingest_flags(configs: Iterable[DecontaminationConfig]) -> list[IngestFlags]:
+    """The recorders of one batch being ingested, one per distinct benchmark set among
+    ``configs`` (the datasets reading its source), sharing each trajectory's texts. A config
+    without benchmarks gives none, nor does one whose benchmarks cannot be read (that
+    dataset's export steps then fail on it, saying why; ingest goes on)."""
+    if isinstance(configs, DecontaminationConfig):  # defs/ingest.py before issue 40 passes its one
+        configs = [configs]
+    texts = SharedTexts()
+    recorders: dict[str, IngestFlags] = {}
+    for config in configs:
+        try:
+            index = cached_index(config)
+        except (BenchmarkError, OSError):
+            continue
+        if index is not None and index.fingerprint not in recorders:
+            recorders[index.fingerprint] = IngestFlags(index, texts)
+    return list(recorders.values())
 
 
 def contaminated_trajectories(table: Any, index: BenchmarkIndex, ids: set[str]) -> dict[str, str]:

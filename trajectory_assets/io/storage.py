@@ -12,7 +12,7 @@ import contextlib
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
@@ -86,8 +86,15 @@ class Storage:
 
     def remove(self, relative: str) -> None:
         """Delete a stored file; one that is not there is fine."""
+        self._remove(relative, self.fs.rm_file)
+
+    def remove_folder(self, relative: str) -> None:
+        """Delete a stored folder and every file in it; one that is not there is fine."""
+        self._remove(relative, lambda path: self.fs.rm(path, recursive=True))
+
+    def _remove(self, relative: str, rm: Callable[[str], None]) -> None:
         try:
-            self.fs.rm_file(self.path(relative))
+            rm(self.path(relative))
         except FileNotFoundError:
             pass
         except OSError as error:

@@ -44,11 +44,13 @@ class StoredTrajectories:
         """The benchmark matches stored beside each batch under ``fingerprint`` (by ingest, or by
         an export step that scanned the batch), trajectory_id -> benchmark; the batches without
         them (ingested before these benchmarks were configured, or with others); and the
-        benchmarks' n-gram counts the flags recorded (None without current flags)."""
+        benchmarks' n-gram counts the flags recorded (None without current flags). Each
+        benchmark set has its own file, so the flags of other sets are never read here."""
         found: dict[str, str] = {}
         ngrams = None
-        current, stale = self._records_beside(layout.batch_decontamination,
-                                              lambda flags: flags.get("fingerprint") == fingerprint)
+        current, stale = self._records_beside(
+            lambda key: (layout.batch_decontamination(key, fingerprint), layout.batch_decontamination_before_sets(key)),
+            lambda flags: flags.get("fingerprint") == fingerprint)
         for flags in current:
             found.update(flags["contaminated"])
             ngrams = flags.get("ngrams")
@@ -59,33 +61,38 @@ class StoredTrajectories:
         trajectory_id -> tool -> [calls, failed results], the first batch's where several
         hold one; and the batches without a current record."""
         found: dict[str, dict[str, list[int]]] = {}
-        current, stale = self._records_beside(layout.batch_tool_use, lambda record: record.get("rule") == rule)
+        current, stale = self._records_beside(lambda key: (layout.batch_tool_use(key),),
+                                              lambda record: record.get("rule") == rule)
         for record in current:
             for trajectory_id, used in record["trajectories"].items():
                 found.setdefault(trajectory_id, used)
         return found, stale
 
-    def _records_beside(self, path_of: Callable[[str], str],
+    def _records_beside(self, paths_of: Callable[[str], tuple[str, ...]],
                         is_current: Callable[[dict], bool]) -> tuple[list[dict], list[str]]:
-        """The current records kept beside the batches, in batch order, and the batches
-        without one."""
+        """The current records kept beside the batches, in batch order (of a batch's paths,
+        the first holding a current one), and the batches without one."""
         current, stale = [], []
         for key in self.batches:
-            path = path_of(key)
-            found = self.store.read_json(path) if self.store.exists(path) else None
-            if found is not None and is_current(found):
+            found = next((record for record in map(self._read_if_stored, paths_of(key))
+                          if record is not None and is_current(record)), None)
+            if found is not None:
                 current.append(found)
             else:
                 stale.append(key)
         return current, stale
+
+    def _read_if_stored(self, path: str) -> dict | None:
+        return self.store.read_json(path) if self.store.exists(path) else None
 
     def batch(self, key: str) -> "StoredTrajectories":
         """One batch of the table as a table of its own."""
         return StoredTrajectories(self.store, [key], self.chunk_rows)
 
     def save_decontamination_flags(self, key: str, flags: dict) -> None:
-        """A batch's matches, found by scanning it, kept for the next steps and runs."""
-        self.store.write_bytes(layout.batch_decontamination(key), orjson.dumps(flags))
+        """A batch's matches against one benchmark set (``flags["fingerprint"]``), found by
+        scanning it, kept for the next steps and runs in that set's own file."""
+        self.store.write_bytes(layout.batch_decontamination(key, flags["fingerprint"]), orjson.dumps(flags))
 
     def save_tool_use(self, key: str, record: dict) -> None:
         """A batch's tool use, counted by reading it, kept for the next reports."""
