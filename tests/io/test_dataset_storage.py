@@ -2,7 +2,7 @@
 dataset's own root."""
 
 from trajectory_assets import layout
-from trajectory_assets.io.dataset_storage import DatasetStorage
+from trajectory_assets.io.dataset_storage import BUILT_ON_ROUTED, DatasetStorage
 from trajectory_assets.io.source_files import batch_key
 from trajectory_assets.io.storage import Storage
 
@@ -34,3 +34,21 @@ def test_every_batch_file_lives_in_a_batch_folder():
     for path in (layout.batch_source(key), layout.batch_trajectories(key), layout.batch_summary(key),
                  layout.batch_tool_use(key), layout.batch_quarantine(key)):
         assert path.startswith(layout.BATCH_FOLDERS) and path.split("/")[-1].startswith(key + ".")
+
+
+def test_every_method_of_storage_is_routed():
+    """A method added to Storage that reaches the files itself must be routed here too, or a
+    dataset would read or write a batch's file under its own root."""
+    public = {name for name in vars(Storage) if not name.startswith("_") and callable(getattr(Storage, name))}
+    routed = {name for name in vars(DatasetStorage) if not name.startswith("_")}
+    assert public - routed == set(BUILT_ON_ROUTED)
+
+
+def test_a_batchs_decontamination_flags_folder_is_its_sources(tmp_path):
+    key = batch_key("/in/a.jsonl")
+    source = Storage(str(tmp_path / "source"))
+    view = DatasetStorage(str(tmp_path / "dataset"), {key: source})
+    view.write_bytes(layout.batch_decontamination(key, "f" * 64), b"{}")
+    assert (tmp_path / "source" / layout.batch_decontamination(key, "f" * 64)).exists()
+    view.remove_folder(layout.batch_decontamination_folder(key))
+    assert not (tmp_path / "source" / layout.batch_decontamination_folder(key)).exists()

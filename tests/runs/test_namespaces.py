@@ -170,3 +170,42 @@ def test_an_unknown_dataset_is_refused_in_one_line(tmp_path, temporary_instance)
     assert result.returncode == 2
     assert result.stderr.strip() == ("trajectory-assets: no dataset 'nope' is declared; declared: grpo_set, sft_set "
                                      "(trajectory-assets list)")
+
+
+def test_each_dataset_of_a_shared_source_is_decontaminated_against_its_own_benchmarks(tmp_path, temporary_instance):
+    """One source, two datasets with different evaluation sets: the source's one ingest flags
+    each batch against both (a file per set beside it), and each dataset leaves out only what
+    its own set matches, from those flags (the second call scans nothing again)."""
+    from tests.test_cli import decontamination_run
+
+    _, source, benchmark = decontamination_run(tmp_path)
+    catalog = tmp_path / "catalog"
+    (catalog / "sources" / "evals").mkdir(parents=True)
+    (catalog / "sources" / "evals" / "defs.yaml").write_text(
+        "type: trajectory_assets.defs.components.RolloutSource\n"
+        f"attributes:\n  name: evals\n  uris: [{source}]\n  storage: {tmp_path / 'evals_store'}\n")
+    for name, compared in (("by_text", "text_fields: [question]"), ("by_id", "id_field: instance_id")):
+        (catalog / "datasets" / name).mkdir(parents=True)
+        (catalog / "datasets" / name / "defs.yaml").write_text(
+            "type: trajectory_assets.defs.components.TrainingDataset\n"
+            f"attributes:\n  name: {name}\n  sources: [evals]\n  storage: {tmp_path / name}\n  exports: [sft]\n"
+            "  config:\n    split: {validation_fraction: 0}\n    decontamination:\n      benchmarks:\n"
+            f"      - {{name: gsm8k, path: {benchmark}, {compared}}}\n")
+    env = env_with(temporary_instance, TRAJECTORY_CATALOG=str(catalog))
+    code, error = calls_at_once([["run", "--dataset", "by_text"]], env)[0]
+    assert code == 0, error
+    flags = sorted((tmp_path / "evals_store" / "trajectories" / "batches").glob("*.decontamination/*.json"))
+    assert len(flags) == 2  # one file per benchmark set, both made by the one ingest
+    written = {path: path.stat().st_mtime_ns for path in flags}
+    code, error = calls_at_once([["run", "--dataset", "by_id"]], env)[0]
+    assert code == 0, error
+    assert {path: path.stat().st_mtime_ns for path in flags} == written  # used as they were: no rescan
+    assert set(ingest_counts(temporary_instance, "evals").values()) == {1}
+    import json
+
+    # the SFT family keeps one passing rollout per task: each set's match leaves out one row
+    for name, quoting, carrying in (("by_text", 0, 1), ("by_id", 1, 0)):
+        train = (tmp_path / name / "exports" / "sft" / "train.jsonl").read_text()
+        manifest = json.loads((tmp_path / name / "exports" / "sft" / "manifest.json").read_text())
+        assert manifest["excluded"]["contaminated:gsm8k"] == 1, name
+        assert train.count("NATALIA SOLD CLIPS") == quoting and train.count("Fix the parser.") == carrying, name

@@ -196,7 +196,7 @@ def _batch(context: dg.AssetExecutionContext, keys: IngestKeys, key: str, assets
     if ingested:
         config = settings.load()
         try:
-            batch.ingest_batch(key, store, config, flags=_flags(settings.ingest_benchmarks(config)))
+            batch.ingest_batch(key, store, config, flags=ingest_flags(settings.ingest_benchmarks(config)))
         except ConfigError as error:  # a redaction rule the redactor cannot use: the same config fails again
             raise dg.Failure(description=str(error), allow_retries=False) from None
     reads_summary = ingested or bool(checks & {keys.nothing_lost, keys.trajectory_contract, keys.source_recognised})
@@ -229,10 +229,6 @@ def _batch(context: dg.AssetExecutionContext, keys: IngestKeys, key: str, assets
         report_check(context, check, key, passed, metadata, description)
     return [check.name for check, (passed, _, _) in results.items()
             if not passed and check != keys.source_recognised]
-
-
-def _flags(benchmark_sets):  # TODO(merge wt/flags): ingest_flags takes the list
-    return ingest_flags(benchmark_sets[0]) if benchmark_sets else None
 
 
 def _write_source_record(context: dg.AssetExecutionContext, key: str, sources: RolloutSources,

@@ -42,6 +42,7 @@ class PipelineSettings(dg.ConfigurableResource):
             raise dg.Failure(description=str(error), allow_retries=False) from None
 
     def ingest_benchmarks(self, config: PipelineConfig) -> list[DecontaminationConfig]:
+        """The benchmark sets a batch of the source is flagged against at ingest."""
         if self.benchmark_sets is None:
-            return [config.decontamination] if config.decontamination.benchmarks else []
+            return [config.decontamination]
         return [DecontaminationConfig.model_validate_json(found) for found in self.benchmark_sets]

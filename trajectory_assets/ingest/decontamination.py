@@ -823,8 +823,6 @@ def ingest_flags(configs: Iterable[DecontaminationConfig]) -> list[IngestFlags]:
     ``configs`` (the datasets reading its source), sharing each trajectory's texts. A config
     without benchmarks gives none, nor does one whose benchmarks cannot be read (that
     dataset's export steps then fail on it, saying why; ingest goes on)."""
-    if isinstance(configs, DecontaminationConfig):  # defs/ingest.py before issue 40 passes its one
-        configs = [configs]
     texts = SharedTexts()
     recorders: dict[str, IngestFlags] = {}
     for config in configs:

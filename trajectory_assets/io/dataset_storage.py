@@ -16,6 +16,11 @@ from trajectory_assets import layout
 from trajectory_assets.io.storage import StagedFile, Storage
 
 
+# the methods built only on the routed ones above them (open_read, stage), so routed as well
+BUILT_ON_ROUTED = ("open_write", "write_bytes", "read_bytes", "read_json", "read_jsonl", "parquet_writer",
+                   "iter_parquet")
+
+
 class DatasetStorage(Storage):
     def __init__(self, root: str, batch_stores: Mapping[str, Storage]) -> None:
         """``batch_stores``: batch key -> its source's storage (a batch absent from it is read
@@ -62,6 +67,10 @@ class DatasetStorage(Storage):
     def remove(self, relative: str) -> None:
         store = self._routed(relative)
         return super().remove(relative) if store is None else store.remove(relative)
+
+    def remove_folder(self, relative: str) -> None:
+        store = self._routed(relative)
+        return super().remove_folder(relative) if store is None else store.remove_folder(relative)
 
     def total_size(self, relatives: list[str]) -> int:
         by_store: dict[int, tuple[Storage | None, list[str]]] = {}
