@@ -11,8 +11,7 @@ shows them and can re-execute them.
     trajectory-assets list
 
 ``--dataset`` builds a declared dataset (``catalog/``): it ingests what of its sources is not
-ingested yet, under a lock per source, so calls and the UI's sensor sharing a source ingest
-each batch once. ``--source/--storage`` is an ad hoc call: its batches and assets have a
+ingested yet, under a lock per source, so calls sharing a source ingest each batch once. ``--source/--storage`` is an ad hoc call: its batches and assets have a
 namespace of their own, derived from its sources and storage (``adhoc_<hash>/...``), so it
 never meets a declared source or another call; a call whose sources, storage and config are
 the environment's dataset's (``make run``) is that dataset, unprefixed. ``list`` shows the

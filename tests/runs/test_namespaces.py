@@ -209,3 +209,13 @@ def test_each_dataset_of_a_shared_source_is_decontaminated_against_its_own_bench
         manifest = json.loads((tmp_path / name / "exports" / "sft" / "manifest.json").read_text())
         assert manifest["excluded"]["contaminated:gsm8k"] == 1, name
         assert train.count("NATALIA SOLD CLIPS") == quoting and train.count("Fix the parser.") == carrying, name
+
+
+@pytest.mark.parametrize("args", [["run", "--dataset", "x", "--source", "in"], ["run", "--source", "in"], ["run"]])
+def test_a_call_names_a_dataset_or_its_sources_and_storage(args, capsys):
+    from trajectory_assets.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    assert stopped.value.code == 2
+    assert "--dataset" in capsys.readouterr().err

@@ -31,8 +31,8 @@ import contextlib
 import gc
 import multiprocessing
 import multiprocessing.connection
-import os
 import fcntl
+import os
 import signal
 import threading
 import uuid
@@ -112,7 +112,7 @@ def sources_locked(sources: list[SourceCall]):
     """Holds a lock per source (a file in ``DAGSTER_HOME``, taken in name order) while its
     batches are registered and ingested: two calls sharing a source on one machine take
     turns, and the second finds the batches ingested. (Calls on several machines sharing a
-    database do not see each other's locks: docs/operations.md.)"""
+    database do not see each other's locks, nor does the UI's sensor take one: docs/datasets.md.)"""
     home = os.environ.get("DAGSTER_HOME")
     with contextlib.ExitStack() as held:
         if home:
@@ -255,6 +255,8 @@ class _Jobs:
 
 
 def reconstructable_job(job_name: str, call: str | None):
+    """How a process (this one, or one forked from the fork server) loads a job: from the code
+    location, or from an ad hoc call's definitions (``definitions.job_by_name``)."""
     return dg.build_reconstructable_job("trajectory_assets.definitions", "job_by_name",
                                         (job_name,) if call is None else (job_name, call),
                                         reconstructor_working_directory=str(PROJECT_ROOT))
