@@ -285,19 +285,24 @@ def settled_state(home: str) -> dict:
 def test_a_cli_call_on_another_source_leaves_the_uis_dataset_as_it_was(dagster_dev, tmp_path):
     """A CLI call on another source, on the instance `dagster dev` serves: its batches and assets
     have a namespace of their own, so the UI's partitions, materializations and runs stay as
-    they were, and no automation reacts to the call."""
-    url, home = dagster_dev["url"], dagster_dev["env"]["DAGSTER_HOME"]
-    wait_for(lambda: everything_green(url, batches(dagster_dev)), 420, "a green graph")
+    they were, and no automation reacts to the call. (On Postgres: tests/deploy/test_postgres.py.)"""
+    wait_for(lambda: everything_green(dagster_dev["url"], batches(dagster_dev)), 420, "a green graph")
+    a_cli_call_leaves_the_ui_as_it_was(dagster_dev["env"], tmp_path)
+
+
+def a_cli_call_leaves_the_ui_as_it_was(ui_env: dict, tmp_path: Path) -> None:
+    home = ui_env["DAGSTER_HOME"]
     before = wait_for(lambda: settled_state(home), 300, "no run of the UI's going")
     other = tmp_path / "other"
     shutil.copytree(SAMPLE / "weather", other / "weather")
-    env = {**os.environ, "DAGSTER_HOME": home}
+    env = {**ui_env, "TRAJECTORY_SOURCE": "", "TRAJECTORY_STORAGE": ""}  # the call's own, not the UI's
     result = subprocess.run([str(Path(sys.executable).parent / "trajectory-assets"), "run", "--source", str(other),
                              "--storage", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     time.sleep(8)  # four evaluations of the UI's sensors (2 s apart): none may act on the call
     after = wait_for(lambda: settled_state(home), 300, "no run of the UI's going")
     assert after == before
+    assert before["partitions"] and before["runs"]  # there was something to disturb
     assert (tmp_path / "out" / "exports" / "sft" / "manifest.json").exists()
 
 

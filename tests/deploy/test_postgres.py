@@ -132,3 +132,20 @@ def test_two_datasets_sharing_a_source_at_once_on_postgres(tmp_path, postgres_ho
     from tests.runs.test_namespaces import two_datasets_sharing_a_source
 
     two_datasets_sharing_a_source(tmp_path, dict(os.environ))
+
+
+def test_a_cli_call_while_dagster_dev_serves_leaves_the_uis_dataset_on_postgres(tmp_path, postgres_home):
+    """tests/defs/test_dagster_dev.py's case on the Postgres instance: `dagster dev` builds the
+    sample, then a CLI call on another source leaves its partitions, materializations and runs."""
+    import os
+
+    from tests.conftest import SAMPLE
+    from tests.defs.test_dagster_dev import a_cli_call_leaves_the_ui_as_it_was, everything_green, running_dagster_dev, wait_for
+
+    source = tmp_path / "incoming"
+    shutil.copytree(SAMPLE, source / "rollouts")
+    env = {**os.environ, "TRAJECTORY_SOURCE": str(source), "TRAJECTORY_STORAGE": str(tmp_path / "ui_out"),
+           "TRAJECTORY_SENSOR_INTERVAL": "2"}
+    with running_dagster_dev(tmp_path, env) as url:
+        wait_for(lambda: everything_green(url, 3), 420, "the sample's 3 batches and every dataset, all checks green")
+        a_cli_call_leaves_the_ui_as_it_was(env, tmp_path / "cli")
