@@ -291,7 +291,6 @@ def _ad_hoc_call(args: argparse.Namespace):
 def _declared_call(dataset_name: str):
     """``--dataset NAME``: a declared dataset and its sources, whose batches already ingested
     as they are now are not ingested again."""
-    from trajectory_assets.config import ConfigError, load_config
     from trajectory_assets.defs.declared import declared_project
     from trajectory_assets.project import ProjectError
     from trajectory_assets.runs.run_plan import DatasetCall, SourceCall
@@ -307,11 +306,8 @@ def _declared_call(dataset_name: str):
     dataset = datasets[dataset_name]
     target = DatasetCall(dataset.name, dataset.storage,
                          [SourceCall(source.name, source.storage, [], found={}) for source in dataset.sources])
-    try:
-        dataset_config = load_config(dataset.config_file) if dataset.config_file else dataset.config
-    except ConfigError as error:
-        raise CallError(str(error)) from None
-    configs = _Configs([source.config for source in dataset.sources], dataset_config,
+    # the config its declaration's loading checked (a config_file is read then, as its defs.yaml is)
+    configs = _Configs([source.config for source in dataset.sources], dataset.config,
                        {source.name: list(source.uris) for source in dataset.sources},
                        exports=list(dataset.exports) if dataset.exports else None)
     return target, configs, [uri for source in dataset.sources for uri in source.uris]

@@ -121,20 +121,22 @@ def _dataset_assets(dataset: DatasetSpec) -> list[dg.AssetsDefinition]:
 
 
 def _settings(spec: SourceSpec | DatasetSpec, project: Project) -> PipelineSettings:
-    """A source's or dataset's config resource: its config file, or its declaration's sections;
-    a declared source's names the benchmark sets of every dataset reading it."""
+    """A source's or dataset's config resource. The environment's (or a call's) config file is
+    read by each run, as before. A declaration's config is the one its loading checked (its
+    sections, or its ``config_file`` as read then, with benchmark paths made absolute against
+    the catalog's folder), so a run uses exactly what was validated; a declared source's also
+    names the benchmark sets of every dataset reading it."""
     if spec.declared_in is None:
         return PipelineSettings(config_file=spec.config_file)
     benchmark_sets = None
     if isinstance(spec, SourceSpec):
         benchmark_sets = [found.model_dump_json() for found in project.benchmark_sets(spec)]
-    return PipelineSettings(config_file=spec.config_file,
-                            inline=None if spec.config_file else spec.config.model_dump_json(),
-                            benchmark_sets=benchmark_sets)
+    return PipelineSettings(inline=spec.config.model_dump_json(), benchmark_sets=benchmark_sets)
 
 
 def _config(spec: SourceSpec | DatasetSpec):
-    return spec.config_file if spec.declared_in is None or spec.config_file else spec.config
+    """What a source's or dataset's code versions hash: its config file, or its declaration's config."""
+    return spec.config_file if spec.declared_in is None else spec.config
 
 
 def _prefixed(prefix: list[str], versions: dict[str, str]) -> dict[str, str]:

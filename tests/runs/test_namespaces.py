@@ -219,3 +219,32 @@ def test_a_call_names_a_dataset_or_its_sources_and_storage(args, capsys):
         main(args)
     assert stopped.value.code == 2
     assert "--dataset" in capsys.readouterr().err
+
+
+def test_a_datasets_config_file_is_the_one_its_loading_checked_wherever_the_call_runs(tmp_path, temporary_instance):
+    """A dataset's config_file and the benchmark paths in it are relative to the catalog's
+    folder; a call from another working directory uses them as the catalog's loading read them."""
+    from tests.test_cli import decontamination_run
+
+    _, source, benchmark = decontamination_run(tmp_path)
+    project = tmp_path / "project"
+    (project / "configs").mkdir(parents=True)
+    shutil.copy(benchmark, project / "configs" / "gsm8k.jsonl")
+    (project / "configs" / "evals.yaml").write_text(
+        "split: {validation_fraction: 0}\ndecontamination:\n  benchmarks:\n"
+        "  - {name: gsm8k, path: configs/gsm8k.jsonl, text_fields: [question]}\n")
+    for kind, name, attributes in (("sources", "evals", f"uris: [{source}]\n  storage: stores/evals"),
+                                   ("datasets", "evals_sft", "sources: [evals]\n  storage: stores/evals_sft\n"
+                                                             "  exports: [sft]\n  config_file: configs/evals.yaml")):
+        (project / "catalog" / kind / name).mkdir(parents=True)
+        component = "RolloutSource" if kind == "sources" else "TrainingDataset"
+        (project / "catalog" / kind / name / "defs.yaml").write_text(
+            f"type: trajectory_assets.defs.components.{component}\nattributes:\n  name: {name}\n  {attributes}\n")
+    result = subprocess.run([CLI, "run", "--dataset", "evals_sft"], cwd="/", capture_output=True, text=True,
+                            env=env_with(temporary_instance, TRAJECTORY_CATALOG=str(project / "catalog")))
+    assert result.returncode == 0, result.stderr
+    import json
+
+    manifest = json.loads((project / "stores" / "evals_sft" / "exports" / "sft" / "manifest.json").read_text())
+    assert manifest["excluded"]["contaminated:gsm8k"] == 1
+    assert manifest["config"]["decontamination"]["benchmarks"][0]["path"] == str(project / "configs" / "gsm8k.jsonl")
