@@ -26,6 +26,7 @@ class DatasetStorage(Storage):
         """``batch_stores``: batch key -> its source's storage (a batch absent from it is read
         under ``root``, as when the source writes where the dataset does)."""
         super().__init__(root)
+        self._own = Storage(root)
         self._batch_stores = batch_stores
 
     def _store_for(self, relative: str) -> Storage:
@@ -38,44 +39,32 @@ class DatasetStorage(Storage):
                     if store is not None:
                         return store
                     dot = name.find(".", dot + 1)
-        return self
-
-    def _routed(self, relative: str) -> Storage | None:
-        store = self._store_for(relative)
-        return None if store is self else store
+        return self._own
 
     def path(self, relative: str) -> str:
-        store = self._routed(relative)
-        return super().path(relative) if store is None else store.path(relative)
+        return self._store_for(relative).path(relative)
 
     def uri(self, relative: str) -> str:
-        store = self._routed(relative)
-        return super().uri(relative) if store is None else store.uri(relative)
+        return self._store_for(relative).uri(relative)
 
     def exists(self, relative: str) -> bool:
-        store = self._routed(relative)
-        return super().exists(relative) if store is None else store.exists(relative)
+        return self._store_for(relative).exists(relative)
 
     def stage(self, relative: str) -> StagedFile:
-        store = self._routed(relative)
-        return super().stage(relative) if store is None else store.stage(relative)
+        return self._store_for(relative).stage(relative)
 
     def open_read(self, relative: str):
-        store = self._routed(relative)
-        return super().open_read(relative) if store is None else store.open_read(relative)
+        return self._store_for(relative).open_read(relative)
 
     def remove(self, relative: str) -> None:
-        store = self._routed(relative)
-        return super().remove(relative) if store is None else store.remove(relative)
+        self._store_for(relative).remove(relative)
 
     def remove_folder(self, relative: str) -> None:
-        store = self._routed(relative)
-        return super().remove_folder(relative) if store is None else store.remove_folder(relative)
+        self._store_for(relative).remove_folder(relative)
 
     def total_size(self, relatives: list[str]) -> int:
-        by_store: dict[int, tuple[Storage | None, list[str]]] = {}
+        by_store: dict[int, tuple[Storage, list[str]]] = {}
         for relative in relatives:
-            store = self._routed(relative)
+            store = self._store_for(relative)
             by_store.setdefault(id(store), (store, []))[1].append(relative)
-        own = super().total_size
-        return sum(own(paths) if store is None else store.total_size(paths) for store, paths in by_store.values())
+        return sum(store.total_size(paths) for store, paths in by_store.values())
