@@ -23,8 +23,15 @@ server, the runs and steps forked from it, log capture; ``ROLES``), so a memory 
 traced to the process that holds it. A fourth judges the targets of issue 24 at the largest
 size. A fifth says what the cores allow there: how much two recipes at once get done against
 one alone, and the ratio to the recipe each run variant would reach if its CPU time kept
-every core busy from start to end. A sixth times a run of the bundled sample (14 records, so
-almost nothing but what every run pays) against importing the code location, interleaved.
+every core busy from start to end. A sixth gives the parallelism bound, which holds on any
+machine: the CPU of each step of this checkout's runs (each ingest run, each export family's
+step, the report step: the CPU of the process that executed it, the pid of its STEP_START
+event in the run's event log, its CPU time sampled from /proc with the tree's memory; a
+process's last ~50 ms before it exits are lost), the longest chain of dependent steps (the
+longest ingest run, the longest family step, the report) and the total CPU over that chain,
+beside the cores the run kept busy here (CPU ÷ wall). A seventh times a run of the bundled
+sample (14 records, so almost nothing but what every run pays) against importing the code
+location, interleaved.
 
 A change is measured against an earlier commit in the same rotation, since the recipe's own
 time moves by a quarter between sessions here: ``--against CHECKOUT`` adds that checkout's run
