@@ -484,6 +484,9 @@ def parallelism_markdown(results: list[dict], cpus: int) -> str:
         chain, bound = measured["chain_cpu_s"], measured["bound"]
         cells.setdefault("longest chain: ingest run 1 + the longest family step + report", {})[name] = (
             "n/a" if chain is None else f"{chain:.1f} s")
+        steps_cpu = sum(step["cpu_s"] or 0 for steps in measured["stages"].values() for step in steps)
+        cells.setdefault("the rest, on no chain: the CLI, the fork server, log capture", {})[name] = (
+            f"{measured['total_cpu_s'] - steps_cpu:.1f} s")
         cells.setdefault("total CPU (every process, last samples)", {})[name] = f"{measured['total_cpu_s']:.1f} s"
         cells.setdefault("**bound: total ÷ chain**", {})[name] = (
             "n/a" if bound is None else f"**{bound:.2f}**" + (" or more" if measured["shared"] else ""))

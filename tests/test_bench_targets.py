@@ -208,6 +208,7 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     assert table[2:] == ["| ingest run 1 | 8.0 s |", "| ingest run 2 | 6.0 s |", "| sft_exports | 9.0 s |",
                          "| dpo_exports | 7.0 s |", "| grpo_exports | 4.0 s |", "| report step | 3.0 s |",
                          "| longest chain: ingest run 1 + the longest family step + report | 20.0 s |",
+                         "| the rest, on no chain: the CLI, the fork server, log capture | 3.0 s |",
                          "| total CPU (every process, last samples) | 40.0 s |",
                          "| **bound: total ÷ chain** | **2.00** |",
                          "| on these 2 vCPUs: CPU (tree) ÷ wall | 1.50 |"]
