@@ -297,8 +297,8 @@ def parallelism(steps: list[dict], total_cpu_s: float) -> dict:
     step or a step's CPU is unknown, a lower bound when a step's process did other work too."""
     stages = {stage: sorted((step for step in steps if belongs(step)), key=lambda step: -(step["cpu_s"] or 0))
               for stage, belongs in STAGES.items()}
-    known = all(stages.values()) and all(step["cpu_s"] is not None for steps_ in stages.values() for step in steps_)
-    bound, chain = (parallelism_bound(total_cpu_s, [[step["cpu_s"] for step in steps_] for steps_ in stages.values()])
+    known = all(stages.values()) and all(step["cpu_s"] is not None for members in stages.values() for step in members)
+    bound, chain = (parallelism_bound(total_cpu_s, [[step["cpu_s"] for step in members] for members in stages.values()])
                     if known else (None, None))
     return {"stages": stages, "total_cpu_s": round(total_cpu_s, 2), "chain_cpu_s": chain and round(chain, 2),
             "bound": bound and round(bound, 2), "shared": any(step["shared"] for step in steps)}
