@@ -23,8 +23,15 @@ server, the runs and steps forked from it, log capture; ``ROLES``), so a memory 
 traced to the process that holds it. A fourth judges the targets of issue 24 at the largest
 size. A fifth says what the cores allow there: how much two recipes at once get done against
 one alone, and the ratio to the recipe each run variant would reach if its CPU time kept
-every core busy from start to end. A sixth times a run of the bundled sample (14 records, so
-almost nothing but what every run pays) against importing the code location, interleaved.
+every core busy from start to end. A sixth gives the parallelism bound, which holds on any
+machine: the CPU of each step of this checkout's runs (each ingest run, each export family's
+step, the report step: the CPU of the process that executed it, the pid of its STEP_START
+event in the run's event log, its CPU time sampled from /proc with the tree's memory; a
+process's last ~50 ms before it exits are lost), the longest chain of dependent steps (the
+longest ingest run, the longest family step, the report) and the total CPU over that chain,
+beside the cores the run kept busy here (CPU ÷ wall). A seventh times a run of the bundled
+sample (14 records, so almost nothing but what every run pays) against importing the code
+location, interleaved.
 
 A change is measured against an earlier commit in the same rotation, since the recipe's own
 time moves by a quarter between sessions here: ``--against CHECKOUT`` adds that checkout's run
@@ -77,10 +84,13 @@ def variants(source: Path, work: Path, against: Path | None = None) -> dict[str,
 SAMPLE_S = 0.05  # tree memory sampling period
 
 
-def _process_tree(root: int) -> dict[int, int]:
-    """``root`` and all its live descendants, each with its parent. The kernel here has no
-    /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN), so parents come from /proc/*/stat."""
+def _process_tree(root: int) -> tuple[dict[int, int], dict[tuple[int, int], int]]:
+    """``root`` and all its live descendants, each with its parent; and the CPU time so far
+    (user + system, clock ticks) of each of them by (pid, start time in ticks since boot: a
+    reused pid is another process). The kernel here has no /proc/<pid>/task/<tid>/children
+    (CONFIG_PROC_CHILDREN), so parents come from /proc/*/stat."""
     children: dict[int, list[int]] = {}
+    times: dict[int, tuple[int, int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -89,15 +99,16 @@ def _process_tree(root: int) -> dict[int, int]:
                 stat = handle.read()
         except OSError:  # exited meanwhile
             continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])  # comm may hold ") "
-        children.setdefault(ppid, []).append(int(entry.name))
+        fields = stat[stat.rindex(b")") + 2:].split()  # comm may hold ") "; fields[0] is field 3
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        times[int(entry.name)] = (int(fields[19]), int(fields[11]) + int(fields[12]))  # fields 22, 14, 15
     tree, stack = {root: 0}, [root]
     while stack:
         pid = stack.pop()
         for child in children.get(pid, ()):
             tree[child] = pid
             stack.append(child)
-    return tree
+    return tree, {(pid, times[pid][0]): times[pid][1] for pid in tree if pid in times}
 
 
 # What each process of a `trajectory-assets run` is, from its command line: (role, a part of
@@ -158,12 +169,12 @@ def _memory(pid: int) -> tuple[int, int | None]:
     return 0, 0
 
 
-def _sample_tree(root: int) -> tuple[int, int | None, dict[str, list[int]]]:
+def _sample_tree(root: int) -> tuple[int, int | None, dict[str, list[int]], dict[tuple[int, int], int]]:
     """(sum of RSS, sum of PSS or None if any process's PSS was unreadable, PSS bytes of each
-    process by role) over the tree."""
+    process by role, CPU ticks of each process by (pid, start time)) over the tree."""
     rss = pss = 0
     pss_ok = True
-    tree = _process_tree(root)
+    tree, cpu = _process_tree(root)
     cmdlines = {pid: _cmdline(pid) for pid in tree}
     roles: dict[str, list[int]] = {}
     for pid in tree:
@@ -174,14 +185,42 @@ def _sample_tree(root: int) -> tuple[int, int | None, dict[str, list[int]]]:
         else:
             pss += one_pss
             roles.setdefault(_role(pid, root, tree, cmdlines), []).append(one_pss)
-    return rss, pss if pss_ok else None, roles
+    return rss, pss if pss_ok else None, roles, cpu
 
 
-def measure(command: list[str], cwd: Path = ROOT) -> dict:
+def step_cpu(home: str, cpu_s: dict[tuple[int, int], float], root: int) -> list[dict]:
+    """Each step of every run recorded in the instance at ``home`` (a finished CLI call's), with
+    the CPU seconds of the process that executed it (``cpu_s``: each process of the tree by
+    (pid, start time), as last sampled) and whether that process also did other work (it ran
+    other steps, or it is the CLI, ``root``): then the step's CPU is its process's, an
+    overestimate. A step's process is the pid of its STEP_START event (the event log's own
+    record, not a guess from timing); None if no sampled process, or two, had that pid."""
+    import dagster as dg
+
+    from trajectory_assets.dagster_internals import step_processes
+
+    steps = []
+    with dg.DagsterInstance.from_config(home) as instance:
+        for record in instance.get_run_records():
+            run = record.dagster_run
+            for step, pid in step_processes(instance, run.run_id).items():
+                steps.append({"job": run.job_name, "step": step, "pid": pid})
+    for step in steps:
+        seen = [seconds for (pid, _), seconds in cpu_s.items() if pid == step["pid"]]
+        step["cpu_s"] = round(seen[0], 2) if len(seen) == 1 else None
+        step["shared"] = step["pid"] == root or sum(other["pid"] == step["pid"] for other in steps) > 1
+    return steps
+
+
+def measure(command: list[str], cwd: Path = ROOT, steps: bool = False) -> dict:
     """Wall seconds and peak tree memory of one fresh process and its descendants (for a
     `trajectory-assets run`: its fork server and the processes forked from it), started in
-    ``cwd`` (a checkout's CLI must start in it: its runs load the code location from there)."""
+    ``cwd`` (a checkout's CLI must start in it: its runs load the code location from there).
+    Each process's CPU time is its last sample's (what it spends in its last ~50 ms before it
+    exits is lost); with ``steps`` (a `trajectory-assets run`), each step of its runs with the
+    CPU of its process (``step_cpu``)."""
     peak_rss = peak_pss = 0
+    ticks: dict[tuple[int, int], int] = {}  # CPU of each process of the tree, as last sampled
     peak_roles: dict[str, list[int]] = {}  # what held the peak PSS: each process's PSS by role
     pss_ok = True
     samples = 0
@@ -195,7 +234,8 @@ def measure(command: list[str], cwd: Path = ROOT) -> dict:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # the child stays un-reaped until
             if pid:                                                  # it exits, so its pid is stable
                 break
-            rss, pss, roles = _sample_tree(process.pid)
+            rss, pss, roles, cpu = _sample_tree(process.pid)
+            ticks.update(cpu)
             samples += 1
             peak_rss = max(peak_rss, rss)
             if pss is None:
@@ -208,6 +248,8 @@ def measure(command: list[str], cwd: Path = ROOT) -> dict:
         if status != 0:
             stderr.seek(0)
             raise SystemExit(f"{command[:3]} failed: {stderr.read().decode(errors='replace')[-2000:]}")
+        cpu_s = {process: count / os.sysconf("SC_CLK_TCK") for process, count in ticks.items()}
+        ran = step_cpu(home, cpu_s, process.pid) if steps else None
     return {
         "wall_s": wall,
         "peak_rss_tree": peak_rss,
@@ -219,8 +261,47 @@ def measure(command: list[str], cwd: Path = ROOT) -> dict:
         # user + system CPU of the command and of every descendant that was waited for (a
         # `trajectory-assets run` waits for its fork server, which waits for its forks)
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        # the same, summed over each process's last sample
+        "sampled_cpu_s": sum(cpu_s.values()),
+        "steps": ran,
         "samples": samples,
     }
+
+
+def parallelism_bound(total_cpu_s: float, stages: list[list[float]]) -> tuple[float, float]:
+    """(total CPU ÷ CPU of the longest chain of dependent steps, that chain's CPU). ``stages``
+    run one after the other, each step of a stage depending on the whole previous stage and
+    on no step of its own, so the longest chain takes the largest step of each stage. No
+    number of cores can run the whole faster than this ratio of its CPU time:
+
+    >>> parallelism_bound(30.0, [[4.0, 5.0], [6.0, 3.0, 2.0], [1.0]])
+    (2.5, 12.0)
+    """
+    chain = sum(max(stage) for stage in stages)
+    return total_cpu_s / chain, chain
+
+
+# a `trajectory-assets run`'s stages: every ingest run, then the export family steps, then the
+# report (what each stage's steps are, from their job and step names; an ad hoc call's step
+# keys carry its prefix, adhoc_<hash>_)
+STAGES = {
+    "ingest run": lambda step: step["job"].startswith("ingest_"),
+    "family step": lambda step: step["step"].endswith("_exports"),
+    "report step": lambda step: step["step"].endswith("stats_report"),
+}
+
+
+def parallelism(steps: list[dict], total_cpu_s: float) -> dict:
+    """The steps of a run (``step_cpu``) by stage (``STAGES``), the longest chain's CPU and the
+    bound (``parallelism_bound``) over ``total_cpu_s``; the bound is None when a stage has no
+    step or a step's CPU is unknown, a lower bound when a step's process did other work too."""
+    stages = {stage: sorted((step for step in steps if belongs(step)), key=lambda step: -(step["cpu_s"] or 0))
+              for stage, belongs in STAGES.items()}
+    known = all(stages.values()) and all(step["cpu_s"] is not None for members in stages.values() for step in members)
+    bound, chain = (parallelism_bound(total_cpu_s, [[step["cpu_s"] for step in members] for members in stages.values()])
+                    if known else (None, None))
+    return {"stages": stages, "total_cpu_s": round(total_cpu_s, 2), "chain_cpu_s": chain and round(chain, 2),
+            "bound": bound and round(bound, 2), "shared": any(step["shared"] for step in steps)}
 
 
 def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = None) -> dict:
@@ -233,7 +314,8 @@ def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = No
         order = names[repeat % len(names):] + names[: repeat % len(names)]
         for name in order:
             shutil.rmtree(work / name, ignore_errors=True)
-            samples[name].append(measure(commands[name], against if name.endswith("@base") else ROOT))
+            samples[name].append(measure(commands[name], against if name.endswith("@base") else ROOT,
+                                         steps=name in ("run", "run_seed")))
             last = samples[name][-1]
             pss = f"{last['peak_pss_tree'] / 2**20:7.1f}" if last["peak_pss_tree"] is not None else "      ?"
             print(f"  {size_mb} MB  repeat {repeat + 1}  {name:8s} {last['wall_s']:7.2f} s  "
@@ -257,6 +339,9 @@ def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = No
             },
             "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 2),
             "walls_s": [round(r["wall_s"], 3) for r in runs],
+            # this checkout's runs: the steps' CPU and the parallelism bound of the repeat with
+            # the median bound, and every repeat's bound
+            **({} if runs[0]["steps"] is None else median_parallelism(runs)),
             "memory_samples": [r["samples"] for r in runs],
         }
     for name in (n for n in names if n.startswith("run")):
@@ -265,6 +350,14 @@ def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = No
         result["variants"][name]["over_floor"] = round(wall / result["variants"]["floor"]["wall_s"], 2)
     result["report"] = bench_report(work / "run", repeats, result["variants"]["run"]["wall_s"])
     return result
+
+
+def median_parallelism(runs: list[dict]) -> dict:
+    """The parallelism of the repeat with the median bound (the lower of the middle two), and
+    each repeat's bound."""
+    each = [parallelism(r["steps"], r["sampled_cpu_s"]) for r in runs]
+    ordered = sorted(each, key=lambda one: one["bound"] or 0)
+    return {"parallelism": ordered[(len(ordered) - 1) // 2], "bounds": [one["bound"] for one in each]}
 
 
 def bench_report(storage: Path, repeats: int, run_wall_s: float) -> dict:
@@ -370,6 +463,41 @@ def cores_markdown(results: list[dict], cpus: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parallelism_markdown(results: list[dict], cpus: int) -> str:
+    """At the largest size, each step's CPU by stage for this checkout's run variants, the
+    longest chain of dependent steps, the total and the bound (``parallelism``), against how
+    many cores the run kept busy on average on this machine (CPU ÷ wall)."""
+    largest = results[-1]
+    runs = [name for name in ("run_seed", "run") if "parallelism" in largest["variants"].get(name, {})]
+    if not runs:
+        return ""
+    cells: dict[str, dict[str, str]] = {}
+    for name in runs:
+        measured = largest["variants"][name]["parallelism"]
+        for stage, steps in measured["stages"].items():
+            for number, step in enumerate(steps, 1):
+                # an ad hoc call's step keys carry its prefix: the family's name and "_exports" say which
+                label = (f"{stage} {number}" if stage == "ingest run"
+                         else "_".join(step["step"].split("_")[-2:]) if stage == "family step" else stage)
+                shown = "?" if step["cpu_s"] is None else f"{step['cpu_s']:.1f} s"
+                cells.setdefault(label, {})[name] = shown + (" (shared)" if step["shared"] else "")
+        chain, bound = measured["chain_cpu_s"], measured["bound"]
+        cells.setdefault("longest chain: ingest run 1 + the longest family step + report", {})[name] = (
+            "n/a" if chain is None else f"{chain:.1f} s")
+        steps_cpu = sum(step["cpu_s"] or 0 for steps in measured["stages"].values() for step in steps)
+        cells.setdefault("the rest, on no chain: the CLI, the fork server, log capture", {})[name] = (
+            f"{measured['total_cpu_s'] - steps_cpu:.1f} s")
+        cells.setdefault("total CPU (every process, last samples)", {})[name] = f"{measured['total_cpu_s']:.1f} s"
+        cells.setdefault("**bound: total ÷ chain**", {})[name] = (
+            "n/a" if bound is None else f"**{bound:.2f}**" + (" or more" if measured["shared"] else ""))
+        v = largest["variants"][name]
+        cells.setdefault(f"on these {cpus} vCPUs: CPU (tree) ÷ wall", {})[name] = f"{v['cpu_s'] / v['wall_s']:.2f}"
+    lines = [f"| at {largest['corpus']['bytes'] / 1e6:.0f} MB, CPU of each step's process | " + " | ".join(runs) + " |",
+             "|---|" + "---|" * len(runs)]
+    lines += [f"| {label} | " + " | ".join(row.get(name, "") for name in runs) + " |" for label, row in cells.items()]
+    return "\n".join(lines) + "\n"
+
+
 # the performance targets of issue 24, at the largest size measured: (label, measured, limit)
 FLAT_LIMIT = 1.1  # "flat in corpus size": the peak may grow by this factor from the smallest size
 
@@ -456,6 +584,7 @@ def main(argv: list[str] | None = None) -> None:
                                                  indent=2) + "\n")
     table = (markdown(results) + "\n" + report_markdown(results) + "\n" + composition_markdown(results) + "\n"
              + targets_markdown(results) + "\n" + cores_markdown(results, machine["cpus"]) + "\n"
+             + parallelism_markdown(results, machine["cpus"]) + "\n"
              + fixed_cost_markdown(fixed))
     (OUT / "results.md").write_text(table)
     print(table)

@@ -116,6 +116,8 @@ def test_a_measured_command_and_its_child_are_both_in_the_peak_and_in_the_cpu_ti
     assert len(roles["command"]) == len(roles["other"]) == 1
     assert sum(roles["command"] + roles["other"]) == measured["peak_pss_tree"] > 0
     assert measured["cpu_s"] >= 0.4  # the child's spinning, waited for, not only the parent's start-up
+    # and sampled: the child sleeps after it spins, so a sample sees all of its CPU
+    assert measured["cpu_s"] >= measured["sampled_cpu_s"] >= 0.4 and measured["steps"] is None
 
 
 def test_the_cores_table_gives_what_two_busy_processes_get_and_the_ratio_a_run_s_cpu_allows():
@@ -177,3 +179,44 @@ def test_the_ui_path_is_judged_only_once_no_run_waits_or_runs():
     assert not settled([])  # nothing launched yet
     assert not settled(["SUCCESS", "STARTED"]) and not settled(["QUEUED"]) and not settled(["CANCELING"])
     assert settled(["SUCCESS", "SUCCESS", "FAILURE"])
+
+
+def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
+    import doctest
+
+    from bench import run
+    from bench.run import parallelism, parallelism_bound, parallelism_markdown
+
+    assert doctest.run_docstring_examples(parallelism_bound, {}) is None
+    assert doctest.testmod(run).failed == 0
+    assert parallelism_bound(20.0, [[5.0], [2.0, 3.0], [2.0]]) == (2.0, 10.0)
+
+    def step(job, key, cpu, pid, shared=False):
+        return {"job": job, "step": key, "cpu_s": cpu, "pid": pid, "shared": shared}
+
+    ingest, build = "ingest_adhoc_1f", "build_adhoc_1f"  # an ad hoc call's jobs, and its step keys' prefix
+    steps = [step(ingest, "adhoc_1f_ingest_batches", 6.0, 11), step(ingest, "adhoc_1f_ingest_batches", 8.0, 12),
+             step(build, "adhoc_1f_sft_exports", 9.0, 13), step(build, "adhoc_1f_dpo_exports", 7.0, 14),
+             step(build, "adhoc_1f_grpo_exports", 4.0, 15), step(build, "adhoc_1f__stats_report", 3.0, 16)]
+    measured = parallelism(steps, 40.0)
+    assert (measured["chain_cpu_s"], measured["bound"], measured["shared"]) == (20.0, 2.0, False)
+    assert [one["cpu_s"] for one in measured["stages"]["ingest run"]] == [8.0, 6.0]  # the longest first
+    made = result(1000, recipe=16.0, run=32.0, run_seed=24.0, floor=2.0, pss=800.0)
+    made["variants"]["run"].update(cpu_s=48.0, parallelism=measured)
+    table = parallelism_markdown([made], cpus=2).splitlines()
+    assert table[0] == "| at 1000 MB, CPU of each step's process | run |"
+    assert table[2:] == ["| ingest run 1 | 8.0 s |", "| ingest run 2 | 6.0 s |", "| sft_exports | 9.0 s |",
+                         "| dpo_exports | 7.0 s |", "| grpo_exports | 4.0 s |", "| report step | 3.0 s |",
+                         "| longest chain: ingest run 1 + the longest family step + report | 20.0 s |",
+                         "| the rest, on no chain: the CLI, the fork server, log capture | 3.0 s |",
+                         "| total CPU (every process, last samples) | 40.0 s |",
+                         "| **bound: total ÷ chain** | **2.00** |",
+                         "| on these 2 vCPUs: CPU (tree) ÷ wall | 1.50 |"]
+    # one ingest run in the CLI's process: its CPU is the CLI's too, so the bound is a lower one
+    steps[:2] = [step(ingest, "adhoc_1f_ingest_batches", 10.0, 1, shared=True)]
+    assert parallelism(steps, 40.0)["bound"] == 1.82 and parallelism(steps, 40.0)["shared"]
+    made["variants"]["run"]["parallelism"] = parallelism(steps, 40.0)
+    assert "| **bound: total ÷ chain** | **1.82** or more |" in parallelism_markdown([made], cpus=2)
+    # a step whose process was never sampled (it ended within one period): no bound, rather than a wrong one
+    steps[-1]["cpu_s"] = None
+    assert parallelism(steps, 40.0)["bound"] is None

@@ -73,6 +73,10 @@ def test_create_and_execute_recorded_run_in_this_process():
         assert events[-1].event_type == dg.DagsterEventType.RUN_SUCCESS, CHANGED
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS, CHANGED
         assert set(internals.step_durations(instance, run.run_id)) == {"upstream", "downstream"}, CHANGED
+        # the default executor ran each step in a subprocess: the pid is that process's
+        pids = internals.step_processes(instance, run.run_id)
+        assert set(pids) == {"upstream", "downstream"} and len(set(pids.values())) == 2, CHANGED
+        assert os.getpid() not in pids.values(), CHANGED
 
 
 def test_partition_tags_make_a_run_target_one_partition_or_a_range():

@@ -248,6 +248,15 @@ def step_durations(instance: dg.DagsterInstance, run_id: str) -> dict[str, float
     return durations
 
 
+def step_processes(instance: dg.DagsterInstance, run_id: str) -> dict[str, int]:
+    """The pid of the process that executed each started step of a run, from its STEP_START
+    event: the run's own process, or the one the multiprocess executor forked for the step."""
+    from dagster._core.events import DagsterEventType
+
+    return {entry.step_key: entry.dagster_event.pid
+            for entry in instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)}
+
+
 def initialize_pool_limit(instance: dg.DagsterInstance, pool: str) -> None:
     """Gives ``pool`` the instance's default limit now, if it has none yet, as the first
     step that claims a slot of it would (see ``defs/retries.py`` for why)."""
