@@ -49,7 +49,11 @@ def test_two_datasets_share_one_sources_ingest_and_are_built_by_automation(two_d
     assert sorted(ingested) == sorted(batch_key(found.source_id) for found in files)  # each batch once
     jobs = {run["jobName"] for run in graphql(url, RUNS)["runsOrError"]["results"]}
     assert jobs <= {"ingest_rollouts", "__ASSET_JOB", "build_sft_set", "build_grpo_set"}, jobs
-    assert all(run["status"] == "SUCCESS" for run in runs.values())
+    # automation may still be finishing a run (a report after the other dataset's exports): let it end
+    finished = ("SUCCESS", "FAILURE", "CANCELED")
+    runs = wait_for(lambda: (lambda now: now if all(run["status"] in finished for run in now.values()) else None)(
+        tagged_runs(url)), 300, "every run to end")
+    assert all(run["status"] == "SUCCESS" for run in runs.values()), {r["runId"]: r["status"] for r in runs.values()}
     # each dataset wrote its own root, from the source's storage
     root = two_datasets["root"]
     assert sorted(p.name for p in (root / "sft_set" / "exports").iterdir()) == ["sft", "trl_sft"]
