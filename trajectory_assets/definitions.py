@@ -40,6 +40,13 @@ K8S_STEPS = {
 }
 
 
+# Each module's imports, as ``code_versions.closure`` reads them (parsing them is most of a
+# build's time): read once per process, so an ad hoc CLI call's definitions, built beside the
+# code location's, cost little more. A process sees one tree: the UI reloads a changed code
+# location in a new process, and the CLI and its forks live for one call.
+_MODULE_IMPORTS: dict[str, set[str]] = {}
+
+
 def step_executor(name: str, sources: dict[str, str]) -> dg.ExecutorDefinition:
     """A datasets job's executor, by name: on this machine (``executors.py``: in the run's
     process, or forked when its sources' data is large; ``sources``: name -> storage root), or
@@ -62,7 +69,7 @@ def build_definitions(settings: RunSettings, declared: Project | None = None, en
     resources: dict[str, object] = {}
     source_assets = {}
     versions: dict[str, str] = {}
-    imports: dict[str, set[str]] = {}  # shared by every namespace's code versions: each module read once
+    imports = _MODULE_IMPORTS  # every namespace's code versions, and every build in this process
     for source in project.sources:
         resources[resource_key(source.name, "sources")] = RolloutSources(paths=list(source.uris))
         resources[resource_key(source.name, "storage")] = TrajectoryStorage(root=source.storage)
