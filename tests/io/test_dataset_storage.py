@@ -52,3 +52,12 @@ def test_a_batchs_decontamination_flags_folder_is_its_sources(tmp_path):
     assert (tmp_path / "source" / layout.batch_decontamination(key, "f" * 64)).exists()
     view.remove_folder(layout.batch_decontamination_folder(key))
     assert not (tmp_path / "source" / layout.batch_decontamination_folder(key)).exists()
+
+
+def test_reading_opens_one_storage_per_source_and_routes_no_batch_of_the_datasets_own_root(tmp_path):
+    own, other = str(tmp_path / "dataset"), str(tmp_path / "source")
+    keys = [batch_key(f"/in/{name}.jsonl") for name in "abc"]
+    view = DatasetStorage.reading(own + "/", {keys[0]: other, keys[1]: other, keys[2]: own})
+    assert view._store_for(layout.batch_summary(keys[0])) is view._store_for(layout.batch_summary(keys[1]))
+    assert view._store_for(layout.batch_summary(keys[0])).root == other
+    assert view._store_for(layout.batch_summary(keys[2])) is view._own

@@ -32,21 +32,11 @@ def registered_batches(instance: dg.DagsterInstance, sources: Sequence[str]) -> 
     return dict(sorted(found.items()))
 
 
-def batches_of_sources(instance: dg.DagsterInstance, sources: Sequence[str]) -> dict[str, list[str]]:
-    """Each named source's registered batches."""
-    found: dict[str, list[str]] = {source: [] for source in sources}
-    for key, source in registered_batches(instance, sources).items():
-        found[source].append(key)
-    return found
-
-
-def dataset_store(context: dg.AssetExecutionContext, dataset: str, sources: Sequence[str]) -> tuple[Storage, list[str]]:
+def dataset_store(context: dg.AssetExecutionContext, dataset: str,
+                  sources: Sequence[str]) -> tuple[Storage, dict[str, str]]:
     """The dataset's storage, reading each batch where its source keeps it (``DatasetStorage``),
-    and every batch of its sources."""
+    and every batch of its sources (``registered_batches``: key -> source, in key order)."""
     batches = registered_batches(context.instance, sources)
+    roots = {source: getattr(context.resources, resource_key(source, "storage")).root for source in sources}
     root = getattr(context.resources, resource_key(dataset, "storage")).root
-    source_roots = {source: getattr(context.resources, resource_key(source, "storage")).root for source in sources}
-    stores = {root: None, **{r: Storage(r) for r in set(source_roots.values()) if r != root}}
-    batch_stores = {key: stores[source_roots[source]] for key, source in batches.items()
-                    if stores[source_roots[source]] is not None}
-    return DatasetStorage(root, batch_stores), list(batches)
+    return DatasetStorage.reading(root, {key: roots[source] for key, source in batches.items()}), batches

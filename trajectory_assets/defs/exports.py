@@ -17,7 +17,7 @@ import dagster as dg
 
 from trajectory_assets import __version__, layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.defs.batches import TRAJECTORIES, asset_key, batches_of_sources, dataset_store
+from trajectory_assets.defs.batches import TRAJECTORIES, asset_key, dataset_store
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
@@ -95,13 +95,15 @@ def _materialize_family(family: str, exports: list[Export], context: dg.AssetExe
                         sources: Sequence[str], keys: dict[str, dg.AssetKey], trajectories: list[dg.AssetKey],
                         declared: bool) -> Iterator:
     config = getattr(context.resources, resource_key(dataset, "settings")).load()
-    store, batches = dataset_store(context, dataset, sources)
+    store, batch_sources = dataset_store(context, dataset, sources)
+    batches = list(batch_sources)
     table = StoredTrajectories(store, batches)
     read_sources = read_summary(store, batches)["sources"]
     broken = []
     specs = context.assets_def.specs_by_key
     code_versions = {export.name: specs[keys[export.name]].code_version or __version__ for export in exports}
-    identity = dataset_identity(dataset, batches_of_sources(context.instance, sources)) if declared else None
+    identity = dataset_identity(dataset, {source: [key for key, read_from in batch_sources.items()
+                                                   if read_from == source] for source in sources}) if declared else None
     for outcome in write_family(store, family, exports, table, config, _token_budget(config, family), batches,
                                 read_sources, code_versions, _benchmarks(config), identity):
         asset = keys[outcome.export.name]

@@ -48,10 +48,10 @@ def build_report_asset(dataset: str = ENVIRONMENT, sources: Sequence[str] = (ENV
         export shown as chats, quarantine examples. Also gathers every batch's quarantine into
         one ``quarantine/rejected.jsonl``."""
         stop_if_canceling(context)
-        store, batches = dataset_store(context, dataset, sources)
+        store, batch_sources = dataset_store(context, dataset, sources)
         settings = getattr(context.resources, resource_key(dataset, "settings"))
         with storage_faults_only():
-            return write_report(store, batches, settings)
+            return write_report(store, list(batch_sources), settings)
 
     return stats_report
 

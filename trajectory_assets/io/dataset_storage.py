@@ -29,6 +29,16 @@ class DatasetStorage(Storage):
         self._own = Storage(root)
         self._batch_stores = batch_stores
 
+    @classmethod
+    def reading(cls, root: str, batch_roots: Mapping[str, str]) -> "DatasetStorage":
+        """The storage of a dataset under ``root`` whose batches (key -> the storage root of its
+        source) are read where their sources keep them: one ``Storage`` per source root."""
+        own = root.rstrip("/")
+        stores = {source_root: Storage(source_root) for source_root in set(batch_roots.values())
+                  if source_root.rstrip("/") != own}
+        return cls(root, {key: stores[source_root] for key, source_root in batch_roots.items()
+                          if source_root in stores})
+
     def _store_for(self, relative: str) -> Storage:
         for folder in layout.BATCH_FOLDERS:
             if relative.startswith(folder):

@@ -126,6 +126,5 @@ class DatasetCall:
         """The dataset's storage, reading each batch where its source keeps it."""
         from trajectory_assets.io.dataset_storage import DatasetStorage
 
-        return DatasetStorage(self.storage, {key: Storage(source.storage) for source in self.sources
-                                             if source.storage.rstrip("/") != self.storage.rstrip("/")
-                                             for key in source.batches})
+        return DatasetStorage.reading(self.storage, {key: source.storage for source in self.sources
+                                                     for key in source.batches})
