@@ -20,14 +20,24 @@ def result(megabytes, **kwargs):
 
 
 def test_each_target_is_judged_against_its_limit():
-    table = targets_markdown([result(250, recipe=5.0, run=20.0, run_seed=10.0, floor=0.5, pss=900.0),
-                              result(1000, recipe=20.0, run=31.0, run_seed=21.0, floor=2.0, pss=1100.0)])
+    smallest = result(250, recipe=5.0, run=20.0, run_seed=10.0, floor=0.5, pss=900.0)
+    largest = result(1000, recipe=20.0, run=29.0, run_seed=21.0, floor=2.0, pss=1100.0)
+    smallest["variants"]["run"]["largest_step_pss_mib"] = smallest["variants"]["run_seed"]["largest_step_pss_mib"] = 400.0
+    largest["variants"]["run"].update(largest_step_pss_mib=430.0, cpu_s=40.0, parallelism={"bound": 8.5})
+    largest["variants"]["run_seed"]["largest_step_pss_mib"] = 410.0
+    largest["variants"]["run@base"] = {"wall_s": 40.0, "cpu_s": 50.0, "peak_pss_tree_mib": 5000.0}
+    table = targets_markdown([smallest, largest])
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert rows["run CPU (tree) / the --against checkout's"] == ["0.80", "≤ 0.7", "no |"]
+    assert rows["run / recipe (wall)"] == ["1.45", "≤ 1.4", "no |"]
     assert rows["run_seed / recipe (wall)"] == ["1.05", "≤ 1.0", "no |"]
-    assert rows["run / recipe (wall)"] == ["1.55", "≤ 1.5", "no |"]
+    assert rows["parallelism bound of run (total CPU / longest chain)"] == ["8.50", "≥ 8.0", "yes |"]
+    assert rows["peak PSS of the largest step, largest / smallest size"] == ["1.07", "≤ 1.05", "no |"]
     assert rows["peak PSS of the process tree, GiB"] == ["1.07", "≤ 1.0", "no |"]
-    assert rows["peak PSS, largest / smallest size"] == ["1.22", "≤ 1.1", "no |"]
+    assert rows["peak PSS of the process tree, largest / smallest size"] == ["1.22", "≤ 1.1", "no |"]
     assert table.startswith("| target at 1000 MB |")
+    largest["variants"]["run"]["parallelism"] = {"bound": 2.1}  # a bound must reach its limit, not stay under it
+    assert "| parallelism bound of run (total CPU / longest chain) | 2.10 | ≥ 8.0 | no |" in targets_markdown([largest])
 
 
 def test_an_earlier_checkout_joins_the_rotation_but_not_the_verdict(tmp_path):
@@ -49,14 +59,20 @@ def test_an_earlier_checkout_joins_the_rotation_but_not_the_verdict(tmp_path):
     with pytest.raises(SystemExit, match="AssertionError"):
         measure([sys.executable, "-c", where])
     measured = result(1000, recipe=20.0, run=30.0, run_seed=15.0, floor=3.0, pss=700.0)
-    measured["variants"]["run@base"] = {"wall_s": 90.0, "over_recipe": 4.5, "peak_pss_tree_mib": 5000.0}
+    measured["variants"]["run"]["cpu_s"] = 30.0
+    measured["variants"]["run@base"] = {"wall_s": 90.0, "cpu_s": 60.0, "over_recipe": 4.5, "peak_pss_tree_mib": 5000.0}
+    assert "| run CPU (tree) / the --against checkout's | 0.50 | ≤ 0.7 | yes |" in targets_markdown([measured])
     assert "| peak PSS of the process tree, GiB | 0.68 | ≤ 1.0 | yes |" in targets_markdown([measured])
 
 
 def test_a_single_size_cannot_say_whether_memory_is_flat():
-    table = targets_markdown([result(1000, recipe=20.0, run=30.0, run_seed=15.0, floor=3.0, pss=700.0)])
-    assert "| peak PSS, largest / smallest size | n/a | ≤ 1.1 | n/a |" in table
-    assert "| run / recipe (wall) | 1.50 | ≤ 1.5 | yes |" in table
+    table = targets_markdown([result(1000, recipe=20.0, run=28.0, run_seed=15.0, floor=3.0, pss=700.0)])
+    assert "| peak PSS of the process tree, largest / smallest size | n/a | ≤ 1.1 | n/a |" in table
+    assert "| peak PSS of the largest step, largest / smallest size | n/a | ≤ 1.05 | n/a |" in table
+    # without --against there is nothing to compare the CPU with; without steps, no bound
+    assert "| run CPU (tree) / the --against checkout's | n/a | ≤ 0.7 | n/a |" in table
+    assert "| parallelism bound of run (total CPU / longest chain) | n/a | ≥ 8.0 | n/a |" in table
+    assert "| run / recipe (wall) | 1.40 | ≤ 1.4 | yes |" in table
     assert "| run_seed / recipe (wall) | 0.75 | ≤ 1.0 | yes |" in table
 
 
@@ -187,8 +203,7 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     from bench import run
     from bench.run import parallelism, parallelism_bound, parallelism_markdown
 
-    assert doctest.run_docstring_examples(parallelism_bound, {}) is None
-    assert doctest.testmod(run).failed == 0
+    assert doctest.testmod(run).failed == 0  # parallelism_bound's and largest_step_pss's examples
     assert parallelism_bound(20.0, [[5.0], [2.0, 3.0], [2.0]]) == (2.0, 10.0)
 
     def step(job, key, cpu, pid, shared=False):
@@ -211,7 +226,10 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
                          "| the rest, on no chain: the CLI, the fork server, log capture | 3.0 s |",
                          "| total CPU (every process, last samples) | 40.0 s |",
                          "| **bound: total ÷ chain** | **2.00** |",
-                         "| on these 2 vCPUs: CPU (tree) ÷ wall | 1.50 |"]
+                         "| on these 2 vCPUs: CPU (tree) ÷ wall | 1.50 |",
+                         "| peak PSS of the largest step | n/a |"]
+    made["variants"]["run"]["largest_step_pss_mib"] = 412.4
+    assert parallelism_markdown([made], cpus=2).splitlines()[-1] == "| peak PSS of the largest step | 412 MiB |"
     # one ingest run in the CLI's process: its CPU is the CLI's too, so the bound is a lower one
     steps[:2] = [step(ingest, "adhoc_1f_ingest_batches", 10.0, 1, shared=True)]
     assert parallelism(steps, 40.0)["bound"] == 1.82 and parallelism(steps, 40.0)["shared"]
