@@ -26,12 +26,12 @@ the peak PSS of the largest step and of the tree, and how each grew from the sma
 A fifth says what the cores allow there: how much two recipes at once get done against one
 alone, and the ratio to the recipe each run variant would reach if its CPU time kept every
 core busy from start to end. A sixth gives the parallelism bound, which holds on any
-machine: the CPU of each step of this checkout's runs (each ingest run, each export family's
-step, the report step: the CPU of the process that executed it, the pid of its STEP_START
-event in the run's event log, its CPU time sampled from /proc with the tree's memory; a
-process's last ~50 ms before it exits are lost), the longest chain of dependent steps (the
-longest ingest run, the longest family step, the report) and the total CPU over that chain,
-beside the cores the run kept busy here (CPU ÷ wall). A seventh times a run of the bundled
+machine: the CPU of each step of this checkout's runs (each ingest run, the export phase's
+plan, shard and merge steps, the report step: the CPU of the process that executed it, the
+pid of its STEP_START event in the run's event log, its CPU time sampled from /proc with the
+tree's memory; a process's last ~50 ms before it exits are lost), the longest chain of
+dependent steps (the longest ingest run, the plan, the longest shard, the longest merge, the
+report) and the total CPU over that chain, beside the cores the run kept busy here (CPU ÷ wall). A seventh times a run of the bundled
 sample (14 records, so almost nothing but what every run pays) against importing the code
 location, interleaved.
 
@@ -297,14 +297,19 @@ def parallelism_bound(total_cpu_s: float, stages: list[list[float]]) -> tuple[fl
     return total_cpu_s / chain, chain
 
 
-# a `trajectory-assets run`'s stages: every ingest run, then the export family steps, then the
-# report (what each stage's steps are, from their job and step names; an ad hoc call's step
-# keys carry its prefix, adhoc_<hash>_)
+# a `trajectory-assets run`'s stages: every ingest run, then the export phase's plan step, its
+# shard steps, its merge steps (one per export), then the report (what each stage's steps are,
+# from their job and step names: `exports.plan_exports`, `exports.render_shard[shard_00003]`,
+# `exports.merge_sft`; an ad hoc call's step keys carry its prefix, adhoc_<hash>_)
 STAGES = {
     "ingest run": lambda step: step["job"].startswith("ingest_"),
-    "family step": lambda step: step["step"].endswith("_exports"),
+    "plan step": lambda step: step["step"].endswith("plan_exports"),
+    "shard step": lambda step: "render_shard[" in step["step"],
+    "merge step": lambda step: "merge_" in step["step"].rsplit(".", 1)[-1],
     "report step": lambda step: step["step"].endswith("stats_report"),
 }
+# the stages with a step per shard or per export: one line each in the table, not one per step
+MANY_STEPS = ("shard step", "merge step")
 
 
 def parallelism(steps: list[dict], total_cpu_s: float) -> dict:
@@ -505,15 +510,19 @@ def parallelism_markdown(results: list[dict], cpus: int) -> str:
     for name in runs:
         measured = largest["variants"][name]["parallelism"]
         for stage, steps in measured["stages"].items():
+            if stage in MANY_STEPS and steps:
+                cpu = [step["cpu_s"] for step in steps]
+                cells.setdefault(f"{stage}s: how many, the longest, all", {})[name] = (
+                    f"{len(steps)}, ?" if None in cpu else f"{len(steps)}, {max(cpu):.1f} s, {sum(cpu):.1f} s") + (
+                    " (shared)" if any(step["shared"] for step in steps) else "")
+                continue
             for number, step in enumerate(steps, 1):
-                # an ad hoc call's step keys carry its prefix: the family's name and "_exports" say which
-                label = (f"{stage} {number}" if stage == "ingest run"
-                         else "_".join(step["step"].split("_")[-2:]) if stage == "family step" else stage)
+                label = f"{stage} {number}" if stage == "ingest run" else stage
                 shown = "?" if step["cpu_s"] is None else f"{step['cpu_s']:.1f} s"
                 cells.setdefault(label, {})[name] = shown + (" (shared)" if step["shared"] else "")
         chain, bound = measured["chain_cpu_s"], measured["bound"]
-        cells.setdefault("longest chain: ingest run 1 + the longest family step + report", {})[name] = (
-            "n/a" if chain is None else f"{chain:.1f} s")
+        cells.setdefault("longest chain: ingest run 1 + plan + the longest shard + the longest merge + report",
+                         {})[name] = "n/a" if chain is None else f"{chain:.1f} s"
         steps_cpu = sum(step["cpu_s"] or 0 for steps in measured["stages"].values() for step in steps)
         cells.setdefault("the rest, on no chain: the CLI, the fork server, log capture", {})[name] = (
             f"{measured['total_cpu_s'] - steps_cpu:.1f} s")

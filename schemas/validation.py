@@ -158,6 +158,18 @@ class ChunkedContract:
             if all(name in chunk.columns for name in key):  # a missing column is already a table error
                 blocks.append(chunk[list(key)].assign(block=len(blocks)))
 
+    def absorb(self, later: "ChunkedContract") -> None:
+        """Takes in what ``later`` (the same contract, checked over the rows that follow these:
+        the next shard's) found, as if its chunks had been checked here: its rows numbered
+        after these, its blocks' unique keys compared with these blocks' by :meth:`result`."""
+        self._check_pending()
+        later._check_pending()
+        self.failures.update({self.rows_checked + row: failed for row, failed in later.failures.items()})
+        self.table_errors.update(later.table_errors)
+        self.rows_checked += later.rows_checked
+        for key, blocks in self.keyed.items():
+            blocks += [block.assign(block=len(blocks) + number) for number, block in enumerate(later.keyed[key])]
+
     def duplicates(self) -> int:
         """Values of a unique key that an earlier block already held (duplicates inside one
         block are the contract's own finding)."""

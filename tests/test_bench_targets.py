@@ -210,21 +210,27 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
         return {"job": job, "step": key, "cpu_s": cpu, "pid": pid, "shared": shared}
 
     ingest, build = "ingest_adhoc_1f", "build_adhoc_1f"  # an ad hoc call's jobs, and its step keys' prefix
+    phase = "adhoc_1f_exports.adhoc_1f_"
     steps = [step(ingest, "adhoc_1f_ingest_batches", 6.0, 11), step(ingest, "adhoc_1f_ingest_batches", 8.0, 12),
-             step(build, "adhoc_1f_sft_exports", 9.0, 13), step(build, "adhoc_1f_dpo_exports", 7.0, 14),
-             step(build, "adhoc_1f_grpo_exports", 4.0, 15), step(build, "adhoc_1f__stats_report", 3.0, 16)]
-    measured = parallelism(steps, 40.0)
-    assert (measured["chain_cpu_s"], measured["bound"], measured["shared"]) == (20.0, 2.0, False)
+             step(build, phase + "plan_exports", 2.0, 13),
+             step(build, phase + "render_shard[shard_00000]", 4.0, 14),
+             step(build, phase + "render_shard[shard_00001]", 5.0, 15),
+             step(build, phase + "merge_sft", 1.0, 16), step(build, phase + "merge_trl_dpo", 0.5, 17),
+             step(build, "adhoc_1f__stats_report", 3.0, 18)]
+    measured = parallelism(steps, 38.0)
+    assert (measured["chain_cpu_s"], measured["bound"], measured["shared"]) == (19.0, 2.0, False)
     assert [one["cpu_s"] for one in measured["stages"]["ingest run"]] == [8.0, 6.0]  # the longest first
+    assert [len(members) for members in measured["stages"].values()] == [2, 1, 2, 2, 1]
     made = result(1000, recipe=16.0, run=32.0, run_seed=24.0, floor=2.0, pss=800.0)
     made["variants"]["run"].update(cpu_s=48.0, parallelism=measured)
     table = parallelism_markdown([made], cpus=2).splitlines()
     assert table[0] == "| at 1000 MB, CPU of each step's process | run |"
-    assert table[2:] == ["| ingest run 1 | 8.0 s |", "| ingest run 2 | 6.0 s |", "| sft_exports | 9.0 s |",
-                         "| dpo_exports | 7.0 s |", "| grpo_exports | 4.0 s |", "| report step | 3.0 s |",
-                         "| longest chain: ingest run 1 + the longest family step + report | 20.0 s |",
-                         "| the rest, on no chain: the CLI, the fork server, log capture | 3.0 s |",
-                         "| total CPU (every process, last samples) | 40.0 s |",
+    assert table[2:] == ["| ingest run 1 | 8.0 s |", "| ingest run 2 | 6.0 s |", "| plan step | 2.0 s |",
+                         "| shard steps: how many, the longest, all | 2, 5.0 s, 9.0 s |",
+                         "| merge steps: how many, the longest, all | 2, 1.0 s, 1.5 s |", "| report step | 3.0 s |",
+                         "| longest chain: ingest run 1 + plan + the longest shard + the longest merge + report | 19.0 s |",
+                         "| the rest, on no chain: the CLI, the fork server, log capture | 8.5 s |",
+                         "| total CPU (every process, last samples) | 38.0 s |",
                          "| **bound: total ÷ chain** | **2.00** |",
                          "| on these 2 vCPUs: CPU (tree) ÷ wall | 1.50 |",
                          "| peak PSS of the largest step | n/a |"]
@@ -232,9 +238,9 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     assert parallelism_markdown([made], cpus=2).splitlines()[-1] == "| peak PSS of the largest step | 412 MiB |"
     # one ingest run in the CLI's process: its CPU is the CLI's too, so the bound is a lower one
     steps[:2] = [step(ingest, "adhoc_1f_ingest_batches", 10.0, 1, shared=True)]
-    assert parallelism(steps, 40.0)["bound"] == 1.82 and parallelism(steps, 40.0)["shared"]
+    assert parallelism(steps, 40.0)["bound"] == 1.9 and parallelism(steps, 40.0)["shared"]
     made["variants"]["run"]["parallelism"] = parallelism(steps, 40.0)
-    assert "| **bound: total ÷ chain** | **1.82** or more |" in parallelism_markdown([made], cpus=2)
+    assert "| **bound: total ÷ chain** | **1.90** or more |" in parallelism_markdown([made], cpus=2)
     # a step whose process was never sampled (it ended within one period): no bound, rather than a wrong one
     steps[-1]["cpu_s"] = None
     assert parallelism(steps, 40.0)["bound"] is None

@@ -17,11 +17,12 @@ import dagster as dg
 
 from trajectory_assets.defs.automation import build_batch_sensor, build_dataset_automation, build_jobs
 from trajectory_assets.defs.code_versions import asset_code_versions, with_code_versions
-from trajectory_assets.defs.exports import build_family_asset
+from trajectory_assets.defs.exports import build_export_assets
 from trajectory_assets.defs.ingest import build_ingest_assets
 from trajectory_assets.defs.reports import build_report_asset
 from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
-from trajectory_assets.exports.registry import EXPORT_FAMILIES, EXPORTS, EXPORTS_BY_NAME
+from trajectory_assets.defs.staging import StagingValues
+from trajectory_assets.exports.registry import EXPORTS, EXPORTS_BY_NAME
 from trajectory_assets.defs.declared import declared_project
 from trajectory_assets.project import DatasetSpec, Project, RunSettings, SourceSpec, merged, resource_key, validate
 from trajectory_assets.runs.executors import sized_executor
@@ -30,11 +31,12 @@ from trajectory_assets.runs.run_plan import INGEST_JOB, MAIN_JOB
 __all__ = ["INGEST_JOB", "MAIN_JOB", "RunSettings", "build_definitions", "defs"]
 
 
-# On a cluster: a pod per datasets step, the three export families at once (the report waits
-# for them). Everything else (image, namespace, secrets) comes from the K8sRunLauncher's
-# config, which the step pods inherit.
+# On a cluster: a pod per datasets step, so every shard of the export phase in a pod of its own,
+# up to 16 at once (each holds one shard: its requests are a shard's, not the dataset's).
+# Everything else (image, namespace, secrets) comes from the K8sRunLauncher's config, which the
+# step pods inherit.
 K8S_STEPS = {
-    "max_concurrent": 3,
+    "max_concurrent": 16,
     "step_k8s_config": {"container_config": {"resources": {"requests": {"cpu": "1", "memory": "1Gi"},
                                                            "limits": {"memory": "2Gi"}}}},
 }
@@ -80,6 +82,7 @@ def build_definitions(settings: RunSettings, declared: Project | None = None, en
     for dataset in project.datasets:
         resources[resource_key(dataset.name, "storage")] = TrajectoryStorage(root=dataset.storage)
         resources[resource_key(dataset.name, "settings")] = _settings(dataset, project)
+        resources[resource_key(dataset.name, "staging")] = StagingValues(root=dataset.storage)
         dataset_assets[dataset.name] = _dataset_assets(dataset)
         versions.update(_prefixed(dataset.key_prefix, asset_code_versions(_config(dataset), imports=imports)))
     ingest_jobs, dataset_jobs = build_jobs(
@@ -122,9 +125,7 @@ def _dataset_assets(dataset: DatasetSpec) -> list[dg.AssetsDefinition]:
     exports = [EXPORTS_BY_NAME[name] for name in dataset.exports] if dataset.exports else list(EXPORTS)
     sources = [source.name for source in dataset.sources]
     declared = dataset.declared_in is not None
-    families = [build_family_asset(family, [e for e in exports if e.family == family], dataset.name, sources, declared)
-                for family in EXPORT_FAMILIES if any(e.family == family for e in exports)]
-    return [*families, build_report_asset(dataset.name, sources, exports)]
+    return [build_export_assets(exports, dataset.name, sources, declared), build_report_asset(dataset.name, sources, exports)]
 
 
 def _settings(spec: SourceSpec | DatasetSpec, project: Project) -> PipelineSettings:

@@ -89,3 +89,24 @@ def export_row_index(export: str, split: str) -> str:
 def export_extra(export: str, name: str) -> str:
     """A trainer's own index file beside the data (LLaMA-Factory's dataset_info.json)."""
     return f"{export_folder(export)}/{name}"
+
+
+def staging_run(run: str) -> str:
+    """What one run's export steps hand each other (plans, each shard's part of each export,
+    its staged files, the steps' small outputs), under the dataset's root: removed once the
+    run is over (``defs/staging.py``)."""
+    return f"staging/{run}"
+
+
+def staging_plan(run: str, family: str) -> str:
+    return f"{staging_run(run)}/plans/{family}.pickle"
+
+
+def staging_part(run: str, export: str, shard: int) -> str:
+    """What the checks and the manifest need of one shard's rows of an export (``writer.ShardPart``)."""
+    return f"{staging_run(run)}/parts/{export}/{shard:05d}.pickle"
+
+
+def staging_value(run: str, step: str, output: str) -> str:
+    """A step's output handed to the next step (small JSON)."""
+    return f"{staging_run(run)}/values/{step}/{output}.json"

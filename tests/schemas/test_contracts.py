@@ -232,6 +232,29 @@ def test_duplicates_across_chunks_count_every_row_whose_value_an_earlier_chunk_h
     assert "4 duplicate value(s) of [('trajectory_id',)] across chunks" in contract.result().table_errors
 
 
+def test_contracts_checked_shard_by_shard_and_absorbed_find_what_one_contract_finds(trajectories):
+    """Each shard of an export is checked in its own step; the merge absorbs them in shard
+    order: rows are numbered across shards and a unique key is compared across them, as if one
+    contract had checked every chunk (a shard's pending block is checked when absorbed)."""
+    from schemas.validation import ChunkedContract
+
+    broken = trajectories.copy()
+    broken.loc[1, "messages"] = "{}"
+    chunks = [trajectories, broken, trajectories.assign(trajectory_id=["c" * 32, "d" * 32])]
+    whole = ChunkedContract(TrajectorySchema)
+    shards = [ChunkedContract(TrajectorySchema, block_rows=4) for _ in chunks]
+    for chunk, shard in zip(chunks, shards):
+        whole.check(chunk.reset_index(drop=True))
+        shard.check(chunk.reset_index(drop=True))
+    merged = shards[0]
+    for later in shards[1:]:
+        merged.absorb(later)
+    result = merged.result()
+    assert result == whole.result()
+    assert result.rows_checked == 6 and list(result.failures) == [3]
+    assert result.table_errors == ["2 duplicate value(s) of [('trajectory_id',)] across chunks"]
+
+
 def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
     from schemas.validation import ChunkedContract
 

@@ -32,11 +32,18 @@ def registered_batches(instance: dg.DagsterInstance, sources: Sequence[str]) -> 
     return dict(sorted(found.items()))
 
 
-def dataset_store(context: dg.AssetExecutionContext, dataset: str,
+def dataset_store(context: dg.OpExecutionContext, dataset: str,
                   sources: Sequence[str]) -> tuple[Storage, dict[str, str]]:
     """The dataset's storage, reading each batch where its source keeps it (``DatasetStorage``),
     and every batch of its sources (``registered_batches``: key -> source, in key order)."""
     batches = registered_batches(context.instance, sources)
+    return planned_store(context, dataset, sources, batches), batches
+
+
+def planned_store(context: dg.OpExecutionContext, dataset: str, sources: Sequence[str],
+                  batches: dict[str, str]) -> Storage:
+    """The dataset's storage reading the ``batches`` (key -> source) a step before this one
+    listed: every step of a run reads the same batches, whatever was registered since."""
     roots = {source: getattr(context.resources, resource_key(source, "storage")).root for source in sources}
     root = getattr(context.resources, resource_key(dataset, "storage")).root
-    return DatasetStorage.reading(root, {key: roots[source] for key, source in batches.items()}), batches
+    return DatasetStorage.reading(root, {key: roots[source] for key, source in batches.items()})

@@ -15,7 +15,7 @@ COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the pure module that writes and checks a batch's files (the asset in defs/ingest.py reports
     # them); it does not import decontamination, whose flags carry a version of their own
     **{name: (("trajectory_assets.ingest.batch",), ("conversion", "redaction")) for name in INGEST_ASSETS},
-    **{export.asset_name: ((export.render.__module__, "trajectory_assets.exports.writer"),
+    **{export.asset_name: ((export.render.__module__, "trajectory_assets.exports.shard_phase"),
                            (export.family, "split", "tokenizer", "card", "decontamination"))
        for export in EXPORTS},
     "stats_report": (("trajectory_assets.defs.reports",), ("report", "grpo")),

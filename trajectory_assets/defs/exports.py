@@ -1,13 +1,22 @@
 """Every export as an asset: the seed formats (SFT, Hermes SFT, DPO, GRPO) and the trainer
-flavors (TRL, NeMo RL, LLaMA-Factory, verl).
+flavors (TRL, NeMo RL, LLaMA-Factory, verl), built by one graph of steps per dataset.
 
-The exports of one family (SFT, DPO, GRPO) are one multi-asset step: the family plans and
-reads its payloads once and renders every selected export from them (reading payloads is
-most of an export's cost). Each export is still its own asset with its own contract, checks,
-manifest and card, and is committed or discarded on its own: one that fails a check writes
-nothing, while the others of its family are written (``exports/writer.py``). With a
-``tokenizer`` configured, every row is measured with its chat template and the family's
-token budget enforced (``exports/token_budget.py``).
+The export phase is shards and merges (``exports/shard_phase.py``):
+
+1. ``plan_exports``: the decisions that span the dataset (curation, pairs, tasks, balance), over
+   small columns only, for every selected family; then the shards, contiguous bucket ranges of
+   about ``shards.target_trajectories`` trajectories each. One dynamic output per shard.
+2. ``render_shard`` (one step per shard, mapped): reads its buckets' payloads once and renders
+   every selected export of every family from them, writing its part of each export's files
+   to the run's staging folder, with what the checks need of its rows.
+3. ``merge_<export>`` (one step per export): the checks over every shard's part, then the
+   files committed under Hub names with the manifest and the card, or nothing when a check
+   failed.
+
+Each export is still its own asset with its own contract, checks, manifest and card, and is
+committed or discarded on its own: one that fails a check writes nothing, while the others are
+written. Steps pass each other only small JSON values (``defs/staging.py`` keeps them in the
+dataset's storage, so a step on another machine reads them); the data stays in the storage.
 """
 
 
@@ -17,18 +26,17 @@ import dagster as dg
 
 from trajectory_assets import __version__, layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.defs.batches import TRAJECTORIES, asset_key, dataset_store
+from trajectory_assets.defs.batches import TRAJECTORIES, asset_key, dataset_store, planned_store
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.contracts import contract_check_result, written_column_schema
+from trajectory_assets.defs.staging import remove_finished_runs
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
 from trajectory_assets.ingest.decontamination import BenchmarkError, BenchmarkIndex, cached_index
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.manifest import dataset_identity
-from trajectory_assets.exports.registry import family_exports
+from trajectory_assets.exports.shard_phase import ShardTask, merge_export, plan_exports, render_shard
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
-from trajectory_assets.exports.writer import Broken, CheckOutcome, Written, check_names, write_family
-from trajectory_assets.io.batch_summary import read_summary
-from trajectory_assets.io.trajectory_table import StoredTrajectories
+from trajectory_assets.exports.writer import Broken, CheckOutcome, Written, check_names
 from trajectory_assets.project import ENVIRONMENT, resource_key
 
 CHECK_DESCRIPTIONS = {
@@ -39,85 +47,124 @@ CHECK_DESCRIPTIONS = {
     "token_budget": "with a tokenizer, every row's chat-template length <= {family}.max_tokens",
 }
 
-# The longest family step starts first (measured at 1 GB: SFT 19 s, DPO 14 s, GRPO 12 s), so
-# with two at a time the datasets run ends after SFT || (DPO then GRPO), not DPO then SFT.
-FAMILY_PRIORITY = {"sft": 2, "dpo": 1, "grpo": 0}
 
-
-def build_family_asset(family: str, exports: list[Export] | None = None, dataset: str = ENVIRONMENT,
-                       sources: Sequence[str] = (ENVIRONMENT,), declared: bool = False) -> dg.AssetsDefinition:
-    """One step for the exports of a family (all of the registry's by default) of the dataset
-    ``dataset``, read from the batches of its ``sources``; any subset of them can be
+def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
+                        sources: Sequence[str] = (ENVIRONMENT,), declared: bool = False) -> dg.AssetsDefinition:
+    """The ``exports`` of the dataset ``dataset``, read from the batches of its ``sources``, as
+    one graph of steps (plan, a step per shard, a merge per export); any subset of them can be
     materialized. A ``declared`` dataset's manifests and cards name it, its sources and batches."""
-    exports = family_exports(family) if exports is None else exports
-    trajectories = [asset_key(source, TRAJECTORIES) for source in sources]
+    exports = list(exports)
     keys = {export.name: asset_key(dataset, export.asset_name) for export in exports}
-    resources = [resource_key(dataset, "storage"), resource_key(dataset, "settings"),
-                 *(resource_key(source, "storage") for source in sources)]
+    trajectories = [asset_key(source, TRAJECTORIES) for source in sources]
+    resources = {resource_key(dataset, "storage"), resource_key(dataset, "settings"),
+                 *(resource_key(source, "storage") for source in sources)}
+    staging = resource_key(dataset, "staging")
+    prefix = f"{dataset}_" if dataset else ""
 
-    @dg.multi_asset(
-        name=f"{dataset}_{family}_exports" if dataset else f"{family}_exports",
-        op_tags={"dagster/priority": str(FAMILY_PRIORITY.get(family, 0))},
-        specs=[
-            dg.AssetSpec(
-                keys[export.name],
-                deps=trajectories,
-                group_name=dataset or export.group,
-                kinds={export.file_format, "pandera"},
-                description=export.description,
-                metadata={"dagster/column_schema": written_column_schema(export.arrow_schema,
-                                                                         export.column_descriptions)},
-                automation_condition=REBUILD_ON_CHANGED_DATA,
-            )
-            for export in exports
-        ],
-        check_specs=[
-            dg.AssetCheckSpec(name, asset=keys[export.name], blocking=True,
-                              description=CHECK_DESCRIPTIONS[name].format(contract=export.contract.__name__,
-                                                                          family=export.family))
-            for export in exports for name in check_names(export)
-        ],
-        required_resource_keys=set(resources),
-        can_subset=True,
-        retry_policy=STORAGE_RETRY,
-        pool=STORAGE_POOL,
-    )
-    def _family(context: dg.AssetExecutionContext):
-        selected = [export for export in exports if keys[export.name] in context.selected_asset_keys]
+    def selected(context: dg.OpExecutionContext) -> list[Export]:
+        return [export for export in exports if keys[export.name] in context.selected_asset_keys]
+
+    def config_of(context: dg.OpExecutionContext) -> PipelineConfig:
+        return getattr(context.resources, resource_key(dataset, "settings")).load()
+
+    @dg.op(name=f"{prefix}plan_exports", out=dg.DynamicOut(dict, io_manager_key=staging),
+           ins={"trajectories": dg.In(dg.Nothing)},
+           required_resource_keys=resources, retry_policy=STORAGE_RETRY, pool=STORAGE_POOL)
+    def plan(context: dg.OpExecutionContext) -> Iterator[dg.DynamicOutput]:
+        """The decisions over every trajectory (small columns only) and the shards."""
         stop_if_canceling(context)
+        config = config_of(context)
+        store, batch_sources = dataset_store(context, dataset, sources)
+        chosen = selected(context)
         with storage_faults_only():
-            yield from _materialize_family(family, selected, context, dataset, sources, keys, trajectories, declared)
+            removed = remove_finished_runs(store, context.instance, context.run_id)
+            tasks = plan_exports(store, batch_sources, config, chosen, context.run_id,
+                                 {family: _token_budget(config, family) for family in {e.family for e in chosen}},
+                                 _benchmarks(config))
+        if removed:
+            context.log.info(f"removed the staging folders of {len(removed)} finished run(s)")
+        context.log.info(f"{len(tasks)} shard(s) of {sum(task.trajectories for task in tasks)} trajectories")
+        for task in tasks:
+            yield dg.DynamicOutput(task.to_json(), mapping_key=f"shard_{task.index:05d}")
 
-    return _family
+    @dg.op(name=f"{prefix}render_shard", out=dg.Out(dict, io_manager_key=staging),
+           required_resource_keys=resources, retry_policy=STORAGE_RETRY, pool=STORAGE_POOL)
+    def render(context: dg.OpExecutionContext, task: dict) -> dict:
+        """One shard's rows, read once, in every selected export."""
+        stop_if_canceling(context)
+        shard = ShardTask.from_json(task)
+        config = config_of(context)
+        store = planned_store(context, dataset, sources, shard.batches)
+        with storage_faults_only():
+            return render_shard(store, shard, config, selected(context),
+                                {family: _token_budget(config, family) for family in shard.families})
 
+    def merge_op(export: Export):
+        names = check_names(export)
 
-def _materialize_family(family: str, exports: list[Export], context: dg.AssetExecutionContext, dataset: str,
-                        sources: Sequence[str], keys: dict[str, dg.AssetKey], trajectories: list[dg.AssetKey],
-                        declared: bool) -> Iterator:
-    config = getattr(context.resources, resource_key(dataset, "settings")).load()
-    store, batch_sources = dataset_store(context, dataset, sources)
-    batches = list(batch_sources)
-    table = StoredTrajectories(store, batches)
-    read_sources = read_summary(store, batches)["sources"]
-    broken = []
-    specs = context.assets_def.specs_by_key
-    code_versions = {export.name: specs[keys[export.name]].code_version or __version__ for export in exports}
-    identity = dataset_identity(dataset, {source: [key for key, read_from in batch_sources.items()
-                                                   if read_from == source] for source in sources}) if declared else None
-    for outcome in write_family(store, family, exports, table, config, _token_budget(config, family), batches,
-                                read_sources, code_versions, _benchmarks(config), identity):
-        asset = keys[outcome.export.name]
-        if isinstance(outcome, Broken):
-            # nothing of it was written: a dataset that breaks its checks must never reach a trainer
-            yield from (_check_result(asset, check) for check in outcome.checks)
-            broken.append(f"{asset.to_user_string()} failed {', '.join(outcome.failed)}: {outcome.summary}")
-            continue
-        yield _materialization(store.uri, outcome, asset, trajectories)
-    if broken:
-        raise dg.Failure(  # the same rows would fail again: no retry
-            description="; ".join(broken) + "; nothing was written for them",
-            allow_retries=False,
-        )
+        @dg.op(name=f"{prefix}merge_{export.name}",
+               out={"written": dg.Out(dg.Nothing), **{name: dg.Out(dg.Nothing) for name in names}},
+               required_resource_keys=resources, retry_policy=STORAGE_RETRY, pool=STORAGE_POOL)
+        def merge(context: dg.OpExecutionContext, shards: list[dict]) -> Iterator:
+            """The checks over every shard's part of the export; its files committed with the
+            manifest and the card, or nothing when a check failed."""
+            stop_if_canceling(context)
+            tasks = sorted((ShardTask.from_json(task) for task in shards), key=lambda task: task.index)
+            config = config_of(context)
+            store = planned_store(context, dataset, sources, tasks[0].batches)
+            version = context.assets_def.specs_by_key[keys[export.name]].code_version or __version__
+            identity = dataset_identity(dataset, {source: [key for key, read_from in tasks[0].batches.items()
+                                                           if read_from == source] for source in sources}
+                                        ) if declared else None
+            with storage_faults_only():
+                outcome = merge_export(store, export, tasks, config, version, identity)
+            asset = keys[export.name]
+            if isinstance(outcome, Broken):
+                # nothing of it was written: a dataset that breaks its checks must never reach a trainer
+                yield from (_check_result(asset, check) for check in outcome.checks)
+                raise dg.Failure(  # the same rows would fail again: no retry
+                    description=f"{asset.to_user_string()} failed {', '.join(outcome.failed)}: {outcome.summary}; "
+                                "nothing was written for it",
+                    allow_retries=False)
+            materialization = _materialization(store.uri, outcome, asset, trajectories)
+            yield dg.Output(None, "written", metadata=materialization.metadata)
+            yield from materialization.check_results
+
+        return merge
+
+    merges = {export.name: merge_op(export) for export in exports}
+    check_specs = {export.name: [dg.AssetCheckSpec(name, asset=keys[export.name], blocking=True,
+                                                   description=CHECK_DESCRIPTIONS[name].format(
+                                                       contract=export.contract.__name__, family=export.family))
+                                 for name in check_names(export)] for export in exports}
+
+    @dg.graph_multi_asset(
+        name=f"{prefix}exports",
+        outs={export.name: dg.AssetOut(
+            key=keys[export.name],
+            group_name=dataset or export.group,
+            kinds={export.file_format, "pandera"},
+            description=export.description,
+            metadata={"dagster/column_schema": written_column_schema(export.arrow_schema,
+                                                                     export.column_descriptions)},
+            automation_condition=REBUILD_ON_CHANGED_DATA,
+        ) for export in exports},
+        # the trajectories are read from the storage by the plan and the shards, not handed over
+        ins={f"trajectories_{number}": dg.AssetIn(key=key, dagster_type=dg.Nothing)
+             for number, key in enumerate(trajectories)},
+        check_specs=[spec for specs in check_specs.values() for spec in specs],
+        can_subset=True,
+    )
+    def _exports(**trajectory_inputs):
+        shards = plan(trajectories=list(trajectory_inputs.values())).map(render).collect()
+        outputs = {}
+        for export in exports:
+            written, *checks = merges[export.name](shards)
+            outputs[export.name] = written
+            outputs.update({spec.get_python_identifier(): check for spec, check in zip(check_specs[export.name], checks)})
+        return outputs
+
+    return _exports
 
 
 def _token_budget(config: PipelineConfig, family: str) -> TokenBudget | None:
