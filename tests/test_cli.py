@@ -426,7 +426,8 @@ def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_
     table = StoredTrajectories(Storage(str(out)), [flags_file.parent.name.removesuffix(".decontamination")])
 
     def grpo_plan():
-        return grpo.plan(table, config.grpo, None, build_index(config.decontamination))
+        plan = grpo.plan(table, config.grpo, None, build_index(config.decontamination))
+        return plan.units, plan.excluded
 
     # the export steps read what ingest stored, not the messages: a match added there is left out
     flags = json.loads(flags_file.read_text())
@@ -434,7 +435,8 @@ def test_the_exports_use_the_flags_ingest_stored_and_rescan_when_the_benchmarks_
     flags["contaminated"][clean[0]] = "gsm8k"
     flags_file.write_text(json.dumps(flags))
     index = build_index(config.decontamination)
-    tasks, excluded = grpo.plan(table, config.grpo, None, index)
+    plan = grpo.plan(table, config.grpo, None, index)
+    tasks, excluded = plan.units, plan.excluded
     assert excluded["contaminated:gsm8k"] == 5 and clean[0] not in tasks["trajectory_ids"].iloc[0]
     assert "_tables" not in vars(index) and index.counted()[0].ngrams == flags["ngrams"][0] > 0  # none built
     # other benchmarks (a batch ingested before them): the batch is scanned and their flags stored

@@ -218,6 +218,19 @@ class RedactionConfig(_Section):
         return patterns
 
 
+class ShardsConfig(_Section):
+    """How the export phase divides a dataset: shards of contiguous prompt buckets
+    (``trajectory_assets/buckets.py``), each read once and rendered in every export."""
+
+    # provisional (issue 42): the default is to be chosen by measurement. 5,000 trajectories
+    # hold about 90 MB of payloads at the 1 GB benchmark corpus's mean (about 17 KB each) and
+    # cut that corpus into about 12 shards
+    target_trajectories: int = Field(
+        5000, ge=1,
+        description="trajectories per shard of the exports (a bucket is never cut, so a shard may hold more); "
+                    "changing it re-reads no batch and changes no row, only how the files are cut")
+
+
 class ReportConfig(_Section):
     samples_per_export: int = Field(3, ge=0, le=50, description="rows of each export shown in the report page's "
                                                                 "trajectory viewer")
@@ -304,6 +317,7 @@ class PipelineConfig(_Section):
     dpo: DpoConfig = DpoConfig()
     grpo: GrpoConfig = GrpoConfig()
     decontamination: DecontaminationConfig = DecontaminationConfig()
+    shards: ShardsConfig = ShardsConfig()
     report: ReportConfig = ReportConfig()
 
     @model_validator(mode="after")

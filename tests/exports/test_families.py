@@ -17,6 +17,11 @@ def rows_of(frame):
     return [json.loads(line) for line in frame.lines()]
 
 
+def prompt_of(grpo_row):
+    """A GRPO row's prompt (a task of ``task`` below: the text "task <index>")."""
+    return grpo_row["responses_create_params"]["input"]
+
+
 def task(index, reward, answer="a", **extra):
     return make_rollout([message_item(answer)], request_input=f"task {index}", reward=reward,
                         _ng_task_index=index, agent_ref={"name": "agent"}, **extra)
@@ -305,10 +310,11 @@ def test_grpo_zero_variance_groups_are_dropped_flagged_or_kept():
                               task(2, 0.0)])
     dropped = build("grpo", frame, GrpoConfig(), ALL_TRAIN)
     # task 2 has one rollout: no evidence of zero variance, so it stays
-    assert [row["num_rollouts"] for row in rows_of(dropped)] == [2, 1]
+    assert {prompt_of(row): row["num_rollouts"] for row in rows_of(dropped)} == {"task 1": 2, "task 2": 1}
     assert dropped.excluded == {"zero_variance_group": 1}
     flagged = rows_of(build("grpo", frame, GrpoConfig(zero_variance_groups="flag"), ALL_TRAIN))
-    assert [row["zero_variance"] for row in flagged] == [True, False, False]
+    assert {prompt_of(row): row["zero_variance"] for row in flagged} == {"task 0": True, "task 1": False,
+                                                                         "task 2": False}
     assert len(rows_of(build("grpo", frame, GrpoConfig(zero_variance_groups="keep"), ALL_TRAIN))) == 3
 
 
@@ -402,11 +408,11 @@ def test_verl_rows_fit_the_parquet_schema_and_carry_ground_truth():
     rows = rows_of(build("verl", frame, GrpoConfig(), ALL_TRAIN))
     table = table_from_records(rows, VERL_SCHEMA)
     assert table.num_rows == 2
-    assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "yes"}
-    assert rows[0]["data_source"] == "agent" and rows[1]["data_source"] == "weather"
-    assert [row["extra_info"]["index"] for row in rows] == [0, 1]
-    assert [row["agent_name"] for row in rows] == ["single_turn_agent", "tool_agent"]
-    assert rows[1]["extra_info"]["tools_kwargs"] == {"lookup": {}}
+    assert [row["extra_info"]["index"] for row in rows] == [0, 1]  # the rows' positions in the export
+    by_source = {row["data_source"]: row for row in rows}
+    assert by_source["agent"]["reward_model"] == {"style": "rule", "ground_truth": "yes"}
+    assert [by_source[name]["agent_name"] for name in ("agent", "weather")] == ["single_turn_agent", "tool_agent"]
+    assert by_source["weather"]["extra_info"]["tools_kwargs"] == {"lookup": {}}
 
 
 def test_nemo_rl_sft_rows_are_openai_format_with_argument_objects():
@@ -505,7 +511,8 @@ def budget(counter, max_tokens, truncate=False):
 
 def long_and_short():
     """A short answer (user 5 + assistant 5 = 10 tokens) and a tool run of 21 (user 5, call 5,
-    result 3, answer 8), with the word tokenizer: one token per word and per role marker."""
+    result 3, answer 8), with the word tokenizer: one token per word and per role marker. The
+    tool run's prompt has the lower bucket: it is exported first (the canonical order)."""
     short = make_rollout([message_item("yes it is")], request_input="is it sunny", reward=1.0)
     tools = make_rollout([call_item("lookup", '{"city": "Paris"}', "c1"), output_item("c1", "sunny"),
                           message_item("It is sunny in Paris today.")], request_input="weather in Paris", reward=1.0)
@@ -516,7 +523,7 @@ def test_every_sft_row_carries_its_token_count(words):
     frames = [build(name, long_and_short(), SftConfig(), ALL_TRAIN, budget(words, None))
               for name in ("sft", "trl_sft", "nemo_rl_sft", "llama_factory", "sft_hermes")]
     for frame in frames:
-        assert frame.tokens.tolist() == [10.0, 21.0]
+        assert frame.tokens.tolist() == [21.0, 10.0]
     assert np.isnan(build("sft", long_and_short(), SftConfig(), ALL_TRAIN).tokens).all()  # no tokenizer
 
 
@@ -528,12 +535,12 @@ def test_over_budget_rows_leave_every_sft_format_alike(words):
 
 def test_truncation_cuts_a_conversation_after_its_last_assistant_turn_that_fits(words):
     result = build("trl_sft", long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
-    short, cut = rows_of(result)
+    cut, short = rows_of(result)
     assert [m["role"] for m in cut["messages"]] == ["user", "assistant"]  # the call that fits, not its result
     assert result.tokens.tolist() == [10.0, 10.0] and result.truncated == 1 and not result.excluded
-    assert result.rows["role_shape"].tolist() == ["ua", "uc"]
+    assert result.rows["role_shape"].tolist() == ["uc", "ua"]
     seed = build("sft", long_and_short(), SftConfig(), ALL_TRAIN, budget(words, 12, truncate=True))
-    assert [m["role"] for m in rows_of(seed)[1]["messages"]] == ["user", "assistant"]
+    assert [m["role"] for m in rows_of(seed)[0]["messages"]] == ["user", "assistant"]
 
 
 
@@ -595,7 +602,7 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
     frames = iter_family("sft", FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, [probe_spec],
                          budget(words, 12, truncate=True))
     probed = collect(frames["probe"] for frames in frames)
-    assert [(row["cut_short"], len(row["messages"])) for row in probed.records] == [(False, 2), (True, 2)]
+    assert [(row["cut_short"], len(row["messages"])) for row in probed.records] == [(True, 2), (False, 2)]
 
 
 def test_on_policy_tokens_carry_each_model_call_and_leave_out_rows_without_token_data():

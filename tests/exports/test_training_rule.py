@@ -15,7 +15,8 @@ ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 
 def rows():
     """One single-turn rollout, one with a tool call (two assistant turns), and a Hermes run
-    whose middle was compressed into a summary standing as an assistant turn."""
+    whose middle was compressed into a summary standing as an assistant turn. Exported in the
+    canonical order (by the buckets of their prompts): single-turn, compressed, tool call."""
     multi_turn = tool_rollout()
     compressed = hermes.cli_row([
         hermes.human("q"), hermes.gpt("<think>\n</think>\nlooking"), hermes.human("more"),
@@ -35,12 +36,12 @@ def flags(record):
 
 def test_axolotl_flags_the_messages_each_rule_picks():
     every = built("axolotl", "all_assistant").records
-    assert [flags(r) for r in every] == [[False, True], [False, True, False, True],
-                                         [False, True, False, False, False, True]]
+    assert [flags(r) for r in every] == [[False, True], [False, True, False, False, False, True],
+                                         [False, True, False, True]]
     final = built("axolotl", "final_assistant").records
-    assert [flags(r) for r in final] == [[False, True], [False, False, False, True],
-                                         [False, False, False, False, False, True]]
-    assert [flags(r) for r in built("axolotl", "after_last_user").records][2] == [False] * 5 + [True]
+    assert [flags(r) for r in final] == [[False, True], [False, False, False, False, False, True],
+                                         [False, False, False, True]]
+    assert [flags(r) for r in built("axolotl", "after_last_user").records][1] == [False] * 5 + [True]
 
 
 @pytest.mark.parametrize("rule, kept, cut", [

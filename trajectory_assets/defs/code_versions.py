@@ -16,7 +16,7 @@ COMPUTED_BY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # them); it does not import decontamination, whose flags carry a version of their own
     **{name: (("trajectory_assets.ingest.batch",), ("conversion", "redaction")) for name in INGEST_ASSETS},
     **{export.asset_name: ((export.render.__module__, "trajectory_assets.exports.shard_phase"),
-                           (export.family, "split", "tokenizer", "card", "decontamination"))
+                           (export.family, "split", "tokenizer", "card", "decontamination", "shards"))
        for export in EXPORTS},
     "stats_report": (("trajectory_assets.defs.reports",), ("report", "grpo")),
 }

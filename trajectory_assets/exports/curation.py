@@ -10,7 +10,7 @@ Three steps, each counting what it leaves out under a reason code:
    DPO pairs, GRPO tasks), ranked by a hash of the seed and the row's id, so the choice is
    the same on every machine and does not depend on file order.
 
-Plain pandas; no Dagster. Only ``near_duplicates`` reads message payloads, and only when
+Plain pandas; no Dagster. Only ``signature`` (for ``near_duplicates``) reads message payloads, and only when
 asked to.
 """
 
@@ -19,12 +19,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import orjson
 import pandas as pd
 
 from trajectory_assets.config import Curation
 from trajectory_assets.jsonutil import sha256_hex
+
+if TYPE_CHECKING:
+    from datasketch import LeanMinHash
 
 # the flat trajectory columns the filters read
 FILTER_COLUMNS = [
@@ -161,26 +165,34 @@ def _shingles(text: str) -> list[bytes]:
     return [" ".join(words[i:i + SHINGLE_WORDS]).encode() for i in range(len(words) - SHINGLE_WORDS + 1)]
 
 
-def near_duplicates(payloads: Iterable[tuple[str, str]], threshold: float) -> set[str]:
+def signature(messages_json: str) -> LeanMinHash:
+    """A conversation's MinHash, what near-duplicate detection compares (the lean form: its
+    hash values only, a third of a MinHash's memory, since the plan keeps one per trajectory)."""
+    from datasketch import LeanMinHash, MinHash  # only needed with dedup: near
+
+    minhash = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=1)
+    minhash.update_batch(_shingles(conversation_text(messages_json)))
+    return LeanMinHash(minhash)
+
+
+def near_duplicates(signatures: Iterable[tuple[str, LeanMinHash]], threshold: float) -> set[str]:
     """Ids of conversations whose estimated Jaccard similarity to an earlier kept one is
-    >= threshold. ``payloads`` are (trajectory_id, messages JSON) in table order, so the
-    first of a group of near-copies is the one kept."""
-    from datasketch import MinHash, MinHashLSH  # only needed with dedup: near
+    >= threshold. ``signatures`` are (trajectory_id, :func:`signature`) in the plan's order
+    (the canonical order), so the first of a group of near-copies is the one kept."""
+    from datasketch import MinHashLSH  # only needed with dedup: near
 
     # LSH cannot band for thresholds near 1 with few permutations; it only proposes
     # candidates, so a lower banding threshold just means more of them are checked
     index = MinHashLSH(threshold=min(threshold, LSH_BANDING_THRESHOLD), num_perm=MINHASH_PERMUTATIONS)
-    kept: dict[str, MinHash] = {}
+    kept: dict[str, LeanMinHash] = {}
     dropped: set[str] = set()
-    for trajectory_id, messages_json in payloads:
-        signature = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=1)
-        signature.update_batch(_shingles(conversation_text(messages_json)))
+    for trajectory_id, minhash in signatures:
         # LSH only proposes candidates; the estimated similarity decides
-        if any(kept[other].jaccard(signature) >= threshold for other in index.query(signature)):
+        if any(kept[other].jaccard(minhash) >= threshold for other in index.query(minhash)):
             dropped.add(trajectory_id)
             continue
-        index.insert(trajectory_id, signature)
-        kept[trajectory_id] = signature
+        index.insert(trajectory_id, minhash)
+        kept[trajectory_id] = minhash
     return dropped
 
 

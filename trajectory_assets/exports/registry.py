@@ -38,6 +38,7 @@ from trajectory_assets.exports import (
 )
 from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
+from trajectory_assets.exports import families
 from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.families.frames import ExportFrame, FrameTable, TrajectoryTable, collect
 from trajectory_assets.exports.token_budget import TokenBudget
@@ -69,8 +70,8 @@ def iter_family(family: str, table: TrajectoryTable, config: Any, split: SplitCo
                 budget: TokenBudget | None = None,
                 benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
     """Per chunk, one frame per export of the family in ``exports`` (planned and read once for all)."""
-    yield from FAMILIES[family](table, config, split, {export.name: export for export in exports}, budget,
-                                benchmarks)
+    yield from families.iter_family(family, table, config, split, {export.name: export for export in exports},
+                                    budget, benchmarks)
 
 
 def iter_export(name: str, table: TrajectoryTable, config: Any, split: SplitConfig,

@@ -26,9 +26,10 @@ from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.card import render_card, training_of
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, manifest_block
 from trajectory_assets.exports.export import Export
-from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, TrajectoryTable
+from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, TrajectoryTable, exclusions
 from trajectory_assets.exports.manifest import build_manifest, describe
-from trajectory_assets.exports.families import FAMILIES
+from trajectory_assets.buckets import shard_ranges
+from trajectory_assets.exports.families import FAMILIES, render_shards
 from trajectory_assets.exports.token_budget import OVER_BUDGET, TokenBudget
 from trajectory_assets.io.arrow_rows import hf_features, schema_violations
 from trajectory_assets.io.export_files import StagedExport
@@ -87,7 +88,7 @@ class ExportWriter:
     """One export's split files, fed chunk by chunk through the contract."""
 
     def __init__(self, store: Storage, export: Export, config: PipelineConfig,
-                 benchmarks: BenchmarkIndex | None = None) -> None:
+                 benchmarks: BenchmarkIndex | None = None, shards: int = 1) -> None:
         self.store, self.export, self.config = store, export, config
         self.benchmarks = benchmarks
         # each chunk's prompt keys per split, as the rows' own (Arrow-backed) column: compared once
@@ -107,10 +108,11 @@ class ExportWriter:
         # line_chars: each JSON line's length (a Parquet export has no lines)
         lengths = ("line_chars",) if export.file_format == "jsonl" else ()
         self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*export.measures, "tokens", *lengths)}
-        self.files = StagedExport(store, export.name, SPLITS, export.file_format, export.arrow_schema,
-                                  index_fields=SCAN_FIELDS)
+        self.files = _staged_files(store, export, shards)
 
-    def add(self, frame: ExportFrame) -> None:
+    def add(self, frame: ExportFrame, shard: int = 0) -> None:
+        """One chunk of rows, written to shard ``shard`` of their split's files (the shards'
+        rows follow each other in shard order)."""
         self.excluded.update(frame.excluded)
         self.truncated += frame.truncated
         rows = frame.rows
@@ -136,7 +138,7 @@ class ExportWriter:
             self.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
             if not records:
                 continue
-            line_chars = self.files.write(split, records)
+            line_chars = _write_shard(self.files, split, records, shard)
             if line_chars is not None:
                 self.measured["line_chars"].append(np.array(line_chars, dtype=float))
             self.first_line = self.first_line or orjson.dumps(records[0]).decode()
@@ -219,15 +221,26 @@ def write_family(store: Storage, family: str, exports: list[Export], table: Traj
     ``code_versions`` (by export name) go into the manifests; ``benchmarks`` (the
     decontamination index, ``decontamination.build_index``) leaves out what matches an
     evaluation set; ``dataset`` (``manifest.dataset_identity``) names a declared dataset in the
-    manifests. An error while writing discards every staged file of the family."""
-    writers = {export.name: ExportWriter(store, export, config, benchmarks) for export in exports}
+    manifests. An error while writing discards every staged file of the family.
+
+    The family plans once (every decision, over small columns), then renders shard by shard:
+    the shards are contiguous bucket ranges of about ``shards.target_trajectories``
+    trajectories each, cut from the plan's count per bucket (no batch is read for it), each
+    read once, and shard k of every export is written from it. The rows, in file order, are
+    the same for any number of shards."""
+    section = getattr(config, family)
+    by_name = {export.name: export for export in exports}
+    plan = FAMILIES[family].plan(table, section, budget, benchmarks)
+    shards = shard_ranges(plan.rows_per_bucket, config.shards.target_trajectories)
+    writers = {export.name: ExportWriter(store, export, config, benchmarks, shards=len(shards)) for export in exports}
     try:
         with chunk_memory() as release:
-            for frames in FAMILIES[family](table, getattr(config, family), config.split,
-                                           {export.name: export for export in exports}, budget, benchmarks):
+            for name, frame in exclusions(plan.excluded, by_name, config.split).items():
+                writers[name].add(frame, shard=0)
+            for shard, frames in render_shards(family, plan, table, shards, section, config.split, by_name, budget):
                 while frames:  # popped, so each export's rows are freed as soon as they are written
                     name, frame = frames.popitem()
-                    writers[name].add(frame)
+                    writers[name].add(frame, shard=shard)
                     del frame
                 release()
     except BaseException:
@@ -244,3 +257,17 @@ def _shared_values(first: list[pd.Series], second: list[pd.Series]) -> int:
     if not first or not second:
         return 0
     return int(pd.Series(pd.concat(first).unique()).isin(pd.concat(second).unique()).sum())
+
+
+# The two calls of StagedExport that name shards. Until the shard files (issue 42, the `files`
+# part) are merged, StagedExport writes one file per split and every shard's rows are appended
+# to it in shard order, which is the rows' order; at the merge these pass the shards on:
+# StagedExport(..., shards=shards) and files.write(split, records, shard=shard).
+def _staged_files(store: Storage, export: Export, shards: int) -> StagedExport:
+    """An export's staged split files, ``shards`` files per split at most."""
+    return StagedExport(store, export.name, SPLITS, export.file_format, export.arrow_schema, index_fields=SCAN_FIELDS)
+
+
+def _write_shard(files: StagedExport, split: str, records: list[dict[str, Any]], shard: int) -> list[int] | None:
+    """Rows of ``split`` written to its shard ``shard`` (each JSON line's length, for JSON lines)."""
+    return files.write(split, records)

@@ -22,11 +22,13 @@ from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
     ExportFrame,
+    Payloads,
+    Plan,
     TrajectoryTable,
     curated_trajectories,
-    exclusions,
     loads_or_none,
     render_all,
+    unit_chunks,
 )
 from trajectory_assets.exports.template import template_messages
 from trajectory_assets.exports.token_budget import TokenBudget
@@ -36,15 +38,20 @@ PAYLOAD_COLUMNS = ["trajectory_id", "messages", "tools"]
 
 PLAN = [*PLAN_COLUMNS, "reward_components"]
 # objectives_*: each side's reward components ({name: score}, empty without them)
+# bucket: the pair's (its task's first rollout's, in the canonical order); chosen_bucket and
+# rejected_bucket: each side's own, another bucket's when the task's rollouts hold several prompts
 PAIR_COLUMNS = ["task_key", "prompt_key", "task_type", "chosen_id", "rejected_id", "reward_chosen", "reward_rejected",
-                "objectives_chosen", "objectives_rejected"]
+                "objectives_chosen", "objectives_rejected", "bucket", "chosen_bucket", "rejected_bucket"]
+# what a pair reads: each side's trajectory, in its own bucket
+READS = (("chosen_id", "chosen_bucket"), ("rejected_id", "rejected_bucket"))
 
 
 def plan(table: TrajectoryTable, config: DpoConfig,
          budget: TokenBudget | None = None,
-         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
-    """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance."""
-    kept, excluded = curated_trajectories(table, config, PLAN, budget, benchmarks)
+         benchmarks: BenchmarkIndex | None = None) -> Plan:
+    """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance in the
+    canonical order."""
+    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN, budget, benchmarks)
     rewarded = kept["reward"].notna()
     skipped = carries_flag(kept["quality_flags"], "verification_skipped")
     for reason, dropped in (("verification_skipped", ~rewarded & skipped), ("no_reward", ~rewarded & ~skipped)):
@@ -59,7 +66,8 @@ def plan(table: TrajectoryTable, config: DpoConfig,
     # assigned before filtering: assigning a Series to an empty frame would reindex it to the Series
     pairs = pairs.assign(quality_difference=margin).loc[margin >= max(config.min_margin, np.nextafter(0.0, 1.0))]
     pairs = balance(pairs.assign(pair_id=pairs["chosen_id"] + pairs["rejected_id"]), config, "pair_id", excluded)
-    return pairs.drop(columns="pair_id").reset_index(drop=True), excluded
+    return Plan(pairs.drop(columns="pair_id").reset_index(drop=True), excluded, rows_per_bucket, PAYLOAD_COLUMNS,
+                READS)
 
 
 def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Counter) -> pd.DataFrame:
@@ -80,9 +88,10 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
             excluded["task_without_exactly_two_rollouts"] += skipped
         groups = groups.loc[group_sizes == 2]
     order = {key: position for position, key in enumerate(groups["task_key"].unique())}
-    side = groups[["task_key", "prompt_key", "task_type", "trajectory_id", "reward", "objectives"]]
+    task_bucket = groups.groupby("task_key", sort=False)["bucket"].first()  # the groups are in canonical order
+    side = groups[["task_key", "prompt_key", "task_type", "trajectory_id", "reward", "objectives", "bucket"]]
     if config.pairing in ("all_pairs_with_margin", "dominance"):
-        pairs = side.merge(side[["task_key", "trajectory_id", "reward", "objectives"]], on="task_key",
+        pairs = side.merge(side[["task_key", "trajectory_id", "reward", "objectives", "bucket"]], on="task_key",
                            suffixes=("_c", "_r"))
         # each unordered pair once: the higher reward chosen; equal rewards once, as a tie
         pairs = pairs.loc[(pairs["reward_c"] > pairs["reward_r"]) | (
@@ -90,7 +99,8 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
         if config.pairing == "dominance":  # ties stay ties (counted below, as in every pairing)
             ordered = pairs["reward_c"] > pairs["reward_r"]
             pairs = pd.concat([_dominant_pairs(pairs.loc[ordered], excluded), pairs.loc[~ordered]])
-        pairs = pairs.assign(order=pairs["task_key"].map(order), margin=pairs["reward_c"] - pairs["reward_r"])
+        pairs = pairs.assign(order=pairs["task_key"].map(order), margin=pairs["reward_c"] - pairs["reward_r"],
+                             bucket=pairs["task_key"].map(task_bucket))
         pairs = pairs.sort_values(["order", "margin", "trajectory_id_c", "trajectory_id_r"],
                                   ascending=[True, False, True, True], kind="mergesort")
         widest = pairs["margin"] >= config.min_margin
@@ -102,7 +112,8 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
         pairs = pairs.loc[~over_cap]
         chosen = pairs.rename(columns={"trajectory_id_c": "chosen_id", "reward_c": "reward_chosen",
                                        "trajectory_id_r": "rejected_id", "reward_r": "reward_rejected",
-                                       "objectives_c": "objectives_chosen", "objectives_r": "objectives_rejected"})
+                                       "objectives_c": "objectives_chosen", "objectives_r": "objectives_rejected",
+                                       "bucket_c": "chosen_bucket", "bucket_r": "rejected_bucket"})
         return chosen[PAIR_COLUMNS].reset_index(drop=True)
     best = groups.sort_values(["reward", "trajectory_id"], ascending=[False, True], kind="mergesort")
     worst = groups.sort_values(["reward", "trajectory_id"], ascending=[True, True], kind="mergesort")
@@ -119,6 +130,9 @@ def candidate_pairs(candidates: pd.DataFrame, config: DpoConfig, excluded: Count
         "reward_rejected": worst.loc[keys, "reward"].to_numpy(dtype=float),
         "objectives_chosen": best.loc[keys, "objectives"].to_numpy(),
         "objectives_rejected": worst.loc[keys, "objectives"].to_numpy(),
+        "bucket": task_bucket.loc[keys].to_numpy(),
+        "chosen_bucket": best.loc[keys, "bucket"].to_numpy(),
+        "rejected_bucket": worst.loc[keys, "bucket"].to_numpy(),
     }, columns=PAIR_COLUMNS)
 
 
@@ -199,38 +213,16 @@ class PairItem:
                         (orjson.dumps(prompt + rejected).decode(), self.tools_json), self.pairing)
 
 
-def iter_family(table: TrajectoryTable, config: DpoConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None,
-                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
-    pairs, excluded = plan(table, config, budget, benchmarks)
-    yield exclusions(excluded, exports, split)
-    if pairs.empty:
-        return
-    pair_rows = list(pairs.itertuples(index=False))
-    # payloads arrive chunk by chunk; a pair is rendered as soon as both sides are loaded,
-    # and a payload is dropped once no pair waits for it
-    waiting: dict[str, list[int]] = {}
-    for index, pair in enumerate(pair_rows):
-        waiting.setdefault(pair.chosen_id, []).append(index)
-        waiting.setdefault(pair.rejected_id, []).append(index)
-    loaded: dict[str, tuple[str, str | None]] = {}
-    written: set[int] = set()
-    for chunk in table.scan(PAYLOAD_COLUMNS, ids=set(waiting)):
-        loaded.update(zip(chunk["trajectory_id"], zip(chunk["messages"], chunk["tools"])))
-        ready = sorted({
-            index
-            for trajectory_id in chunk["trajectory_id"]
-            for index in waiting[trajectory_id]
-            if pair_rows[index].chosen_id in loaded and pair_rows[index].rejected_id in loaded
-        } - written)
-        items = [PairItem(pair_rows[i], loaded[pair_rows[i].chosen_id], loaded[pair_rows[i].rejected_id],
-                          config.pairing) for i in ready]
-        written.update(ready)
-        for index in ready:
-            for trajectory_id in (pair_rows[index].chosen_id, pair_rows[index].rejected_id):
-                if all(other in written for other in waiting[trajectory_id]):
-                    loaded.pop(trajectory_id, None)
-        yield render_all(items, exports, split, None if budget is None else partial(_fit_pair, budget))
+def render(units: pd.DataFrame, payloads: Payloads, config: DpoConfig, split: SplitConfig,
+           exports: dict[str, Export], budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    """A shard's pairs (``Plan.units_in``) in every export, a chunk at a time, in plan order."""
+    fit = None if budget is None else partial(_fit_pair, budget)
+    for chunk in unit_chunks(units):
+        chosen, rejected = payloads.rows(chunk["chosen_id"]), payloads.rows(chunk["rejected_id"])
+        items = (PairItem(pair, chosen_side, rejected_side, config.pairing) for pair, chosen_side, rejected_side in
+                 zip(chunk.itertuples(index=False), zip(chosen["messages"], chosen["tools"]),
+                     zip(rejected["messages"], rejected["tools"])))
+        yield render_all(items, exports, split, fit)
 
 
 def _fit_pair(budget: TokenBudget, item: PairItem) -> tuple[PairItem, int, bool]:

@@ -4,7 +4,6 @@ prompt, and aggregates over all its rollouts, every export of the family rendere
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from functools import cached_property, partial
 from typing import Any
@@ -21,12 +20,14 @@ from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
     ExportFrame,
+    Payloads,
+    Plan,
     TrajectoryTable,
     curated_trajectories,
-    exclusions,
     loads_or_none,
     render_all,
     split_of,
+    unit_chunks,
 )
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
@@ -38,9 +39,11 @@ PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "too
 
 def plan(table: TrajectoryTable, config: GrpoConfig,
          budget: TokenBudget | None = None,
-         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
-    """One row per task: its first rollout (in table order) and aggregates over all of them."""
-    kept, excluded = curated_trajectories(table, config, PLAN, budget, benchmarks)
+         benchmarks: BenchmarkIndex | None = None) -> Plan:
+    """One row per task: its first rollout (in the canonical order: the task's bucket is that
+    rollout's, and the only payload the task reads), aggregates over all of them, and its
+    ``position`` in the export."""
+    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN, budget, benchmarks)
     passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
     by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
     # built-in aggregations only: a Python function per task cost 0.8 s of a 1 GB GRPO step
@@ -69,7 +72,8 @@ def plan(table: TrajectoryTable, config: GrpoConfig,
     if config.zero_variance_groups == "drop" and tasks["zero_variance"].any():
         excluded["zero_variance_group"] += int(tasks["zero_variance"].sum())
         tasks = tasks.loc[~tasks["zero_variance"]]
-    return balance(tasks.reset_index(drop=True), config, "task_key", excluded), excluded
+    tasks = balance(tasks.reset_index(drop=True), config, "task_key", excluded).reset_index(drop=True)
+    return Plan(tasks.assign(position=tasks.index), excluded, rows_per_bucket, PAYLOAD_COLUMNS)
 
 
 def _agent_refs(tasks: pd.DataFrame, config: GrpoConfig) -> list[dict[str, Any] | None]:
@@ -88,7 +92,7 @@ def _agent_refs(tasks: pd.DataFrame, config: GrpoConfig) -> list[dict[str, Any] 
 
 
 def _by_task(task_keys: pd.Series, values: pd.Series) -> dict[str, list]:
-    """Each task's values, in table order."""
+    """Each task's values, in the order of ``values`` (the canonical order)."""
     grouped: dict[str, list] = {}
     for task_key, value in zip(task_keys, values):
         grouped.setdefault(task_key, []).append(value)
@@ -112,7 +116,7 @@ class TaskItem:
     def __init__(self, task, payload, index: int, split: SplitConfig) -> None:
         self.task = task
         self.payload = payload
-        self.index = index  # the task's position in the export (verl's extra_info.index)
+        self.index = index  # the task's position in the whole export, every shard's (verl's extra_info.index)
         self.split = split_of(task.prompt_key, split)
 
     @property
@@ -157,19 +161,15 @@ class TaskItem:
         }
 
 
-def iter_family(table: TrajectoryTable, config: GrpoConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None,
-                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
-    tasks, excluded = plan(table, config, budget, benchmarks)
-    yield exclusions(excluded, exports, split)
-    if tasks.empty:
-        return
-    by_first = {task.trajectory_id: task for task in tasks.itertuples(index=False)}
-    position = {trajectory_id: index for index, trajectory_id in enumerate(by_first)}
-    for chunk in table.scan(PAYLOAD_COLUMNS, ids=set(by_first)):
-        items = (TaskItem(by_first[payload.trajectory_id], payload, position[payload.trajectory_id], split)
-                 for payload in chunk.itertuples(index=False))
-        yield render_all(items, exports, split, None if budget is None else partial(_fit_task, budget))
+def render(units: pd.DataFrame, payloads: Payloads, config: GrpoConfig, split: SplitConfig,
+           exports: dict[str, Export], budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    """A shard's tasks (``Plan.units_in``) in every export, a chunk at a time, in plan order."""
+    fit = None if budget is None else partial(_fit_task, budget)
+    for chunk in unit_chunks(units):
+        firsts = payloads.rows(chunk["trajectory_id"])
+        items = (TaskItem(task, first, task.position, split)
+                 for task, first in zip(chunk.itertuples(index=False), firsts.itertuples(index=False)))
+        yield render_all(items, exports, split, fit)
 
 
 def _fit_task(budget: TokenBudget, item: TaskItem) -> tuple[TaskItem, int, bool]:

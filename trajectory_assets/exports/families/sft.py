@@ -4,7 +4,6 @@ family rendered from it (``sft``, ``sft_hermes``, ``trl_sft``, ``llama_factory``
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from functools import cached_property, partial
 from typing import Any
@@ -20,12 +19,13 @@ from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
     ExportFrame,
+    Payloads,
+    Plan,
     TrajectoryTable,
     curated_trajectories,
-    exclusions,
     loads_or_none,
-    payload_columns,
     render_all,
+    unit_chunks,
 )
 from trajectory_assets.exports.template import template_messages
 from trajectory_assets.exports.token_budget import TokenBudget
@@ -37,9 +37,15 @@ PAYLOAD_COLUMNS = [
 
 def plan(table: TrajectoryTable, config: SftConfig,
          budget: TokenBudget | None = None,
-         benchmarks: BenchmarkIndex | None = None) -> tuple[pd.DataFrame, Counter]:
-    kept, excluded = curated_trajectories(table, config, PLAN_COLUMNS, budget, benchmarks)
-    return balance(kept, config, "trajectory_id", excluded), excluded
+         benchmarks: BenchmarkIndex | None = None) -> Plan:
+    """One unit per curated trajectory, in the canonical order."""
+    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN_COLUMNS, budget, benchmarks)
+    rows = balance(kept, config, "trajectory_id", excluded)
+    # the metadata is read only when some row's source listed messages that are no targets
+    lists_untrained = bool(carries_flag(rows["quality_flags"], UNTRAINED_MESSAGES).any())
+    # only what the shards need: the flat columns (a Python object per value) are not kept meanwhile
+    units = rows[["trajectory_id", "bucket"]].reset_index(drop=True)
+    return Plan(units, excluded, rows_per_bucket, PAYLOAD_COLUMNS + (["metadata"] if lists_untrained else []))
 
 
 class SftItem:
@@ -91,21 +97,13 @@ class SftItem:
         return item
 
 
-def iter_family(table: TrajectoryTable, config: SftConfig, split: SplitConfig, exports: dict[str, Export],
-                budget: TokenBudget | None = None,
-                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
-    rows, excluded = plan(table, config, budget, benchmarks)
-    yield exclusions(excluded, exports, split)
-    planned = set(rows["trajectory_id"])
-    # the metadata is read only when some row's source listed messages that are no targets
-    lists_untrained = bool(carries_flag(rows["quality_flags"], UNTRAINED_MESSAGES).any())
-    del rows  # its flat columns (a Python object per value) are not needed while the payloads are read
-    if not planned:
-        return
+def render(units: pd.DataFrame, payloads: Payloads, config: SftConfig, split: SplitConfig,
+           exports: dict[str, Export], budget: TokenBudget | None = None) -> Iterator[dict[str, ExportFrame]]:
+    """A shard's units (``Plan.units_in``) in every export, a chunk at a time, in plan order."""
     fit = None if budget is None else partial(_fit_sft, budget)
-    columns = payload_columns(PAYLOAD_COLUMNS + (["metadata"] if lists_untrained else []), exports)
-    for chunk in table.scan(columns, ids=planned):
-        yield render_all((SftItem(row, config.train_on) for row in chunk.itertuples(index=False)), exports, split, fit)
+    for chunk in unit_chunks(units):
+        rows = payloads.rows(chunk["trajectory_id"])
+        yield render_all((SftItem(row, config.train_on) for row in rows.itertuples(index=False)), exports, split, fit)
 
 
 def _fit_sft(budget: TokenBudget, item: SftItem) -> tuple[SftItem, int, bool]:
