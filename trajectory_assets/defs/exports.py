@@ -37,6 +37,7 @@ from trajectory_assets.exports.manifest import dataset_identity
 from trajectory_assets.exports.shard_phase import ShardTask, merge_export, plan_exports, render_shard
 from trajectory_assets.exports.token_budget import TokenBudget, TokenizerError, load_counter
 from trajectory_assets.exports.writer import Broken, CheckOutcome, Written, check_names
+from trajectory_assets.io.trajectory_table import StoredTrajectories
 from trajectory_assets.project import ENVIRONMENT, resource_key
 
 CHECK_DESCRIPTIONS = {
@@ -78,7 +79,8 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
         chosen = selected(context)
         with storage_faults_only():
             removed = remove_finished_runs(store, context.instance, context.run_id)
-            tasks = plan_exports(store, batch_sources, config, chosen, context.run_id,
+            tasks = plan_exports(store, StoredTrajectories(store, list(batch_sources)), batch_sources, config, chosen,
+                                 context.run_id,
                                  {family: _token_budget(config, family) for family in {e.family for e in chosen}},
                                  _benchmarks(config))
         if removed:
@@ -96,7 +98,7 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
         config = config_of(context)
         store = planned_store(context, dataset, sources, shard.batches)
         with storage_faults_only():
-            return render_shard(store, shard, config, selected(context),
+            return render_shard(store, StoredTrajectories(store, list(shard.batches)), shard, config, selected(context),
                                 {family: _token_budget(config, family) for family in shard.families})
 
     def merge_op(export: Export):

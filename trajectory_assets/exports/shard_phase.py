@@ -6,7 +6,7 @@
 2. :func:`render_shard`: one shard's payloads read once (the union of what every family's
    units need) and rendered in every selected export of every family. Each export's part is
    written to staged shard files, with what its checks need of these rows
-   (``writer.ShardPart``), also kept in the staging folder.
+   (``writer.ExportPart``), also kept in the staging folder.
 3. :func:`merge_export`: one export's parts, checked together, committed under Hub names
    with the manifest and the card; or discarded whole when a check failed.
 
@@ -19,6 +19,8 @@ process. No Dagster here.
 from __future__ import annotations
 
 import pickle
+import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -28,13 +30,12 @@ from trajectory_assets.buckets import shard_ranges
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families import FAMILIES
-from trajectory_assets.exports.families.frames import Plan, payload_columns, read_shard
+from trajectory_assets.exports.families.frames import Plan, TrajectoryTable, payload_columns, read_shard
 from trajectory_assets.exports.token_budget import TokenBudget
-from trajectory_assets.exports.writer import Broken, ShardPart, ShardWriter, Written, finish_export
+from trajectory_assets.exports.writer import Broken, ExportPart, PartWriter, Written, finish_export
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, manifest_block
 from trajectory_assets.io.batch_summary import read_summary
 from trajectory_assets.io.storage import Storage
-from trajectory_assets.io.trajectory_table import StoredTrajectories
 from trajectory_assets.memory import chunk_memory, release_memory
 
 
@@ -58,12 +59,12 @@ class ShardTask:
         return cls(**{**value, "buckets": tuple(value["buckets"]), "families": tuple(value["families"])})
 
 
-def plan_exports(store: Storage, batches: dict[str, str], config: PipelineConfig, exports: list[Export], run: str,
-                 budgets: dict[str, TokenBudget | None], benchmarks: BenchmarkIndex | None = None) -> list[ShardTask]:
-    """Every family of ``exports`` planned over the table of ``batches`` (key -> source), each
-    plan kept in the run's staging folder, and the shards. Staging folders of earlier runs
-    are the caller's to remove (it knows which runs are over)."""
-    table = StoredTrajectories(store, list(batches))
+def plan_exports(store: Storage, table: TrajectoryTable, batches: dict[str, str], config: PipelineConfig,
+                 exports: list[Export], run: str, budgets: dict[str, TokenBudget | None],
+                 benchmarks: BenchmarkIndex | None = None) -> list[ShardTask]:
+    """Every family of ``exports`` planned over ``table`` (the trajectories of ``batches``, key
+    -> source), each plan kept in the run's staging folder, and the shards. Staging folders of
+    earlier runs are the caller's to remove (it knows which runs are over)."""
     families = tuple(dict.fromkeys(export.family for export in exports))
     rows_per_bucket = None
     for family in families:
@@ -85,18 +86,17 @@ def load_plan(store: Storage, run: str, family: str) -> tuple[Plan, dict | None]
     return kept["plan"], kept["decontamination"]
 
 
-def render_shard(store: Storage, task: ShardTask, config: PipelineConfig, exports: list[Export],
-                 budgets: dict[str, TokenBudget | None]) -> dict:
-    """The shard's part of every export of ``exports``: its payloads read once for every
-    family, rendered, written to staged shard files; each part kept for the merges. Returns
-    the task with the rows each export got (for the step's log)."""
-    table = StoredTrajectories(store, list(task.batches))
+def render_shard(store: Storage, table: TrajectoryTable, task: ShardTask, config: PipelineConfig,
+                 exports: list[Export], budgets: dict[str, TokenBudget | None]) -> dict:
+    """The shard's part of every export of ``exports``: its payloads read once from ``table``
+    for every family, rendered, written to staged shard files; each part kept for the merges.
+    Returns the task with the rows each export got (for the step's log)."""
     plans = {family: load_plan(store, task.run, family)[0] for family in task.families}
     units = {family: plan.units_in(task.buckets) for family, plan in plans.items()}
     columns = list(dict.fromkeys(column for family, plan in plans.items()
                                  for column in payload_columns(plan.columns, _of(exports, family))))
     needed = [plan.needed(units[family]) for family, plan in plans.items() if len(units[family])]
-    writers = {export.name: ShardWriter(store, export, config, task.run, task.index, task.count) for export in exports}
+    writers = {export.name: PartWriter(store, export, config, task.run, task.index) for export in exports}
     try:
         if needed:
             payloads = read_shard(table, columns, task.buckets,
@@ -130,11 +130,28 @@ def merge_export(store: Storage, export: Export, tasks: list[ShardTask], config:
     committed, or discarded; the plan's exclusions counted once."""
     run = tasks[0].run
     plan, decontamination = load_plan(store, run, export.family)
-    parts: list[ShardPart] = [pickle.loads(store.read_bytes(layout.staging_part(run, export.name, task.index)))
+    parts: list[ExportPart] = [pickle.loads(store.read_bytes(layout.staging_part(run, export.name, task.index)))
                               for task in tasks]
     batches = list(tasks[0].batches)
     return finish_export(store, export, config, parts, plan.excluded, batches, read_summary(store, batches)["sources"],
                          code_version, decontamination, dataset)
+
+
+def write_exports(store: Storage, table: TrajectoryTable, batches: dict[str, str], config: PipelineConfig,
+                  exports: list[Export], code_versions: dict[str, str], budgets: dict[str, TokenBudget | None],
+                  benchmarks: BenchmarkIndex | None = None, dataset: dict | None = None,
+                  run: str | None = None) -> Iterator[Written | Broken]:
+    """The three steps one after the other in this process (tests, the profiler, small
+    data): every export of ``exports`` written from ``table``, one outcome each, in order."""
+    run = run or uuid.uuid4().hex
+    try:
+        tasks = plan_exports(store, table, batches, config, exports, run, budgets, benchmarks)
+        for task in tasks:
+            render_shard(store, table, task, config, exports, budgets)
+        for export in exports:
+            yield merge_export(store, export, tasks, config, code_versions[export.name], dataset)
+    finally:
+        store.remove_folder(layout.staging_run(run))
 
 
 def _of(exports: list[Export], family: str) -> dict[str, Export]:

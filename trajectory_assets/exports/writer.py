@@ -1,18 +1,18 @@
-"""An export family written: every selected export's split files fed chunk by chunk through
-its contract and checks, then committed with its index files, card and manifest, or
-discarded whole when a check failed.
+"""An export written: each shard's part of its rows fed chunk by chunk through its contract
+and checks and written to staged shard files (:class:`PartWriter`), then every part checked
+together and committed with its index files, card and manifest, or discarded whole when a
+check failed (:func:`finish_export`).
 
-Files are staged under temporary names and committed only when every chunk passed, so a
-failing check leaves the previous export untouched. Checks that span chunks (uniqueness in
-the contract, split leaks, the DPO margin, the token budget) are tracked over flat keys
-only. No Dagster here: ``defs/exports.py`` turns the outcomes into materializations and
-check results.
+Files are staged and committed only when every shard passed, so a failing check leaves the
+previous export untouched. Checks that span chunks and shards (uniqueness in the contract,
+split leaks, the DPO margin, the token budget) are tallied over flat keys only
+(:class:`ExportTally`), which a part hands to the merge as it is. No Dagster here:
+``defs/exports.py`` turns the outcomes into materializations and check results.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,17 +24,13 @@ from schemas.validation import ChunkedContract, ContractResult
 from trajectory_assets import layout
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.card import render_card, training_of
-from trajectory_assets.ingest.decontamination import BenchmarkIndex, manifest_block
 from trajectory_assets.exports.export import Export
-from trajectory_assets.exports.families.frames import SPLITS, ExportFrame, TrajectoryTable, exclusions
+from trajectory_assets.exports.families.frames import SPLITS, ExportFrame
 from trajectory_assets.exports.manifest import build_manifest, describe
-from trajectory_assets.buckets import shard_ranges
-from trajectory_assets.exports.families import FAMILIES, render_shards
-from trajectory_assets.exports.token_budget import OVER_BUDGET, TokenBudget
+from trajectory_assets.exports.token_budget import OVER_BUDGET
 from trajectory_assets.io.arrow_rows import hf_features, schema_violations
-from trajectory_assets.io.export_files import StagedExport
+from trajectory_assets.io.export_files import ShardWriter, WrittenShard, commit_shards, discard_shards
 from trajectory_assets.io.storage import Storage
-from trajectory_assets.memory import chunk_memory, release_memory
 
 # the fields the report scans every row for, indexed beside each JSON-lines split
 SCAN_FIELDS = ("trajectory_id", "chosen_id", "rejected_id", "trajectory_ids", "extra_info", "task_key",
@@ -84,172 +80,197 @@ def check_names(export: Export) -> list[str]:
             *(["dpo_margin"] if export.checks_margin else []), "token_budget"]
 
 
-class ExportWriter:
-    """One export's split files, fed chunk by chunk through the contract."""
+@dataclass
+class ExportTally:
+    """What an export's checks and manifest need of its rows, tallied chunk by chunk over flat
+    columns: one per shard's part, absorbed in shard order by the merge (pickled between them:
+    it holds no export, no file, no payload)."""
 
-    def __init__(self, store: Storage, export: Export, config: PipelineConfig,
-                 benchmarks: BenchmarkIndex | None = None, shards: int = 1) -> None:
-        self.store, self.export, self.config = store, export, config
-        self.benchmarks = benchmarks
-        # each chunk's prompt keys per split, as the rows' own (Arrow-backed) column: compared once
-        # every row is written (a set of every key would hold a Python object per row meanwhile)
-        self.prompts_by_split: dict[str, list[pd.Series]] = {split: [] for split in SPLITS}
-        self.below_margin = 0
-        self.over_budget = 0  # rows written longer than the family's max_tokens (the token_budget check)
-        self.truncated = 0
-        self.max_tokens = getattr(config, export.family).max_tokens if config.tokenizer else None
-        self.excluded: Counter = Counter()
-        self.contract = ChunkedContract(export.contract, block_rows=CONTRACT_BLOCK_ROWS)
-        self.first_line: str | None = None
-        # JSON-lines rows whose values do not have the Arrow types the dataset card declares
-        self.off_schema = 0
-        self.off_schema_examples: list[str] = []
-        self.input_keys: set[str] = set()  # every top-level field written (the schema's, GRPO's verifier inputs)
-        # line_chars: each JSON line's length (a Parquet export has no lines)
-        lengths = ("line_chars",) if export.file_format == "jsonl" else ()
-        self.measured: dict[str, list[np.ndarray]] = {name: [] for name in (*export.measures, "tokens", *lengths)}
-        self.files = _staged_files(store, export, shards)
+    contract: ChunkedContract
+    max_tokens: int | None  # the family's, with a tokenizer (the token_budget check)
+    measures: tuple[str, ...]  # the export's measures, then tokens (and line_chars for JSON lines)
+    # each chunk's prompt keys per split, as the rows' own (Arrow-backed) column: compared once
+    # every row is written (a set of every key would hold a Python object per row meanwhile)
+    prompts_by_split: dict[str, list[pd.Series]] = field(default_factory=lambda: {split: [] for split in SPLITS})
+    below_margin: int = 0
+    over_budget: int = 0  # rows written longer than the family's max_tokens
+    truncated: int = 0
+    excluded: Counter = field(default_factory=Counter)
+    first_line: str | None = None
+    # JSON-lines rows whose values do not have the Arrow types the dataset card declares
+    off_schema: int = 0
+    off_schema_examples: list[str] = field(default_factory=list)
+    input_keys: set[str] = field(default_factory=set)  # every top-level field written (GRPO's verifier inputs too)
+    measured: dict[str, list[np.ndarray]] = field(init=False)
 
-    def add(self, frame: ExportFrame, shard: int = 0) -> None:
-        """One chunk of rows, written to shard ``shard`` of their split's files (the shards'
-        rows follow each other in shard order)."""
+    def __post_init__(self) -> None:
+        self.measured = {name: [] for name in self.measures}
+
+    @classmethod
+    def of(cls, export: Export, config: PipelineConfig) -> "ExportTally":
+        lengths = ("line_chars",) if export.file_format == "jsonl" else ()  # a Parquet export has no lines
+        return cls(ChunkedContract(export.contract, block_rows=CONTRACT_BLOCK_ROWS),
+                   getattr(config, export.family).max_tokens if config.tokenizer else None,
+                   (*export.measures, "tokens", *lengths))
+
+    def add(self, frame: ExportFrame, export: Export, config: PipelineConfig) -> None:
         self.excluded.update(frame.excluded)
         self.truncated += frame.truncated
         rows = frame.rows
         self.contract.check(rows)
-        if self.export.checks_margin and len(rows):
+        if export.checks_margin and len(rows):
             margin = pd.to_numeric(rows["quality_difference"], errors="coerce")
-            self.below_margin += int((margin < self.config.dpo.min_margin).sum())
+            self.below_margin += int((margin < config.dpo.min_margin).sum())
         if self.max_tokens is not None:
             self.over_budget += int((frame.tokens > self.max_tokens).sum())
         self.measured["tokens"].append(frame.tokens)
-        for name in self.export.measures:
+        for name in export.measures:
             # coerced: a value of the wrong type fails the contract, it must not stop the step
             self.measured[name].append(pd.to_numeric(rows[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan))
         for fields in rows["fields"].unique():  # beyond the schema's: the verifier's inputs of GRPO rows
             self.input_keys.update(fields.split(","))
-        if self.export.file_format == "jsonl":  # a Parquet file is written with the schema itself
-            bad, problems = schema_violations(frame.records, self.export.arrow_schema)
+        if export.file_format == "jsonl":  # a Parquet file is written with the schema itself
+            bad, problems = schema_violations(frame.records, export.arrow_schema)
             self.off_schema += bad
             self.off_schema_examples += problems[: 5 - len(self.off_schema_examples)]
-        for split in SPLITS:
-            in_split = (rows["split"] == split).to_numpy(dtype=bool)
-            records = [frame.records[i] for i in np.flatnonzero(in_split)]
-            self.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
-            if not records:
-                continue
-            line_chars = _write_shard(self.files, split, records, shard)
-            if line_chars is not None:
-                self.measured["line_chars"].append(np.array(line_chars, dtype=float))
-            self.first_line = self.first_line or orjson.dumps(records[0]).decode()
 
-    def discard(self) -> None:
-        self.files.discard()
+    def absorb(self, later: "ExportTally") -> None:
+        """Takes in the tally of the rows that follow these (the next shard's part)."""
+        self.contract.absorb(later.contract)
+        for split, prompts in later.prompts_by_split.items():
+            self.prompts_by_split[split] += prompts
+        self.below_margin += later.below_margin
+        self.over_budget += later.over_budget
+        self.truncated += later.truncated
+        self.excluded.update(later.excluded)
+        self.first_line = self.first_line or later.first_line
+        self.off_schema += later.off_schema
+        self.off_schema_examples += later.off_schema_examples[: 5 - len(self.off_schema_examples)]
+        self.input_keys |= later.input_keys
+        for name, parts in later.measured.items():
+            self.measured[name] += parts
 
-    def finish(self, batches: list[str], sources: list[dict], code_version: str,
-               dataset: dict | None = None) -> Written | Broken:
-        """Checks; then commits the files and writes the index files, card and (last) the
-        manifest, or discards everything when a check failed."""
+    def checks(self, export: Export, config: PipelineConfig) -> list[CheckOutcome]:
         contract = self.contract.result()
         leaked = _shared_values(self.prompts_by_split["train"], self.prompts_by_split["validation"])
         checks = [
             CheckOutcome("contract", contract.passed, contract=contract),
             CheckOutcome("no_split_leak", not leaked, {"leaked_prompts": leaked}),
         ]
-        if self.export.file_format == "jsonl":
+        if export.file_format == "jsonl":
             checks.append(CheckOutcome("arrow_schema", self.off_schema == 0,
                                        {"rows_off_schema": self.off_schema,
                                         "examples": "; ".join(self.off_schema_examples) or "none"}))
-        if self.export.checks_margin:
+        if export.checks_margin:
             checks.append(CheckOutcome("dpo_margin", self.below_margin == 0,
-                                       {"min_margin": self.config.dpo.min_margin, "below_margin": self.below_margin}))
+                                       {"min_margin": config.dpo.min_margin, "below_margin": self.below_margin}))
         checks.append(CheckOutcome("token_budget", self.over_budget == 0,
-                                   {"tokenizer": self.config.tokenizer or "(none: not measured)",
+                                   {"tokenizer": config.tokenizer or "(none: not measured)",
                                     "max_tokens": self.max_tokens or 0, "over_budget": self.over_budget}))
-        if not all(check.passed for check in checks):
-            self.discard()
-            return Broken(self.export, checks, contract.summary(5) + self.off_schema_examples)
-        export, store = self.export, self.store
-        # the manifest is about to describe new files: never leave the old one beside them
-        store.remove(layout.export_manifest(export.name))
-        files = self.files.commit()
-        manifest = build_manifest(
-            export=export.name,
-            code_version=code_version,
-            file_format=export.file_format,
-            config_section=export.family,
-            batches=batches,
-            config=self.config.model_dump(),
-            sources=sources,
-            rows=self.files.rows,
-            excluded=dict(self.excluded),
-            distributions={name: describe(np.concatenate(parts) if parts else np.empty(0))
-                           for name, parts in self.measured.items()},
-            files=files,
-            # verifier inputs (any JSON value, keys by environment) are declared as the rows hold them
-            features=hf_features(export.arrow_schema) + [
-                {"name": key, "dtype": "json"} for key in sorted(self.input_keys - set(export.arrow_schema.names))],
-            token_budget=self._token_budget_summary(),
-            decontamination=(manifest_block(self.benchmarks, self.excluded) if self.benchmarks is not None
-                             else None),
-            dataset=dataset,
-        )
-        for name, content in (export.index_files(export.name) if export.index_files else {}).items():
-            store.write_bytes(layout.export_extra(export.name, name), content)
-        card = render_card(manifest, export.description, training_of(export, manifest))
-        store.write_bytes(layout.export_card(export.name), card.encode())
-        # last: a manifest beside the files means the set is complete
-        store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-        return Written(export, manifest, checks, self.first_line)
+        return checks
 
-    def _token_budget_summary(self) -> dict[str, Any]:
-        section = getattr(self.config, self.export.family)
+    def token_budget_summary(self, export: Export, config: PipelineConfig) -> dict[str, Any]:
+        section = getattr(config, export.family)
         return {
-            "tokenizer": self.config.tokenizer,
-            "max_tokens": section.max_tokens if self.config.tokenizer else None,
+            "tokenizer": config.tokenizer,
+            "max_tokens": section.max_tokens if config.tokenizer else None,
             "over_token_budget": section.over_token_budget,
             "left_out": self.excluded.get(OVER_BUDGET, 0),
             "truncated": self.truncated,
         }
 
 
-def write_family(store: Storage, family: str, exports: list[Export], table: TrajectoryTable, config: PipelineConfig,
-                 budget: TokenBudget | None, batches: list[str], sources: list[dict],
-                 code_versions: dict[str, str], benchmarks: BenchmarkIndex | None = None,
-                 dataset: dict | None = None) -> Iterator[Written | Broken]:
-    """Every export of ``exports`` (of one family) written from ``table``, one outcome each;
-    ``code_versions`` (by export name) go into the manifests; ``benchmarks`` (the
-    decontamination index, ``decontamination.build_index``) leaves out what matches an
-    evaluation set; ``dataset`` (``manifest.dataset_identity``) names a declared dataset in the
-    manifests. An error while writing discards every staged file of the family.
+@dataclass
+class ExportPart:
+    """One shard's part of an export: its staged files and the tally of its rows."""
 
-    The family plans once (every decision, over small columns), then renders shard by shard:
-    the shards are contiguous bucket ranges of about ``shards.target_trajectories``
-    trajectories each, cut from the plan's count per bucket (no batch is read for it), each
-    read once, and shard k of every export is written from it. The rows, in file order, are
-    the same for any number of shards."""
-    section = getattr(config, family)
-    by_name = {export.name: export for export in exports}
-    plan = FAMILIES[family].plan(table, section, budget, benchmarks)
-    shards = shard_ranges(plan.rows_per_bucket, config.shards.target_trajectories)
-    writers = {export.name: ExportWriter(store, export, config, benchmarks, shards=len(shards)) for export in exports}
-    try:
-        with chunk_memory() as release:
-            for name, frame in exclusions(plan.excluded, by_name, config.split).items():
-                writers[name].add(frame, shard=0)
-            for shard, frames in render_shards(family, plan, table, shards, section, config.split, by_name, budget):
-                while frames:  # popped, so each export's rows are freed as soon as they are written
-                    name, frame = frames.popitem()
-                    writers[name].add(frame, shard=shard)
-                    del frame
-                release()
-    except BaseException:
-        for writer in writers.values():
-            writer.discard()
-        raise
-    for export in exports:
-        yield writers[export.name].finish(batches, sources, code_versions[export.name], dataset)
-    release_memory()  # the payloads are gone: give their memory back before the next step
+    tally: ExportTally
+    written: list[WrittenShard]
+
+    @property
+    def rows(self) -> int:
+        return sum(shard.rows for shard in self.written)
+
+
+class PartWriter:
+    """Shard ``shard`` of an export, fed chunk by chunk: its rows tallied for the checks and
+    written to the run's staged shard files (``io/export_files.ShardWriter``)."""
+
+    def __init__(self, store: Storage, export: Export, config: PipelineConfig, run: str, shard: int) -> None:
+        self.export, self.config = export, config
+        self.tally = ExportTally.of(export, config)
+        self.files = ShardWriter(store, export.name, SPLITS, export.file_format, export.arrow_schema,
+                                 index_fields=SCAN_FIELDS, shard=shard, run=run)
+
+    def add(self, frame: ExportFrame) -> None:
+        self.tally.add(frame, self.export, self.config)
+        rows = frame.rows
+        for split in SPLITS:
+            in_split = (rows["split"] == split).to_numpy(dtype=bool)
+            records = [frame.records[i] for i in np.flatnonzero(in_split)]
+            self.tally.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
+            if not records:
+                continue
+            line_chars = self.files.write(split, records)
+            if line_chars is not None:
+                self.tally.measured["line_chars"].append(np.array(line_chars, dtype=float))
+            self.tally.first_line = self.tally.first_line or orjson.dumps(records[0]).decode()
+
+    def close(self) -> ExportPart:
+        """The part as written: its files closed in the staging folder, and its tally."""
+        return ExportPart(self.tally, self.files.finish())
+
+    def discard(self) -> None:
+        self.files.discard()
+
+
+def finish_export(store: Storage, export: Export, config: PipelineConfig, parts: list[ExportPart],
+                  excluded: Counter, batches: list[str], sources: list[dict], code_version: str,
+                  decontamination: dict | None = None, dataset: dict | None = None) -> Written | Broken:
+    """Every shard's part of ``export`` (in shard order) checked together, with the plan's
+    ``excluded`` counted once; then the files committed under Hub names with the index files,
+    the card and (last) the manifest; or every staged file discarded when a check failed.
+    ``decontamination``: the manifest's block (``decontamination.manifest_block``), None
+    without benchmarks; ``dataset``: a declared dataset's identity."""
+    tally = parts[0].tally
+    for later in parts[1:]:
+        tally.absorb(later.tally)
+    tally.excluded.update(excluded)
+    checks = tally.checks(export, config)
+    written = [shard for part in parts for shard in part.written]
+    if not all(check.passed for check in checks):
+        discard_shards(store, written)
+        return Broken(export, checks, tally.contract.result().summary(5) + tally.off_schema_examples)
+    # the manifest is about to describe new files: never leave the old one beside them
+    store.remove(layout.export_manifest(export.name))
+    files = commit_shards(store, export.name, SPLITS, export.file_format, len(parts), written)
+    manifest = build_manifest(
+        export=export.name,
+        code_version=code_version,
+        file_format=export.file_format,
+        config_section=export.family,
+        batches=batches,
+        config=config.model_dump(),
+        sources=sources,
+        rows={split: sum(shard.rows for shard in written if shard.split == split) for split in SPLITS},
+        excluded=dict(tally.excluded),
+        distributions={name: describe(np.concatenate(measured) if measured else np.empty(0))
+                       for name, measured in tally.measured.items()},
+        files=files,
+        # verifier inputs (any JSON value, keys by environment) are declared as the rows hold them
+        features=hf_features(export.arrow_schema) + [
+            {"name": key, "dtype": "json"} for key in sorted(tally.input_keys - set(export.arrow_schema.names))],
+        token_budget=tally.token_budget_summary(export, config),
+        decontamination=decontamination,
+        dataset=dataset,
+    )
+    for name, content in (export.index_files(export.name) if export.index_files else {}).items():
+        store.write_bytes(layout.export_extra(export.name, name), content)
+    card = render_card(manifest, export.description, training_of(export, manifest))
+    store.write_bytes(layout.export_card(export.name), card.encode())
+    # last: a manifest beside the files means the set is complete
+    store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+    return Written(export, manifest, checks, tally.first_line)
 
 
 def _shared_values(first: list[pd.Series], second: list[pd.Series]) -> int:
@@ -257,17 +278,3 @@ def _shared_values(first: list[pd.Series], second: list[pd.Series]) -> int:
     if not first or not second:
         return 0
     return int(pd.Series(pd.concat(first).unique()).isin(pd.concat(second).unique()).sum())
-
-
-# The two calls of StagedExport that name shards. Until the shard files (issue 42, the `files`
-# part) are merged, StagedExport writes one file per split and every shard's rows are appended
-# to it in shard order, which is the rows' order; at the merge these pass the shards on:
-# StagedExport(..., shards=shards) and files.write(split, records, shard=shard).
-def _staged_files(store: Storage, export: Export, shards: int) -> StagedExport:
-    """An export's staged split files, ``shards`` files per split at most."""
-    return StagedExport(store, export.name, SPLITS, export.file_format, export.arrow_schema, index_fields=SCAN_FIELDS)
-
-
-def _write_shard(files: StagedExport, split: str, records: list[dict[str, Any]], shard: int) -> list[int] | None:
-    """Rows of ``split`` written to its shard ``shard`` (each JSON line's length, for JSON lines)."""
-    return files.write(split, records)
