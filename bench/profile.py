@@ -110,7 +110,8 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
     """One family's step, in this process, with its parts timed (what is left is reading the
     payloads, curating and planning, and the manifests), and its working set in bytes."""
     from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.exports import writer
+    from schemas.validation import ChunkedContract
+    from trajectory_assets.exports import shard_phase
     from trajectory_assets.exports.families import dpo, grpo, sft
     from trajectory_assets.exports.registry import family_exports
     from trajectory_assets.io.batch_summary import read_summary
@@ -120,22 +121,16 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
 
     spent: Counter = Counter()
     families = (sft, dpo, grpo)
-    patched = [(writer, "ChunkedContract"), (export_files._SplitFile, "write"), (writer, "release_memory"),
-               *((module, "render_all") for module in families)]
+    # methods patched on their classes, not subclassed: a shard's tally is pickled with its contract
+    patched = [(ChunkedContract, "check"), (ChunkedContract, "result"), (export_files._SplitFile, "write"),
+               (shard_phase, "release_memory"), *((module, "render_all") for module in families)]
     originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
-
-    class TimedContract(writer.ChunkedContract):
-        def check(self, chunk):
-            _timed(spent, "contract checks", super().check)(chunk)
-
-        def result(self):  # checks the rows still held back
-            return _timed(spent, "contract checks", super().result)()
-
-    writer.ChunkedContract = TimedContract
+    ChunkedContract.check = _timed(spent, "contract checks", ChunkedContract.check)
+    ChunkedContract.result = _timed(spent, "contract checks", ChunkedContract.result)  # checks the rows held back
     export_files._SplitFile.write = _timed(spent, "writing files", export_files._SplitFile.write)
     for module in families:
         module.render_all = _timed(spent, "rendering every format", module.render_all)
-    writer.release_memory = _timed(spent, "memory release", writer.release_memory)
+    shard_phase.release_memory = _timed(spent, "memory release", shard_phase.release_memory)
 
     exports = family_exports(family)
     before = peak = _rss()
@@ -153,9 +148,8 @@ def profile_family(family: str, storage: Path) -> tuple[Counter, int]:
         store = Storage(str(storage))
         batches = sorted(path.name[: -len(".parquet")]
                          for path in (storage / "trajectories" / "batches").glob("*.parquet"))
-        list(writer.write_family(store, family, exports, StoredTrajectories(store, batches), PipelineConfig(), None,
-                                 batches, read_summary(store, batches)["sources"],
-                                 {export.name: "profile" for export in exports}))
+        list(shard_phase.write_exports(store, StoredTrajectories(store, batches), dict.fromkeys(batches, ""),
+                                       PipelineConfig(), exports, {export.name: "profile" for export in exports}, {}))
     finally:
         done.set()
         sampler.join()

@@ -126,7 +126,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
 
     buggy = dataclasses.replace(sft, render=buggy_render)
     healthy = EXPORTS_BY_NAME["trl_sft"]
-    buggy_sft = export_defs.build_family_asset("sft", [buggy, healthy])
+    buggy_sft = export_defs.build_export_assets([buggy, healthy])
     resources = {
         "sources": RolloutSources(paths=[str(SAMPLE)]),
         "storage": TrajectoryStorage(root=str(tmp_path)),
@@ -168,7 +168,7 @@ def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, 
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 1)
     resources = {"sources": RolloutSources(paths=[str(SAMPLE)]), "storage": TrajectoryStorage(root=str(tmp_path)),
                  "settings": PipelineSettings()}
-    sft = export_defs.build_family_asset("sft", [EXPORTS_BY_NAME["sft"]])
+    sft = export_defs.build_export_assets([EXPORTS_BY_NAME["sft"]])
     with dg.instance_for_test() as instance:
         keys = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
         sync_batches(instance, keys)
@@ -263,18 +263,21 @@ def test_the_token_budget_check_blocks_an_export_with_a_row_over_budget(tmp_path
     from tests.fixtures.tokenizer import save_word_tokenizer
     from trajectory_assets.config import PipelineConfig
     from trajectory_assets.exports.families.frames import ExportFrame
-    from trajectory_assets.exports.writer import Broken, ExportWriter
+    from collections import Counter
+
+    from trajectory_assets.exports.writer import Broken, PartWriter, finish_export
     from trajectory_assets.io.storage import Storage
 
     export = EXPORTS_BY_NAME["trl_grpo"]
     config = PipelineConfig.model_validate({"tokenizer": save_word_tokenizer(tmp_path / "t"),
                                             "grpo": {"max_tokens": 10}})
-    writer = ExportWriter(Storage(str(tmp_path / "out")), export, config)
+    store = Storage(str(tmp_path / "out"))
+    writer = PartWriter(store, export, config, "run", 0)
     row = {"task_key": "a" * 24, "prompt_key": "a" * 24, "split": "train", "prompt_shape": "u", "mean_reward": 1.0,
            "value_types": "content:str", "tools_type": "NoneType", "fields": "prompt,tools"}
     record = {"prompt": [{"role": "user", "content": "q"}], "tools": None}
     writer.add(ExportFrame(pd.DataFrame([row]), [record], tokens=np.array([11.0])))  # what a renderer bug could pass
-    broken = writer.finish([], [], "test")
+    broken = finish_export(store, export, config, [writer.close()], Counter(), [], [], "test")
     assert isinstance(broken, Broken) and broken.failed == ["token_budget"]
     (failed,) = [check for check in broken.checks if not check.passed]
     assert failed.metadata["over_budget"] == 1

@@ -7,7 +7,9 @@ import numpy as np
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.families.frames import ExportFrame
 from trajectory_assets.exports.registry import EXPORTS_BY_NAME
-from trajectory_assets.exports.writer import Broken, ExportWriter, Written
+from collections import Counter
+
+from trajectory_assets.exports.writer import Broken, PartWriter, Written, finish_export
 from trajectory_assets.io.storage import Storage
 from schemas.export_row import checked_frame
 
@@ -17,11 +19,11 @@ MESSAGES = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "
 
 def write(tmp_path, name: str, records: list[dict]) -> Written | Broken:
     """The rows written as ``name`` through the writer, as a family would hand them over."""
-    export = EXPORTS_BY_NAME[name]
-    writer = ExportWriter(Storage(str(tmp_path)), export, PipelineConfig())
+    export, store, config = EXPORTS_BY_NAME[name], Storage(str(tmp_path)), PipelineConfig()
+    writer = PartWriter(store, export, config, "run", 0)
     rows = checked_frame(export.contract, records, [KEY] * len(records), ["train"] * len(records))
     writer.add(ExportFrame(rows, records, tokens=np.full(len(records), np.nan)))
-    return writer.finish([], [], "test")
+    return finish_export(store, export, config, [writer.close()], Counter(), [], [], "test")
 
 
 def sft_row(messages, **fields):

@@ -39,7 +39,8 @@ from trajectory_assets.ingest.decontamination import (
 )
 from trajectory_assets.exports.families.frames import FrameTable
 from trajectory_assets.exports.registry import build, family_exports
-from trajectory_assets.exports.writer import Written, write_family
+from trajectory_assets.exports.shard_phase import write_exports
+from trajectory_assets.exports.writer import Written
 from trajectory_assets.io.storage import Storage
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
@@ -308,9 +309,8 @@ def write_all(tmp_path, folder, frame, config):
     manifests = {}
     for family in FAMILIES:
         exports = family_exports(family)
-        for outcome in write_family(store, family, exports, table, config, None, [], [],
-                                    {export.name: "test" for export in exports},
-                                    build_index(config.decontamination)):
+        for outcome in write_exports(store, table, {}, config, exports, {export.name: "test" for export in exports},
+                                     {}, build_index(config.decontamination)):
             assert isinstance(outcome, Written), outcome
             manifests[outcome.export.name] = outcome.manifest
     return manifests, table.scans
