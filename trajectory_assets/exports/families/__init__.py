@@ -55,6 +55,7 @@ def render_shards(family: str, plan: Plan, table: TrajectoryTable, shards: list[
         payloads = read_shard(table, columns, buckets, plan.needed(units))
         for frames in FAMILIES[family].render(units, payloads, config, split, exports, budget):
             yield shard, frames
+        del payloads  # freed before the next shard is read: one shard's payloads at a time
 
 
 def iter_family(family: str, table: TrajectoryTable, config: Any, split: SplitConfig, exports: dict[str, Export],
