@@ -192,12 +192,7 @@ class ExportWriter:
                              else None),
             dataset=dataset,
         )
-        for name, content in (export.index_files(export.name) if export.index_files else {}).items():
-            store.write_bytes(layout.export_extra(export.name, name), content)
-        card = render_card(manifest, export.description, training_of(export, manifest))
-        store.write_bytes(layout.export_card(export.name), card.encode())
-        # last: a manifest beside the files means the set is complete
-        store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+        write_beside_files(store, export, manifest)
         return Written(export, manifest, checks, self.first_line)
 
     def _token_budget_summary(self) -> dict[str, Any]:
@@ -209,6 +204,16 @@ class ExportWriter:
             "left_out": self.excluded.get(OVER_BUDGET, 0),
             "truncated": self.truncated,
         }
+
+
+def write_beside_files(store: Storage, export: Export, manifest: dict[str, Any]) -> None:
+    """What an export's folder holds beside its committed files: the trainer's index files, the
+    card, then (last: a manifest beside the files means the set is complete) the manifest."""
+    for name, content in (export.index_files(export.name) if export.index_files else {}).items():
+        store.write_bytes(layout.export_extra(export.name, name), content)
+    card = render_card(manifest, export.description, training_of(export, manifest))
+    store.write_bytes(layout.export_card(export.name), card.encode())
+    store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
 
 
 def write_family(store: Storage, family: str, exports: list[Export], table: TrajectoryTable, config: PipelineConfig,
