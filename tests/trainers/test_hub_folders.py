@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.split_files import split_paths
-from tests.trainers.conftest import trainer_libs_missing
+from tests.trainers.conftest import decode_json_fields, trainer_libs_missing
 from trajectory_assets.exports.registry import EXPORTS
 
 pytestmark = pytest.mark.trainers
@@ -60,24 +60,6 @@ def written_rows(path: Path) -> list[dict[str, Any]]:
         # JSON fields are stored as their text: decode them the way datasets' Json feature does
         return [decode_json_fields(row, table.schema) for row in table.to_pylist()]
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def decode_json_fields(value: Any, schema_or_type: Any) -> Any:
-    import pyarrow as pa
-
-    from trajectory_assets.io.arrow_rows import JSON
-
-    if value is None:
-        return None
-    if isinstance(schema_or_type, pa.Schema):
-        return {f.name: decode_json_fields(value[f.name], f.type) for f in schema_or_type}
-    if schema_or_type == JSON:
-        return json.loads(value)
-    if pa.types.is_struct(schema_or_type):
-        return {f.name: decode_json_fields(value[f.name], f.type) for f in schema_or_type}
-    if pa.types.is_list(schema_or_type):
-        return [decode_json_fields(v, schema_or_type.value_type) for v in value]
-    return value
 
 
 @pytest.mark.parametrize("name", [export.name for export in EXPORTS])
