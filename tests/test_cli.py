@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tests.split_files import split_paths, split_text
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, message_item, write_jsonl, written_files
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
@@ -22,7 +23,9 @@ def sample_run(tmp_path_factory):
 def test_writes_the_documented_layout(sample_run):
     for export in ("sft", "dpo", "grpo", "sft_hermes"):
         for split in ("train", "validation"):
-            assert (sample_run / "exports" / export / f"{split}.jsonl").is_file()
+            # one file per split until the export phase is sharded (every split has a file)
+            assert [path.name for path in split_paths(sample_run / "exports" / export, split)] == [
+                f"{split}-00000-of-00001.jsonl"]
         manifest = json.loads((sample_run / "exports" / export / "manifest.json").read_text())
         assert {"sources", "rows", "config", "code_version", "files"} <= set(manifest)
         assert all({"uri", "sha256", "records"} <= set(s) for s in manifest["sources"])
@@ -44,7 +47,7 @@ def test_stats_counts_reconcile_with_quarantine(sample_run):
 def test_every_export_line_obeys_the_spec(sample_run):
     for export, check in CHECKERS.items():
         for split in ("train", "validation"):
-            for line in (sample_run / "exports" / export / f"{split}.jsonl").read_text().splitlines():
+            for line in split_text(sample_run / "exports" / export, split).splitlines():
                 check(line)
 
 
@@ -55,9 +58,12 @@ def test_manifest_row_counts_and_hashes_match_the_files(sample_run):
         folder = sample_run / "exports" / export
         manifest = json.loads((folder / "manifest.json").read_text())
         for split, rows in manifest["rows"].items():
-            data = (folder / f"{split}.jsonl").read_bytes()
-            assert data.count(b"\n") == rows
-            assert manifest["files"][f"{split}.jsonl"]["sha256"] == hashlib.sha256(data).hexdigest()
+            assert split_text(folder, split).count("\n") == rows
+        for name, described in manifest["files"].items():
+            data = (folder / name).read_bytes()
+            assert described["sha256"] == hashlib.sha256(data).hexdigest() and described["rows"] == data.count(b"\n")
+        assert sorted(manifest["files"]) == sorted(path.name for split in manifest["rows"]
+                                                   for path in split_paths(folder, split))
 
 
 def test_rerun_on_unchanged_inputs_is_byte_identical(sample_run, tmp_path):
@@ -93,7 +99,7 @@ def test_empty_source_still_writes_every_export_file(tmp_path):
     (tmp_path / "in" / "empty.jsonl").write_text("\n\n")
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out")]) == 0
     for export in ("sft", "dpo", "grpo"):
-        assert (tmp_path / "out" / "exports" / export / "train.jsonl").read_text() == ""
+        assert split_text(tmp_path / "out" / "exports" / export, "train") == ""
 
 
 def test_a_source_unreadable_from_its_first_byte_fails_after_all_the_work(tmp_path, capsys):
@@ -235,14 +241,14 @@ def test_nemo_gym_side_files_reach_the_datasets_and_the_quarantine(tmp_path):
     assert main(["run", "--source", str(source), "--storage", str(out)]) == 0
 
     grpo = [json.loads(line) for split in ("train", "validation")
-            for line in (out / "exports" / "grpo" / f"{split}.jsonl").read_text().splitlines()]
+            for line in split_text(out / "exports" / "grpo", split).splitlines()]
     assert len(grpo) == 12
     # the row ng_prepare_data would write: the verifier's inputs beside the request
     assert {row["responses_create_params"]["input"]: row["expected_answer"] for row in grpo} == {
         f"question {t}": f"{t * 7}" for t in range(12)}
     import pyarrow.parquet as pq
 
-    verl = pq.read_table(out / "exports" / "verl" / "train.parquet").to_pylist()
+    verl = [row for path in split_paths(out / "exports" / "verl", "train") for row in pq.read_table(path).to_pylist()]
     assert all(row["reward_model"]["ground_truth"] == str(int(row["prompt"][0]["content"].split()[1]) * 7)
                for row in verl)
     stats = json.loads((out / "reports" / "stats.json").read_text())
@@ -352,9 +358,9 @@ def test_a_folder_of_harbor_jobs_becomes_trajectories_and_exports(tmp_path):
     assert sorted(Path(raw["uri"]).name for raw in raws) == ["2026-08-01__10-00-00", "2026-08-02__09-30-00"]
     assert all(raw["data_version"] == raw["sha256"] and raw["records"] for raw in raws)
     sft = [json.loads(line) for split in ("train", "validation")
-           for line in (out / "exports" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+           for line in split_text(out / "exports" / "sft", split).splitlines()]
     grpo = [json.loads(line) for split in ("train", "validation")
-            for line in (out / "exports" / "grpo" / f"{split}.jsonl").read_text().splitlines()]
+            for line in split_text(out / "exports" / "grpo", split).splitlines()]
     assert sft and grpo and {row["agent_ref"]["name"] for row in grpo} == {"terminal_agent"}
     # a second run over the same jobs is byte-identical
     again = tmp_path / "again"
@@ -400,7 +406,7 @@ def test_decontamination_leaves_benchmark_items_out_of_every_export_and_names_th
         assert manifest["excluded"]["contaminated:gsm8k"] == (2 if export == "sft" else 4), export
         (block,) = manifest["decontamination"]["benchmarks"]
         assert block["left_out"] == manifest["excluded"]["contaminated:gsm8k"] and block["ngrams"] == 19  # 31 words
-        assert "Say hi" in (out / "exports" / export / "train.jsonl").read_text(), export
+        assert "Say hi" in split_text(out / "exports" / export, "train"), export
     stats = json.loads((out / "reports" / "stats.json").read_text())
     assert stats["decontamination"]["left_out_by_export"]["dpo"] == {"gsm8k": 4}
     assert "## Benchmark decontamination" in (out / "reports" / "stats.md").read_text()

@@ -58,7 +58,8 @@ def test_a_run_killed_mid_write_leaves_only_whole_files_and_the_next_run_complet
         if relative.suffix in (".jsonl", ".parquet") or relative.parts[0] == "exports":
             assert path.read_bytes() == expected[relative].read_bytes(), relative
     assert main(["run", "--source", str(source), "--storage", str(target), "--workers", "1"]) == 0
-    for relative in ("exports/sft/train.jsonl", "exports/dpo/train.jsonl", "exports/grpo/manifest.json"):
+    for relative in ("exports/sft/train-00000-of-00001.jsonl", "exports/dpo/train-00000-of-00001.jsonl",
+                     "exports/grpo/manifest.json"):
         assert (target / relative).read_bytes() == (reference / relative).read_bytes()
 
 

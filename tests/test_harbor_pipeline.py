@@ -9,6 +9,7 @@ import json
 
 import pyarrow.parquet as pq
 
+from tests.split_files import split_text
 from tests.fixtures.harbor_jobs import text_protocol_job
 from trajectory_assets.chat.messages import unanswered_tool_calls
 from trajectory_assets.cli import main
@@ -16,7 +17,7 @@ from trajectory_assets.cli import main
 
 def rows_of(folder):
     return [json.loads(line) for split in ("train", "validation")
-            for line in (folder / f"{split}.jsonl").read_text().splitlines()]
+            for line in split_text(folder, split).splitlines()]
 
 
 def test_trials_without_call_ids_reach_sft_dpo_and_grpo(tmp_path):

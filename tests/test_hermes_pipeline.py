@@ -3,6 +3,7 @@
 import gzip
 import json
 
+from tests.split_files import split_rows, split_text
 from tests.conftest import write_jsonl
 from tests.fixtures import hermes_rows as rows
 from tests.spec_checks import CHECKERS
@@ -23,10 +24,6 @@ def hermes_folder(root):
     return root
 
 
-def read_lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def test_every_hermes_variant_is_accounted_for_and_exported_as_structure(tmp_path):
     source = hermes_folder(tmp_path / "in")
     out = tmp_path / "out"
@@ -42,7 +39,7 @@ def test_every_hermes_variant_is_accounted_for_and_exported_as_structure(tmp_pat
     assert stats["hermes"]["quality_flags"]["unbalanced_think_tags"] == 2
     assert stats["hermes"]["tools"]["terminal"]["failures"] >= 1
 
-    sft = [row for split in ("train", "validation") for row in read_lines(out / "exports" / "sft" / f"{split}.jsonl")]
+    sft = [row for split in ("train", "validation") for row in split_rows(out / "exports" / "sft", split)]
     assert all(row["trajectory_id"] for row in sft)
     messages = [m for row in sft for m in row["messages"]]
     assert any(m.get("tool_calls") for m in messages) and any(m.get("reasoning_content") for m in messages)
@@ -50,7 +47,7 @@ def test_every_hermes_variant_is_accounted_for_and_exported_as_structure(tmp_pat
         assert not any(tag in (message.get("content") or "") for tag in MARKUP)
     for export, check in CHECKERS.items():
         for split in ("train", "validation"):
-            for line in (out / "exports" / export / f"{split}.jsonl").read_text().splitlines():
+            for line in split_text(out / "exports" / export, split).splitlines():
                 check(line)
     # the failed run (completed: false) is kept as a trajectory but not trained on
     sft_ids = {row["trajectory_id"] for row in sft}
@@ -65,9 +62,9 @@ def test_every_hermes_variant_is_accounted_for_and_exported_as_structure(tmp_pat
                                     "quality_flags": 1, "duplicate_content": 1}
     assert len(sft_ids) == 12 - 6
     # Hermes prompts become GRPO rows routed to the configured agent; supplied rewards make DPO pairs
-    grpo = [row for split in ("train", "validation") for row in read_lines(out / "exports" / "grpo" / f"{split}.jsonl")]
+    grpo = [row for split in ("train", "validation") for row in split_rows(out / "exports" / "grpo", split)]
     assert grpo and all(row["agent_ref"] == {"type": "responses_api_agents", "name": "hermes_agent"} for row in grpo)
-    dpo = [row for split in ("train", "validation") for row in read_lines(out / "exports" / "dpo" / f"{split}.jsonl")]
+    dpo = [row for split in ("train", "validation") for row in split_rows(out / "exports" / "dpo", split)]
     assert [(row["reward_chosen"], row["reward_rejected"]) for row in dpo] == [(1.0, 0.0)]
 
 

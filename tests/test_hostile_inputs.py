@@ -7,6 +7,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.split_files import split_text
 from tests.conftest import make_rollout, message_item
 from tests.fixtures.hostile import write_hostile_folder
 from trajectory_assets.cli import main
@@ -58,7 +59,7 @@ def test_a_record_of_tens_of_megabytes_is_one_record(tmp_path):
     assert expected["mixed garbage.jsonl"][12] is None  # the 20 MB record is valid ...
     out = tmp_path / "out"
     assert main(["run", "--source", str(tmp_path / "in" / "mixed garbage.jsonl"), "--storage", str(out)]) == 0
-    sft = (out / "exports" / "sft" / "train.jsonl").read_text() + (out / "exports" / "sft" / "validation.jsonl").read_text()
+    sft = split_text(out / "exports" / "sft", "train") + split_text(out / "exports" / "sft", "validation")
     assert any(len(line) > 20 << 20 for line in sft.splitlines())  # ... and exported whole
 
 

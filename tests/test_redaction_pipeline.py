@@ -6,6 +6,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from tests.split_files import split_text
 from tests.conftest import call_item, make_rollout, message_item, output_item, write_jsonl
 from tests.fixtures.hermes_rows import SYSTEM, cli_row, gpt, human
 from tests.fixtures.secrets import (
@@ -86,7 +87,7 @@ def test_the_report_counts_and_names_what_was_redacted(redacted_run):
 
 def test_code_and_terminal_text_reach_the_exports_verbatim(redacted_run):
     rows = [json.loads(line) for split in ("train", "validation")
-            for line in (redacted_run / "exports" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+            for line in split_text(redacted_run / "exports" / "sft", split).splitlines()]
     clean = next(row for row in rows if row["messages"][0]["content"] == "change the password")
     assert clean["messages"][-1]["content"] == CODE
     assert any(m.get("content") == CODE for m in clean["messages"] if m["role"] == "tool")
@@ -113,7 +114,7 @@ def test_switched_off_nothing_is_redacted_and_the_card_says_so(tmp_path):
     config.write_text("redaction:\n  enabled: false\nsft:\n  min_reward: null\n")
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out"), "--config", str(config)]) == 0
     sft = tmp_path / "out" / "exports" / "sft"
-    assert PLANTED[0].secrets[0] in (sft / "train.jsonl").read_text() + (sft / "validation.jsonl").read_text()
+    assert PLANTED[0].secrets[0] in split_text(sft, "train") + split_text(sft, "validation")
     assert "- secrets: **not redacted**" in (sft / "README.md").read_text()
     assert "Redaction was off" in (tmp_path / "out" / "reports" / "stats.md").read_text()
 
@@ -127,6 +128,6 @@ def test_users_rules_apply_in_a_run(tmp_path):
                       "  extra_rules:\n    acme_token: 'acme_live_[A-Za-z0-9]{16}'\nsft:\n  min_reward: null\n")
     assert main(["run", "--source", str(tmp_path / "in"), "--storage", str(tmp_path / "out"), "--config", str(config)]) == 0
     sft = tmp_path / "out" / "exports" / "sft"
-    text = (sft / "train.jsonl").read_text() + (sft / "validation.jsonl").read_text()
+    text = split_text(sft, "train") + split_text(sft, "validation")
     assert "[REDACTED:acme_token]" in text and token not in text and GITHUB_PAT in text
     assert "1 extra rule(s) + 1 allowlist pattern(s)" in (sft / "README.md").read_text()

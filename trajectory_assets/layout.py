@@ -68,8 +68,16 @@ def export_folder(export: str) -> str:
     return f"exports/{export}"
 
 
-def export_file(export: str, split: str, file_format: str = "jsonl") -> str:
-    return f"{export_folder(export)}/{split}.{file_format}"
+def export_split_file(export: str, file_name: str) -> str:
+    """One of an export's data files, by the name its manifest lists: a shard of a split,
+    ``split_file_name`` (``train.jsonl`` in a manifest written before shards)."""
+    return f"{export_folder(export)}/{file_name}"
+
+
+def split_file_name(split: str, index: int, count: int, file_format: str) -> str:
+    """The Hub's name of a split's ``index``-th file of ``count`` (``train-00000-of-00004.parquet``,
+    as ``datasets``' ``push_to_hub`` names them), so the files sort in the order of their rows."""
+    return f"{split}-{index:05d}-of-{count:05d}.{file_format}"
 
 
 def export_manifest(export: str) -> str:
@@ -80,10 +88,35 @@ def export_card(export: str) -> str:
     return f"{export_folder(export)}/README.md"
 
 
-def export_row_index(export: str, split: str) -> str:
-    """What the report scans of a JSON-lines split instead of parsing every line (its rows'
-    trajectory references). Outside the export's folder, which stays the dataset trainers load."""
-    return f"indexes/{export}/{split}.parquet"
+def split_of(file_name: str, described: dict) -> str:
+    """The split of a file an export manifest lists: its ``split`` (a manifest written before
+    shards names one file per split, ``train.jsonl``, and no ``split``)."""
+    return described.get("split") or file_name.rsplit(".", 1)[0]
+
+
+def split_files_glob(split: str, file_format: str) -> str:
+    """Every file of a split, as a dataset card's ``data_files`` names them (the Hub's own
+    ``push_to_hub`` writes ``data/train-*``): ``datasets`` reads the matches in name order."""
+    return f"{split}-*.{file_format}"
+
+
+def export_row_index(export: str, file_name: str) -> str:
+    """What the report scans of a JSON-lines file instead of parsing every line (its rows'
+    trajectory references): one per data file, named after it. Outside the export's folder,
+    which stays the dataset trainers load."""
+    return f"{export_row_indexes(export)}/{file_name.rsplit('.', 1)[0]}.parquet"
+
+
+def export_row_indexes(export: str) -> str:
+    """The folder of an export's row indexes (each commit leaves only its own files' there)."""
+    return f"indexes/{export}"
+
+
+def export_staging(export: str, run: str) -> str:
+    """Where the shards of one build (``run``) of an export are written before a commit puts
+    them in place: in the run's staging folder, outside the export's folder, so a build that
+    dies leaves nothing a loader of the folder would read."""
+    return f"{staging_run(run)}/files/{export}"
 
 
 def export_extra(export: str, name: str) -> str:

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.split_files import split_text
 from tests.conftest import shared_data
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
@@ -30,7 +31,7 @@ def test_every_record_is_accounted_for(hermes_run):
 def test_exports_carry_structure_and_no_markup(hermes_run):
     _, storage = hermes_run
     sft = [json.loads(line) for split in ("train", "validation")
-           for line in (storage / "exports" / "sft" / f"{split}.jsonl").read_text().splitlines()]
+           for line in split_text(storage / "exports" / "sft", split).splitlines()]
     assert sft
     assert any(m.get("reasoning_content") for row in sft for m in row["messages"])
     assert any(row.get("tools") for row in sft)  # recovered from the <tools> block
@@ -39,5 +40,5 @@ def test_exports_carry_structure_and_no_markup(hermes_run):
             assert not any(tag in (message.get("content") or "") for tag in MARKUP)
     for export, check in CHECKERS.items():
         for split in ("train", "validation"):
-            for line in (storage / "exports" / export / f"{split}.jsonl").read_text().splitlines():
+            for line in split_text(storage / "exports" / export, split).splitlines():
                 check(line)

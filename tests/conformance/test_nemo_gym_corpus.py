@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.split_files import split_text
 from tests.spec_checks import CHECKERS
 from trajectory_assets.cli import main
 
@@ -53,7 +54,7 @@ def test_every_export_line_obeys_the_spec(corpus_run):
     counts = {}
     for export, check in CHECKERS.items():
         for split in ("train", "validation"):
-            lines = (storage / "exports" / export / f"{split}.jsonl").read_text().splitlines()
+            lines = split_text(storage / "exports" / export, split).splitlines()
             for line in lines:
                 check(line)
             counts[export] = counts.get(export, 0) + len(lines)
@@ -63,7 +64,7 @@ def test_every_export_line_obeys_the_spec(corpus_run):
 
 def test_sft_keeps_tool_calls_and_reasoning_as_structure(corpus_run):
     _, storage = corpus_run
-    rows = [json.loads(line) for line in (storage / "exports" / "sft" / "train.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in split_text(storage / "exports" / "sft", "train").splitlines()]
     messages = [m for row in rows for m in row["messages"]]
     assert any(m.get("tool_calls") for m in messages)
     assert any(m.get("reasoning_content") for m in messages)

@@ -24,6 +24,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from tests.split_files import split_paths
 from trajectory_assets.cli import main
 from trajectory_assets.exports.registry import EXPORTS
 
@@ -55,8 +56,7 @@ def trajectories(corpus_run) -> dict[str, dict[str, Any]]:
 
 def written_rows(storage: Path, export) -> list[dict[str, Any]]:
     rows = []
-    for split in ("train", "validation"):
-        path = storage / "exports" / export.name / f"{split}.{export.file_format}"
+    for path in (path for split in ("train", "validation") for path in split_paths(storage / "exports" / export.name, split)):
         if export.file_format == "parquet":
             rows += pq.read_table(path).to_pylist()
         else:

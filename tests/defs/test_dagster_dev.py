@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.split_files import split_text
 from tests.browser import ARTIFACTS, chromium_page, needs_chromium
 from tests.conftest import PROJECT_ROOT, SAMPLE, make_rollout, write_jsonl
 from tests.fixtures.probes import importing_processes, probe_env
@@ -179,8 +180,8 @@ def test_dropping_files_into_the_source_is_all_it_takes(dagster_dev):
                     for name in DATASET_ASSETS),
         300, "exports re-materialized after the new batch",
     )
-    grpo = (dagster_dev["storage"] / "exports" / "grpo" / "train.jsonl").read_text() + (
-        dagster_dev["storage"] / "exports" / "grpo" / "validation.jsonl").read_text()
+    grpo = split_text(dagster_dev["storage"] / "exports" / "grpo", "train") + split_text(
+        dagster_dev["storage"] / "exports" / "grpo", "validation")
     assert "late_agent" in grpo
 
 

@@ -127,18 +127,19 @@ def test_tools_column_is_a_json_list_of_function_objects():
     assert to_llama_factory([user(), assistant()], [])["tools"] == ""
 
 
-def test_dataset_info_registers_one_sharegpt_dataset_per_split():
-    info = dataset_info("trajectory_assets_sft", {"train": "train.jsonl", "validation": "validation.jsonl"})
+def test_dataset_info_registers_one_sharegpt_dataset_per_split_loaded_through_the_card():
+    info = dataset_info("trajectory_assets_sft", ("train", "validation"))
     assert set(info) == {"trajectory_assets_sft_train", "trajectory_assets_sft_validation"}
     train = info["trajectory_assets_sft_train"]
     assert train == {
-        "file_name": "train.jsonl",
+        "script_url": ".",  # the folder itself: datasets reads the card's glob of the split's files
+        "split": "train",
         "formatting": "sharegpt",
         "columns": {"messages": "conversations", "system": "system", "tools": "tools"},
         "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
                  "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"},
     }
-    assert info["trajectory_assets_sft_validation"]["file_name"] == "validation.jsonl"
+    assert info["trajectory_assets_sft_validation"]["split"] == "validation"
 
 
 VARIED = [

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.split_files import split_paths
 from tests.conftest import SAMPLE, LoopbackS3, loopback_s3
 from trajectory_assets.cli import main
 from trajectory_assets.io.source_files import discover, fingerprint
@@ -121,16 +122,19 @@ def test_s3_run_gives_the_same_records_and_exports_as_a_local_run(s3, tmp_path):
     assert main(["run", "--source", str(SAMPLE), "--storage", str(tmp_path / "local")]) == 0
     assert main(["run", "--source", f"s3://{BUCKET}/rollouts", "--storage", f"s3://{BUCKET}/out"]) == 0
     for export in ("sft", "dpo", "grpo"):
-        for split in ("train", "validation"):
-            remote = s3.cat_file(f"{BUCKET}/out/exports/{export}/{split}.jsonl")
-            assert remote == (tmp_path / "local" / "exports" / export / f"{split}.jsonl").read_bytes()
+        local_folder = tmp_path / "local" / "exports" / export
+        for path in [*split_paths(local_folder, "train"), *split_paths(local_folder, "validation")]:
+            assert s3.cat_file(f"{BUCKET}/out/exports/{export}/{path.name}") == path.read_bytes()
+        # the shards were moved into place: nothing else in the folder, no staging left
+        assert sorted(name.rsplit("/", 1)[1] for name in s3.ls(f"{BUCKET}/out/exports/{export}", refresh=True)) == sorted(
+            path.name for path in local_folder.iterdir())
+        assert not s3.exists(f"{BUCKET}/out/staging/{export}")
         manifest = json.loads(s3.cat_file(f"{BUCKET}/out/exports/{export}/manifest.json"))
         local = json.loads((tmp_path / "local" / "exports" / export / "manifest.json").read_text())
         assert [s["sha256"] for s in manifest["sources"]] == [s["sha256"] for s in local["sources"]]
         assert all(s["uri"].startswith(f"s3://{BUCKET}/rollouts/") for s in manifest["sources"])
-        for split in ("train", "validation"):  # the row index the report scans, beside each split
-            remote = s3.cat_file(f"{BUCKET}/out/indexes/{export}/{split}.parquet")
-            assert remote == (tmp_path / "local" / "indexes" / export / f"{split}.parquet").read_bytes()
+        for path in (tmp_path / "local" / "indexes" / export).iterdir():  # the row index of each data file
+            assert s3.cat_file(f"{BUCKET}/out/indexes/{export}/{path.name}") == path.read_bytes()
     remote_stats = json.loads(s3.cat_file(f"{BUCKET}/out/reports/stats.json"))
     local_stats = json.loads((tmp_path / "local" / "reports" / "stats.json").read_text())
     assert remote_stats == local_stats
@@ -197,7 +201,9 @@ def test_a_run_survives_the_endpoint_going_away_for_two_seconds(tmp_path, monkey
                 process.wait()
         assert process.returncode == 0, stderr.decode()
         for export in ("sft", "dpo", "grpo"):
-            for name in ("train.jsonl", "validation.jsonl", "manifest.json"):
+            local_folder = tmp_path / "local" / "exports" / export
+            for name in [*(path.name for split in ("train", "validation") for path in split_paths(local_folder, split)),
+                         "manifest.json"]:
                 remote = fs.cat_file(f"outage/out/exports/{export}/{name}")
                 local = (tmp_path / "local" / "exports" / export / name).read_bytes()
                 if name == "manifest.json":  # the same, but for where the sources were read from

@@ -88,3 +88,17 @@ def test_remove_folder_deletes_every_file_in_it_and_accepts_a_missing_one(tmp_pa
     store.remove_folder("a/b")  # already gone: fine
     with pytest.raises(StorageError, match="outside the storage root"):
         store.remove_folder("../x")
+
+
+def test_move_replaces_the_destination_and_file_names_lists_only_files(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("staging/run/a.jsonl", b"new")
+    store.write_bytes("out/a.jsonl", b"old")
+    store.write_bytes("out/sub/inner.txt", b"x")
+    store.move("staging/run/a.jsonl", "out/a.jsonl")
+    store.move("out/sub/inner.txt", "elsewhere/deeper/inner.txt")  # the destination's folder is made
+    assert (tmp_path / "out" / "a.jsonl").read_bytes() == b"new" and not (tmp_path / "staging" / "run" / "a.jsonl").exists()
+    assert (tmp_path / "elsewhere" / "deeper" / "inner.txt").read_bytes() == b"x"
+    assert store.file_names("out") == ["a.jsonl"] and store.file_names("absent") == []
+    with pytest.raises(NotMaterializedError, match="cannot be moved"):
+        store.move("staging/run/a.jsonl", "out/b.jsonl")

@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.split_files import split_text
 from tests.conftest import SAMPLE, shared_data, temporary_dagster_home, written_files
 from trajectory_assets.project import call_name
 
@@ -205,7 +206,7 @@ def test_each_dataset_of_a_shared_source_is_decontaminated_against_its_own_bench
 
     # the SFT family keeps one passing rollout per task: each set's match leaves out one row
     for name, quoting, carrying in (("by_text", 0, 1), ("by_id", 1, 0)):
-        train = (tmp_path / name / "exports" / "sft" / "train.jsonl").read_text()
+        train = split_text(tmp_path / name / "exports" / "sft", "train")
         manifest = json.loads((tmp_path / name / "exports" / "sft" / "manifest.json").read_text())
         assert manifest["excluded"]["contaminated:gsm8k"] == 1, name
         assert train.count("NATALIA SOLD CLIPS") == quoting and train.count("Fix the parser.") == carrying, name

@@ -7,7 +7,9 @@ missing; with CI set, missing libraries fail instead, so CI can never skip the g
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +80,61 @@ def run_exports(request) -> Path:
 def hf_cache(tmp_path_factory) -> str:
     """datasets' cache (the loaded Arrow files and TRL's tokenized maps) kept out of ~/.cache."""
     return str(tmp_path_factory.mktemp("hf_cache"))
+
+
+def decode_json_fields(value: Any, schema_or_type: Any) -> Any:
+    """A Parquet row's JSON fields (stored as their text) decoded, as datasets' Json feature does."""
+    import pyarrow as pa
+
+    from trajectory_assets.io.arrow_rows import JSON
+
+    if value is None:
+        return None
+    if isinstance(schema_or_type, pa.Schema):
+        return {f.name: decode_json_fields(value[f.name], f.type) for f in schema_or_type}
+    if schema_or_type == JSON:
+        return json.loads(value)
+    if pa.types.is_struct(schema_or_type):
+        return {f.name: decode_json_fields(value[f.name], f.type) for f in schema_or_type}
+    if pa.types.is_list(schema_or_type):
+        return [decode_json_fields(v, schema_or_type.value_type) for v in value]
+    return value
+
+
+SHARDS = 3
+
+
+@pytest.fixture(scope="session")
+def sharded_exports(sample_exports, tmp_path_factory) -> Path:
+    """The sample run's exports with every split written as shard files: its rows in order, cut
+    in ``SHARDS`` (a split of fewer rows has fewer files), committed as the sharded export phase
+    commits them, with their card, index files and manifest."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tests.split_files import split_paths
+    from trajectory_assets.exports.families.frames import SPLITS
+    from trajectory_assets.exports.registry import EXPORTS
+    from trajectory_assets.exports.writer import SCAN_FIELDS, write_beside_files
+    from trajectory_assets.io.export_files import StagedExport
+    from trajectory_assets.io.storage import Storage
+
+    storage = tmp_path_factory.mktemp("sharded")
+    store = Storage(str(storage))
+    for export in EXPORTS:
+        manifest = json.loads((sample_exports / export.name / "manifest.json").read_text())
+        files = StagedExport(store, export.name, SPLITS, export.file_format, export.arrow_schema, SCAN_FIELDS,
+                             shards=SHARDS)
+        for split in SPLITS:
+            paths = split_paths(sample_exports / export.name, split)
+            if export.file_format == "parquet":
+                rows = [decode_json_fields(row, export.arrow_schema) for path in paths
+                        for row in pq.read_table(path).to_pylist()]
+            else:
+                rows = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+            for shard, part in enumerate(np.array_split(np.arange(len(rows)), SHARDS)):
+                if len(part):
+                    files.write(split, [rows[i] for i in part], shard=shard)
+        manifest["files"] = files.commit()
+        write_beside_files(store, export, manifest)
+    return storage / "exports"

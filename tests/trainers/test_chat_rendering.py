@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.split_files import split_text
 from tests.trainers.conftest import trainer_libs_missing
 
 pytestmark = pytest.mark.trainers
@@ -147,7 +148,7 @@ def test_the_check_catches_double_encoded_arguments_in_openai_strings(sample_exp
     """The seed `sft` keeps OpenAI's argument strings: under `| tojson` every call comes out quoted,
     which is the defect the template flavors exist to avoid."""
     tokenizer = tokenizer_with(TOJSON_TEMPLATE)
-    lines = [json.loads(line) for line in (sample_exports / "sft" / "train.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in split_text(sample_exports / "sft", "train").splitlines()]
     with_calls = [row for row in lines if any(m.get("tool_calls") for m in row["messages"])]
     assert with_calls
     for row in with_calls:

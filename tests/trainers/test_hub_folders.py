@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.trainers.conftest import trainer_libs_missing
+from tests.split_files import split_paths
+from tests.trainers.conftest import decode_json_fields, trainer_libs_missing
 from trajectory_assets.exports.registry import EXPORTS
 
 pytestmark = pytest.mark.trainers
@@ -61,24 +62,6 @@ def written_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def decode_json_fields(value: Any, schema_or_type: Any) -> Any:
-    import pyarrow as pa
-
-    from trajectory_assets.io.arrow_rows import JSON
-
-    if value is None:
-        return None
-    if isinstance(schema_or_type, pa.Schema):
-        return {f.name: decode_json_fields(value[f.name], f.type) for f in schema_or_type}
-    if schema_or_type == JSON:
-        return json.loads(value)
-    if pa.types.is_struct(schema_or_type):
-        return {f.name: decode_json_fields(value[f.name], f.type) for f in schema_or_type}
-    if pa.types.is_list(schema_or_type):
-        return [decode_json_fields(v, schema_or_type.value_type) for v in value]
-    return value
-
-
 @pytest.mark.parametrize("name", [export.name for export in EXPORTS])
 def test_the_card_declares_the_features_datasets_itself_would_write(name):
     export = next(export for export in EXPORTS if export.name == name)
@@ -112,7 +95,7 @@ def test_every_export_folder_loads_with_load_dataset_alone(run_exports, hf_cache
             schema_features = datasets.Features.from_arrow_schema(export.arrow_schema)
             assert {name: rows.features[name] for name in schema_features} == schema_features, (export.name, split)
             assert all(rows.features[name] == datasets.Json() for name in set(rows.features) - set(schema_features))
-            written = written_rows(folder / f"{split}.{export.file_format}")
+            written = [row for path in split_paths(folder, split) for row in written_rows(path)]
             # datasets' JSON loader re-encodes each line through pandas' ujson when the features hold a
             # Json field, which keeps 10 decimals of a float (docs/exports.md, Trainer flavors): those folders
             # are compared to 1e-9, every other folder exactly

@@ -145,3 +145,13 @@ def test_sft_trainer_trains_on_the_trl_sft_export(run_exports, hf_cache, tmp_pat
 
 def test_dpo_trainer_trains_on_the_trl_dpo_export(run_exports, hf_cache, tmp_path):
     assert_trained(train_dpo(run_exports / "trl_dpo", hf_cache, tmp_path))
+
+
+def test_sft_trainer_trains_on_a_sharded_trl_sft_export(sharded_exports, tmp_path):
+    """Its train split is three files (test_sharded_exports.py checks the rows and their order).
+    A cache of its own: datasets would answer for the unsharded folder's identical card."""
+    assert len(list((sharded_exports / "trl_sft").glob("train-*.parquet"))) == 3
+    trainer = train_sft(sharded_exports / "trl_sft", str(tmp_path / "cache"), tmp_path / "out")
+    assert_trained(trainer)
+    assert len(trainer.train_dataset) == json.loads((sharded_exports / "trl_sft" / "manifest.json").read_text())[
+        "rows"]["train"]

@@ -5,10 +5,12 @@ made them, what was left out and why, the reward, token and length distributions
 sources, so nobody has to read the pipeline to know what is in a file.
 
 It opens with the Hugging Face YAML front matter that makes the export folder a Hub dataset:
-``configs`` naming the split files, ``dataset_info.features`` (the row types, JSON fields
-included), the ``license`` of the config's ``card`` section and tags. ``datasets.load_dataset
-("<export folder>")`` then gives the splits with those types and nothing else to pass. A
-split without rows is left out of ``configs``: ``datasets`` refuses to build an empty split.
+``configs`` naming each split's files by a glob (``train-*.jsonl``: its shards, which
+``datasets`` reads in name order as one split), ``dataset_info.features`` (the row types,
+JSON fields included), the ``license`` of the config's ``card`` section and tags.
+``datasets.load_dataset("<export folder>")`` then gives the splits with those types and
+nothing else to pass. A split without rows is left out of ``configs``: ``datasets`` refuses
+to build an empty split.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import orjson
 import yaml
 
+from trajectory_assets import layout
 from trajectory_assets.markdown import table
 from trajectory_assets.sources.provenance import reward_provenance_lines
 
@@ -49,8 +52,11 @@ def render_card(manifest: dict[str, Any], purpose: str, training: str | None = N
         "",
         "## Files",
         "",
-        *table(["file", "rows", "bytes", "sha256"],
-                [[f, d["rows"], d["bytes"], d["sha256"]] for f, d in manifest["files"].items()]),
+        "Each split is its files in name order (each file's rows, bytes and SHA-256 are in `manifest.json`):",
+        "",
+        *table(["split", "files", "rows", "bytes"],
+                [[split, f"{totals['files']} (`{totals['glob']}`)", totals["rows"], totals["bytes"]]
+                 for split, totals in split_totals(manifest["files"]).items()]),
         "",
         "## Left out, and why",
         "",
@@ -118,27 +124,36 @@ def front_matter(manifest: dict[str, Any]) -> str:
     to ``datasets``: it caches a folder whose card has ``configs`` under a hash of the card,
     not of the files, so without it a reload after a re-run would hand back the old rows.
     """
-    files = manifest["files"]
-    with_rows = [name for name, described in files.items() if described["rows"]] or list(files)[:1]
+    splits = split_totals(manifest["files"])
+    with_rows = [split for split, totals in splits.items() if totals["rows"]] or list(splits)[:1]
     card = manifest["config"]["card"]
     tags = ["trajectory-assets", "agent-trajectories", manifest["config_section"], manifest["export"].replace("_", "-")]
     header = {
         "license": card["license"],
         "tags": list(dict.fromkeys([*tags, *card["tags"]])),
         "configs": [{"config_name": "default",
-                     "data_files": [{"split": _split(name), "path": name} for name in with_rows]}],
+                     "data_files": [{"split": split, "path": splits[split]["glob"]} for split in with_rows]}],
         "dataset_info": {
             "features": manifest["features"],
-            "splits": [{"name": _split(name), "num_bytes": files[name]["bytes"], "num_examples": files[name]["rows"]}
-                       for name in with_rows],
-            "download_size": sum(files[name]["bytes"] for name in with_rows),
+            "splits": [{"name": split, "num_bytes": splits[split]["bytes"], "num_examples": splits[split]["rows"]}
+                       for split in with_rows],
+            "download_size": sum(splits[split]["bytes"] for split in with_rows),
         },
     }
     return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
 
 
-def _split(file_name: str) -> str:
-    return file_name.rsplit(".", 1)[0]
+def split_totals(files: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Split -> how many files it has, the glob naming them, and their rows and bytes together."""
+    splits: dict[str, dict[str, Any]] = {}
+    for name, described in files.items():
+        split = layout.split_of(name, described)
+        totals = splits.setdefault(split, {"files": 0, "rows": 0, "bytes": 0,
+                                           "glob": layout.split_files_glob(split, name.rsplit(".", 1)[1])})
+        totals["files"] += 1
+        totals["rows"] += described["rows"]
+        totals["bytes"] += described["bytes"]
+    return splits
 
 
 def _decontamination_lines(manifest: dict[str, Any]) -> list[str]:

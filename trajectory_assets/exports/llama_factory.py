@@ -91,16 +91,25 @@ def to_llama_factory(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     return {"conversations": conversations, "system": system, "tools": _tools_column(tools)}
 
 
-def dataset_info(name: str, files: dict[str, str]) -> dict[str, Any]:
-    """``dataset_info.json`` registering one dataset per split, named ``{name}_{split}``."""
+def dataset_info(name: str, splits: tuple[str, ...]) -> dict[str, Any]:
+    """``dataset_info.json`` registering one dataset per split, named ``{name}_{split}``.
+
+    A split is several files (``train-00000-of-00004.jsonl`` ...), and LLaMA-Factory's
+    ``file_name`` is one file, or a folder whose every file it loads, in ``os.listdir``
+    order (``data/loader.py``, ``_load_single_dataset``, at ff6d4d1): the export folder also
+    holds the card and the manifest. So each split is registered as ``script_url: "."``,
+    which it loads as ``load_dataset(<dataset_dir>/., split=<split>)``: ``datasets`` reads the
+    folder's card, whose ``configs`` glob the split's files, in order.
+    """
     return {
         f"{name}_{split}": {
-            "file_name": file_name,
+            "script_url": ".",
+            "split": split,
             "formatting": "sharegpt",
             "columns": dict(SHAREGPT_COLUMNS),
             "tags": dict(SHAREGPT_TAGS),
         }
-        for split, file_name in files.items()
+        for split in splits
     }
 
 
@@ -222,8 +231,7 @@ def _reasoning(reasoning: str | None) -> dict[str, str]:
 
 
 def _index(export: str) -> dict[str, bytes]:
-    files = {split: f"{split}.jsonl" for split in SPLITS}
-    return {"dataset_info.json": orjson.dumps(dataset_info(f"trajectory_assets_{export}", files),
+    return {"dataset_info.json": orjson.dumps(dataset_info(f"trajectory_assets_{export}", SPLITS),
                                               option=orjson.OPT_INDENT_2)}
 
 

@@ -72,7 +72,8 @@ def build_manifest(
         "distributions": distributions,
         # the tokenizer, budget and what it left out / cut (tokens are measured only with a tokenizer)
         "token_budget": token_budget,
-        "files": files,  # name -> sha256, bytes, rows of what was written
+        # file name -> its split, the shard it came from, sha256, bytes, rows (a split: its files in order)
+        "files": files,
         "features": features,  # the types HF datasets loads the rows as (the card's dataset_info.features)
     }
     if decontamination is not None:

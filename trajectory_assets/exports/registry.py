@@ -98,6 +98,6 @@ def markdown_table() -> str:
     for export in EXPORTS:
         extra = "".join(f", `{name}`" for name in (export.index_files(export.name) if export.index_files else {}))
         fields = ", ".join(f"`{name}`" for name in export.arrow_schema.names)
-        lines.append(f"| `{export.asset_name}` | {export.family} | `{{train,validation}}.{export.file_format}`{extra} "
+        lines.append(f"| `{export.asset_name}` | {export.family} | `{{train,validation}}-*.{export.file_format}`{extra} "
                      f"| {fields} | {export.description} |")
     return "\n".join(lines)

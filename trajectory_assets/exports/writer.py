@@ -264,13 +264,19 @@ def finish_export(store: Storage, export: Export, config: PipelineConfig, parts:
         decontamination=decontamination,
         dataset=dataset,
     )
+    write_beside_files(store, export, manifest)
+    return Written(export, manifest, checks, tally.first_line)
+
+
+def write_beside_files(store: Storage, export: Export, manifest: dict[str, Any]) -> None:
+    """What an export's folder holds beside its committed files: the trainer's index files, the
+    card, then (last: a manifest beside the files means the set is complete) the manifest."""
     for name, content in (export.index_files(export.name) if export.index_files else {}).items():
         store.write_bytes(layout.export_extra(export.name, name), content)
     card = render_card(manifest, export.description, training_of(export, manifest))
     store.write_bytes(layout.export_card(export.name), card.encode())
     # last: a manifest beside the files means the set is complete
     store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-    return Written(export, manifest, checks, tally.first_line)
 
 
 def _shared_values(first: list[pd.Series], second: list[pd.Series]) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trajectory_assets import layout
-from trajectory_assets.io.storage import StagedFile, Storage
+from trajectory_assets.io.storage import StagedFile, Storage, StorageError
 
 
 # the methods built only on the routed ones above them (open_read, stage), so routed as well
@@ -71,6 +71,15 @@ class DatasetStorage(Storage):
 
     def remove_folder(self, relative: str) -> None:
         self._store_for(relative).remove_folder(relative)
+
+    def move(self, source: str, destination: str) -> None:
+        store = self._store_for(source)
+        if self._store_for(destination) is not store:  # only ever a dataset's own files: never across roots
+            raise StorageError(f"cannot move {self.uri(source)} to {self.uri(destination)}: another storage")
+        store.move(source, destination)
+
+    def file_names(self, folder: str) -> list[str]:
+        return self._store_for(folder).file_names(folder)
 
     def total_size(self, relatives: list[str]) -> int:
         by_store: dict[int, tuple[Storage, list[str]]] = {}

@@ -1,15 +1,26 @@
-"""An export's split files: written as one staged set (:class:`StagedExport`), read back row
-by row for the report (:class:`StoredExport`).
+"""An export's split files: written shard by shard to a staging folder
+(:class:`ShardWriter`), put in place under the Hub's names by one commit of every shard
+(:func:`commit_shards`; :class:`StagedExport` does both in one process), and read back row by
+row for the report (:class:`StoredExport`).
 
-Which files an export has, their format and row counts come from its manifest, so any
-export (a flavor added later included) is read the same way. Parquet files are read a
-batch at a time, only the columns asked for, and :meth:`StoredExport.rows_at` reads only
-the row groups that hold the rows asked for.
+Each split is the concatenation of its files in name order, ``train-00000-of-00004.jsonl``
+first (what ``datasets`` reads for the card's glob ``train-*.jsonl``); a row's position is its
+index in that concatenation. Which files an export has, their split, format and row counts
+come from its manifest, so any export (a flavor added later included, or one written before
+shards, with one ``train.jsonl`` per split) is read the same way. Parquet files are read a
+batch at a time, only the columns asked for, and :meth:`StoredExport.rows_at` reads only the
+files and row groups that hold the rows asked for.
 
-A JSON line can only be parsed whole, so a JSON-lines split is written with a *row index*
+A shard can be written by a process of its own: a :class:`ShardWriter` leaves whole files in
+the build's staging folder (``layout.export_staging``, deterministic names per shard) and
+returns a JSON-serializable :class:`WrittenShard` per split; whichever process then holds every
+shard's records commits them. (A ``StagedFile`` itself cannot be committed from another
+process: on an object store only the handle that uploads it can complete the upload.)
+
+A JSON line can only be parsed whole, so a JSON-lines file is written with a *row index*
 beside it (``layout.export_row_index``): a Parquet file of the few fields the report scans
 every row for (``index_fields``: which trajectories a row was made from), one row per
-line, with the byte where each line starts, holding the SHA-256 of the split file it
+line, with the byte where each line starts, holding the SHA-256 of the data file it
 indexes. A scan reads the index instead of parsing every line when that hash is the
 manifest's, and :meth:`StoredExport.rows_at` reads only the lines asked for; otherwise (an
 export written before indexes, or an index left from another write) they read the lines
@@ -23,6 +34,11 @@ from typing import Any
 
 import contextlib
 import hashlib
+import math
+import posixpath
+import re
+import uuid
+from dataclasses import asdict, dataclass
 from functools import cached_property
 
 import orjson
@@ -35,7 +51,8 @@ from trajectory_assets.io.storage import NotMaterializedError, StagedFile, Stora
 
 BATCH_ROWS = 4096
 
-Row = tuple[str, int, dict[str, Any]]  # split, 0-based position in the split's file, the row
+# split, 0-based position in the split (its files' rows one after the other), the row
+Row = tuple[str, int, dict[str, Any]]
 # the row index's metadata: the SHA-256 of the file it indexes, and the fields it was asked to keep
 INDEXED_SHA256, INDEX_FIELDS = b"indexed_sha256", b"index_fields"
 # the row index's column of where each line starts in its file (bytes): no export field is named so
@@ -47,34 +64,37 @@ class StoredExport:
         self.store, self.name = store, name
         self.format = manifest.get("format", "jsonl")
         self.manifest_files: dict[str, dict[str, Any]] = manifest.get("files", {})
-        # "train.jsonl" -> ("train", "jsonl"), in the manifest's order
-        self.files = [tuple(file_name.rsplit(".", 1)) for file_name in self.manifest_files]
+        # split -> its files in the order of their rows, each with the position of its first row
+        self.splits: dict[str, list[tuple[str, int]]] = {}
+        for file_name, described in self.manifest_files.items():
+            files = self.splits.setdefault(layout.split_of(file_name, described), [])
+            first = files[-1][1] + self.manifest_files[files[-1][0]].get("rows", 0) if files else 0
+            files.append((file_name, first))
 
     @cached_property
     def _index_fields(self) -> dict[str, set[str]] | None:
-        """Split -> the fields its row index was asked to keep (a row holds none of them but
-        the index's columns), when every split has an index of the file the manifest lists."""
+        """Data file -> the fields its row index was asked to keep (a row holds none of them
+        but the index's columns), when every file has an index of the bytes the manifest lists."""
         if self.format == "parquet":
             return None
         fields = {}
-        for split, extension in self.files:
-            written = self.manifest_files.get(f"{split}.{extension}", {})
+        for file_name, written in self.manifest_files.items():
             if "sha256" not in written:
                 return None
             try:
-                with self.store.open_read(layout.export_row_index(self.name, split)) as handle:
+                with self.store.open_read(layout.export_row_index(self.name, file_name)) as handle:
                     footer = pq.ParquetFile(handle).metadata
             except NotMaterializedError:  # an export written before row indexes
                 return None
             metadata = footer.metadata or {}
             if metadata.get(INDEXED_SHA256) != written["sha256"].encode() or footer.num_rows != written.get("rows"):
                 return None
-            fields[split] = set(orjson.loads(metadata[INDEX_FIELDS]))
+            fields[file_name] = set(orjson.loads(metadata[INDEX_FIELDS]))
         return fields
 
     @property
     def indexed(self) -> bool:
-        """Every JSON-lines split has a row index of the file the manifest lists."""
+        """Every JSON-lines file has a row index of the file the manifest lists."""
         return self._index_fields is not None
 
     @property
@@ -84,76 +104,87 @@ class StoredExport:
         return self.format != "parquet" and not self.indexed
 
     def scan(self, fields: Collection[str]) -> Iterator[Row]:
-        """Every row: Parquet rows and indexed JSON lines with only ``fields`` (those the file
-        or its index has), other JSON lines whole."""
-        for split, extension in self.files:
-            if self.format == "parquet":
-                yield from self._scan_parquet(layout.export_file(self.name, split, extension), split, fields)
-            elif self.indexed and set(fields) <= self._index_fields[split]:
-                yield from self._scan_parquet(layout.export_row_index(self.name, split), split, fields)
-            else:
-                for position, line in enumerate(self._lines(split, extension)):
-                    yield split, position, orjson.loads(line)
+        """Every row, each split's files in order: Parquet rows and indexed JSON lines with only
+        ``fields`` (those the file or its index has), other JSON lines whole."""
+        for split, files in self.splits.items():
+            position = 0
+            for file_name, _ in files:
+                if self.format == "parquet":
+                    rows = self._scan_parquet(self._path(file_name), fields)
+                elif self.indexed and set(fields) <= self._index_fields[file_name]:
+                    rows = self._scan_parquet(layout.export_row_index(self.name, file_name), fields)
+                else:
+                    rows = (orjson.loads(line) for line in self._lines(file_name))
+                for row in rows:
+                    yield split, position, row
+                    position += 1
 
     def rows_at(self, wanted: dict[str, set[int]]) -> Iterator[Row]:
-        """Whole rows at the given positions of each split, in file order."""
-        for split, extension in self.files:
+        """Whole rows at the given positions of each split (its files' rows one after the
+        other), in file order."""
+        for split, files in self.splits.items():
             positions = wanted.get(split)
             if not positions:
                 continue
-            if self.format == "parquet":
-                yield from self._parquet_rows(split, positions)
-                continue
-            starts = self._line_starts(split)
-            if starts is not None:  # at 1 GB the report's samples took 0.59 s reading lines from the start
-                with self._open(split, extension) as handle:
-                    for position in sorted(p for p in positions if p < len(starts)):
-                        handle.seek(starts[position])
-                        yield split, position, orjson.loads(handle.readline())
-                continue
-            last = max(positions)
-            for position, line in enumerate(self._lines(split, extension)):
-                if position in positions:
-                    yield split, position, orjson.loads(line)
-                if position >= last:
-                    break
+            for number, (file_name, first) in enumerate(files):
+                stop = files[number + 1][1] if number + 1 < len(files) else math.inf
+                inside = {position - first for position in positions if first <= position < stop}
+                if inside:
+                    for offset, row in self._rows_of_file(file_name, inside):
+                        yield split, first + offset, row
 
-    def _line_starts(self, split: str) -> list[int] | None:
-        """Where each line of a JSON-lines split starts, from its row index (None: no index of
+    def _rows_of_file(self, file_name: str, positions: set[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """The rows of one data file at these positions in it."""
+        if self.format == "parquet":
+            yield from self._parquet_rows(file_name, positions)
+            return
+        starts = self._line_starts(file_name)
+        if starts is not None:  # at 1 GB the report's samples took 0.59 s reading lines from the start
+            with self.store.open_read(self._path(file_name)) as handle:
+                for position in sorted(p for p in positions if p < len(starts)):
+                    handle.seek(starts[position])
+                    yield position, orjson.loads(handle.readline())
+            return
+        last = max(positions)
+        for position, line in enumerate(self._lines(file_name)):
+            if position in positions:
+                yield position, orjson.loads(line)
+            if position >= last:
+                break
+
+    def _path(self, file_name: str) -> str:
+        return layout.export_split_file(self.name, file_name)
+
+    def _line_starts(self, file_name: str) -> list[int] | None:
+        """Where each line of a JSON-lines file starts, from its row index (None: no index of
         this file, or one written before it kept them)."""
         if not self.indexed:
             return None
-        with self.store.open_read(layout.export_row_index(self.name, split)) as handle:
+        with self.store.open_read(layout.export_row_index(self.name, file_name)) as handle:
             parquet = pq.ParquetFile(handle)
             if LINE_START not in parquet.schema_arrow.names:
                 return None
             return parquet.read(columns=[LINE_START])[LINE_START].to_pylist()
 
-    def _open(self, split: str, extension: str):
-        return self.store.open_read(layout.export_file(self.name, split, extension))
-
-    def _lines(self, split: str, extension: str) -> Iterator[bytes]:
-        with self._open(split, extension) as handle:
+    def _lines(self, file_name: str) -> Iterator[bytes]:
+        with self.store.open_read(self._path(file_name)) as handle:
             for line in handle:
                 if line.strip():
                     yield line
 
-    def _scan_parquet(self, path: str, split: str, fields: Collection[str]) -> Iterator[Row]:
+    def _scan_parquet(self, path: str, fields: Collection[str]) -> Iterator[dict[str, Any]]:
         with self.store.open_read(path) as handle:
             parquet = pq.ParquetFile(handle)
             columns = [name for name in parquet.schema_arrow.names if name in fields]
-            position = 0
             if not columns:  # nothing to read but the row count
-                for position in range(parquet.metadata.num_rows):
-                    yield split, position, {}
+                for _ in range(parquet.metadata.num_rows):
+                    yield {}
                 return
             for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                for row in batch.to_pylist():
-                    yield split, position, row
-                    position += 1
+                yield from batch.to_pylist()
 
-    def _parquet_rows(self, split: str, positions: set[int]) -> Iterator[Row]:
-        with self._open(split, "parquet") as handle:
+    def _parquet_rows(self, file_name: str, positions: set[int]) -> Iterator[tuple[int, dict[str, Any]]]:
+        with self.store.open_read(self._path(file_name)) as handle:
             parquet = pq.ParquetFile(handle)
             start = 0
             for group in range(parquet.metadata.num_row_groups):
@@ -162,7 +193,7 @@ class StoredExport:
                 if inside:
                     table = parquet.read_row_group(group).take(inside)
                     for offset, row in zip(inside, table.to_pylist()):
-                        yield split, start + offset, row
+                        yield start + offset, row
                 start += size
 
 
@@ -243,16 +274,17 @@ class _RowIndex:
             fields = table_from_records(records, self.schema)
             self.parquet.write_table(fields.append_column(LINE_START, pa.array(starts, pa.int64())))
 
-    def commit(self, indexed_sha256: str) -> None:
+    def commit(self, indexed_sha256: str) -> bool:
         """Closes the index as the index of the file with this hash and puts it in place; an
-        incomplete index is discarded (the file is then scanned line by line)."""
+        incomplete index is discarded (the file is then scanned line by line). Whether it was kept."""
         if not self.complete:
             self.discard()
-            return
+            return False
         self.parquet.add_key_value_metadata({INDEXED_SHA256: indexed_sha256.encode(),
                                              INDEX_FIELDS: orjson.dumps(self.fields)})
         self.parquet.close()
         self.staged.commit()
+        return True
 
     def discard(self) -> None:
         with contextlib.suppress(Exception):
@@ -260,35 +292,63 @@ class _RowIndex:
         self.staged.discard()
 
 
-class StagedExport:
-    """One export's split files, written chunk by chunk under temporary names.
+@dataclass(frozen=True)
+class WrittenShard:
+    """What one shard's writer left in the staging folder for one split: a small record (JSON
+    with :meth:`to_json`) that the process committing every shard reads, so shard k can be
+    written by a process of its own."""
 
-    Nothing is visible until :meth:`commit` puts every split in place; :meth:`discard`
-    leaves the previous export untouched (a failed check writes nothing). A JSON-lines
-    export given ``index_fields`` also writes each split's row index.
+    split: str
+    shard: int
+    staged: str  # the file in the staging folder (storage-relative)
+    sha256: str
+    bytes: int
+    rows: int
+    index: str | None  # its row index in the staging folder (None: JSON lines not indexed, or Parquet)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> WrittenShard:
+        return cls(**record)
+
+
+class ShardWriter:
+    """Shard ``shard`` of an export's splits: one file per split (empty ones too), and each
+    JSON-lines file's row index, written to the staging folder of the build ``run``.
+
+    :meth:`finish` makes them whole files under names that say split and shard
+    (``train-00003.jsonl``), and returns what it wrote; nothing is in the export's folder until
+    :func:`commit_shards` puts every shard's files there. Each staged file is itself written
+    under a temporary name first (``Storage.stage``), so a shard that dies leaves none.
     """
 
     def __init__(self, store: Storage, name: str, splits: tuple[str, ...], file_format: str,
-                 arrow_schema: pa.Schema, index_fields: Collection[str] = ()) -> None:
-        self.file_format = file_format
-        self.splits: dict[str, _SplitFile] = {}
+                 arrow_schema: pa.Schema, index_fields: Collection[str] = (), shard: int = 0,
+                 run: str = "") -> None:
+        self.store, self.shard = store, shard
+        self.staging = layout.export_staging(name, run or uuid.uuid4().hex)
+        self.files: dict[str, _SplitFile] = {}
         self.indexes: dict[str, _RowIndex] = {}
         parquet_schema = arrow_schema if file_format == "parquet" else None
         try:
             for split in splits:
-                staged = store.stage(layout.export_file(name, split, file_format))
-                self.splits[split] = _SplitFile(staged, parquet_schema)
+                self.files[split] = _SplitFile(store.stage(self._staged(split, file_format)), parquet_schema)
                 if index_fields and file_format == "jsonl":
-                    self.indexes[split] = _RowIndex(store.stage(layout.export_row_index(name, split)), index_fields,
+                    self.indexes[split] = _RowIndex(store.stage(self._staged(split, "index.parquet")), index_fields,
                                                     arrow_schema)
         except BaseException:
             self.discard()
             raise
 
+    def _staged(self, split: str, extension: str) -> str:
+        return f"{self.staging}/{split}-{self.shard:05d}.{extension}"
+
     def write(self, split: str, records: list[dict[str, Any]]) -> list[int] | None:
         """Appends ``records`` to the split; returns each JSON line's length in characters
         (None for Parquet, which has no lines)."""
-        written = self.splits[split].write(records)
+        written = self.files[split].write(records)
         if written is None:
             return None
         chars, starts = written
@@ -296,30 +356,153 @@ class StagedExport:
             self.indexes[split].write(records, starts)
         return chars
 
-    @property
-    def rows(self) -> dict[str, int]:
-        return {split: file.rows for split, file in self.splits.items()}
-
-    def commit(self) -> dict[str, dict]:
-        """Puts every split in place, then its row index; returns file name -> its sha256,
-        bytes and rows (for the manifest)."""
+    def finish(self) -> list[WrittenShard]:
+        """Closes every split's file and index in the staging folder; what was written, split by split."""
+        written = []
         try:
-            for split, file in self.splits.items():
+            for split, file in self.files.items():
                 file.close()
                 file.staged.commit()
-                if split in self.indexes:
-                    self.indexes.pop(split).commit(file.out.sha256.hexdigest())
+                sha256 = file.out.sha256.hexdigest()
+                index = self.indexes.pop(split, None)
+                indexed = index is not None and index.commit(sha256)
+                written.append(WrittenShard(split, self.shard, file.staged.relative, sha256, file.out.size, file.rows,
+                                            index.staged.relative if indexed else None))
         except BaseException:
-            self.discard()  # the splits not committed yet
+            self.discard()
             raise
-        return {f"{split}.{self.file_format}": {"sha256": file.out.sha256.hexdigest(), "bytes": file.out.size,
-                                                "rows": file.rows}
-                for split, file in self.splits.items()}
+        return written
 
     def discard(self) -> None:
-        for file in self.splits.values():
+        for file in self.files.values():
             with contextlib.suppress(Exception):  # a writer left open would write its footer when collected
                 file.close()
             file.staged.discard()
         for index in self.indexes.values():
             index.discard()
+
+
+def commit_shards(store: Storage, name: str, splits: tuple[str, ...], file_format: str, shards: int,
+                  written: list[WrittenShard]) -> dict[str, dict[str, Any]]:
+    """Puts every shard's staged files in place as the export's files; returns the manifest's
+    ``files``: each file's name -> its split, the shard it came from, sha256, bytes and rows.
+
+    A split's files are its shards that have rows, in shard order, under the Hub's names
+    (``train-00000-of-00004.jsonl``: ``datasets`` reads an empty Parquet shard among others as
+    an error); a split without rows keeps one empty file, so every split has a file.
+    ``written`` must hold every split of every shard ``0 .. shards - 1`` (a shard that did not
+    report is an error, never a smaller export). Then no other data file, row index or
+    staging folder of the export is left (an earlier build's ``train.jsonl``, or its
+    ``train-00006-of-00007.jsonl`` when there are now 4 files).
+    """
+    reported = sorted((shard.split, shard.shard) for shard in written)
+    expected = sorted((split, shard) for split in splits for shard in range(shards))
+    if reported != expected:
+        raise ValueError(f"cannot commit {name}: the shards written ({reported}) are not every split of "
+                         f"shards 0-{shards - 1} ({expected})")
+    files: dict[str, dict[str, Any]] = {}
+    indexes = set()
+    for split in splits:
+        of_split = sorted((shard for shard in written if shard.split == split), key=lambda shard: shard.shard)
+        kept = [shard for shard in of_split if shard.rows] or of_split[:1]
+        for number, shard in enumerate(kept):
+            file_name = layout.split_file_name(split, number, len(kept), file_format)
+            store.move(shard.staged, layout.export_split_file(name, file_name))
+            if shard.index is not None:
+                store.move(shard.index, layout.export_row_index(name, file_name))
+                indexes.add(layout.export_row_index(name, file_name))
+            files[file_name] = {"split": split, "shard": shard.shard, "sha256": shard.sha256, "bytes": shard.bytes,
+                                "rows": shard.rows}
+    _remove_other_files(store, layout.export_folder(name), _split_file_pattern(splits), set(files))
+    _remove_other_files(store, layout.export_row_indexes(name), re.compile(".*"),
+                        {index.rsplit("/", 1)[1] for index in indexes})
+    discard_shards(store, written)  # what is left of them: the shards without rows
+    return files
+
+
+def discard_shards(store: Storage, written: list[WrittenShard]) -> None:
+    """Removes the staging folders the shards were written to, with whatever they still hold."""
+    for folder in sorted({posixpath.dirname(shard.staged) for shard in written}):
+        store.remove_folder(folder)
+
+
+def _split_file_pattern(splits: tuple[str, ...]) -> re.Pattern:
+    """The names a data file of these splits has had: ``train.jsonl`` before shards, then
+    ``train-00000-of-00004.parquet`` (either format: an export may change it)."""
+    names = "|".join(re.escape(split) for split in splits)
+    return re.compile(rf"(?:{names})(?:-\d{{5}}-of-\d{{5}})?\.(?:jsonl|parquet)")
+
+
+def _remove_other_files(store: Storage, folder: str, pattern: re.Pattern, kept: set[str]) -> None:
+    for file_name in store.file_names(folder):
+        if pattern.fullmatch(file_name) and file_name not in kept:
+            store.remove(f"{folder}/{file_name}")
+
+
+class StagedExport:
+    """One export's split files, written chunk by chunk, shard by shard, in one process.
+
+    It wraps what a sharded build spreads over processes: a :class:`ShardWriter` per shard
+    (writes to shard k finish the shards before it: one shard's files are open at a time, so
+    shards are written in order), then :func:`commit_shards`. Nothing is visible until
+    :meth:`commit`; :meth:`discard` leaves the previous export untouched (a failed check
+    writes nothing). A JSON-lines export given ``index_fields`` also writes each file's row index.
+    """
+
+    def __init__(self, store: Storage, name: str, splits: tuple[str, ...], file_format: str,
+                 arrow_schema: pa.Schema, index_fields: Collection[str] = (), shards: int = 1) -> None:
+        self.store, self.name, self.splits, self.file_format = store, name, splits, file_format
+        self.arrow_schema, self.index_fields, self.shards = arrow_schema, index_fields, shards
+        self.run = uuid.uuid4().hex
+        self.writer: ShardWriter | None = None
+        self.written: list[WrittenShard] = []
+        self.rows = {split: 0 for split in splits}
+        self._open(0)  # at once: a storage that cannot be written fails before any row is rendered
+
+    def _open(self, shard: int) -> ShardWriter:
+        self.writer = ShardWriter(self.store, self.name, self.splits, self.file_format, self.arrow_schema,
+                                  self.index_fields, shard, self.run)
+        return self.writer
+
+    def _writer(self, shard: int) -> ShardWriter:
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"{self.name} has shards 0-{self.shards - 1}, not {shard}")
+        if self.writer is not None and self.writer.shard == shard:
+            return self.writer
+        if shard < (self.writer.shard if self.writer else self.shards):
+            raise ValueError(f"shard {shard} of {self.name} was finished: shards are written in order")
+        self._finish_open_shard()
+        while (len(self.written) // len(self.splits)) < shard:  # shards with no rows still have their files
+            self._open(len(self.written) // len(self.splits))
+            self._finish_open_shard()
+        return self._open(shard)
+
+    def _finish_open_shard(self) -> None:
+        if self.writer is not None:
+            self.written += self.writer.finish()
+            self.writer = None
+
+    def write(self, split: str, records: list[dict[str, Any]], shard: int = 0) -> list[int] | None:
+        """Appends ``records`` to shard ``shard`` of the split; returns each JSON line's length
+        in characters (None for Parquet, which has no lines)."""
+        chars = self._writer(shard).write(split, records)
+        self.rows[split] += len(records)
+        return chars
+
+    def commit(self) -> dict[str, dict]:
+        """Puts every shard's files in place (``commit_shards``); returns the manifest's ``files``."""
+        try:
+            self._writer(self.shards - 1)
+            self._finish_open_shard()
+        except BaseException:
+            self.discard()
+            raise
+        files = commit_shards(self.store, self.name, self.splits, self.file_format, self.shards, self.written)
+        self.store.remove_folder(layout.staging_run(self.run))  # its own run: nothing else is in it
+        return files
+
+    def discard(self) -> None:
+        if self.writer is not None:
+            self.writer.discard()
+            self.writer = None
+        self.store.remove_folder(layout.staging_run(self.run))

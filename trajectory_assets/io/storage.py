@@ -102,6 +102,32 @@ class Storage:
         if not self._local:
             self.fs.invalidate_cache(self.path(relative))
 
+    def move(self, source: str, destination: str) -> None:
+        """Put a stored file under another name, replacing what is there: a rename on a local
+        disk, a server-side copy then a delete on an object store (no bytes pass through here).
+        So a file written by one process can be put in place by another."""
+        try:
+            self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
+            self.fs.mv(self.path(source), self.path(destination))
+        except FileNotFoundError:
+            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be moved") from None
+        except OSError as error:
+            raise StorageError(f"cannot move {self.uri(source)} to {self.uri(destination)}: {error}") from error
+        if not self._local:
+            self.fs.invalidate_cache(self.path(source))
+            self.fs.invalidate_cache(self.path(destination))
+
+    def file_names(self, folder: str) -> list[str]:
+        """The names of the files directly in a stored folder, sorted (none when it is absent)."""
+        path = self.path(folder)
+        if not self._local:  # another process may have written since this one listed it
+            self.fs.invalidate_cache(path)
+        try:
+            listing = self.fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(posixpath.basename(entry["name"].rstrip("/")) for entry in listing if entry["type"] == "file")
+
     def total_size(self, relatives: list[str]) -> int:
         """The bytes of those of the stored files that exist (one listing per folder)."""
         by_folder: dict[str, set[str]] = {}

@@ -42,7 +42,7 @@ MAIN_PLOTS = ("rewards", "pass_rate", "lengths", "tools")
 
 
 class ExportRows(Protocol):
-    """One export's rows: (split, position in the split's file, row)."""
+    """One export's rows: (split, position in the split (its files one after the other), row)."""
 
     whole_rows: bool  # scan() gives every field of a row (JSON lines are parsed whole anyway)
 

@@ -152,7 +152,7 @@ class Source:
 class Sample:
     export: str
     split: str
-    position: int  # 0-based row number within the split's file
+    position: int  # 0-based row number within the split (its files' rows one after the other)
     shape: str
     facts: list[tuple[str, str]]  # the row's scalar fields
     sources: list[Source]

@@ -1,0 +1,182 @@
+"""A split written as shard files: Hub names counting the shards with rows, one empty file
+for a split without rows, every shard's files committed by whichever process holds their
+records, nothing of an earlier build left, and the files read back as one split."""
+
+import hashlib
+import multiprocessing
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from trajectory_assets.exports.registry import EXPORTS_BY_NAME
+from trajectory_assets.io.export_files import (
+    ShardWriter,
+    StagedExport,
+    StoredExport,
+    WrittenShard,
+    commit_shards,
+)
+from trajectory_assets.io.storage import Storage
+
+SPLITS = ("train", "validation")
+SFT_SCHEMA = EXPORTS_BY_NAME["sft"].arrow_schema
+INDEX_FIELDS = ("trajectory_id",)
+
+
+def sft_row(name: str) -> dict:
+    return {"messages": [{"role": "user", "content": name}], "trajectory_id": name, "task_key": "k"}
+
+
+def rows_named(*names: str) -> list[dict]:
+    return [sft_row(name) for name in names]
+
+
+# shard -> split -> rows: train has rows in shards 0 and 2 only, validation in shard 1 only
+SHARDED = {0: {"train": rows_named("a0", "a1")}, 1: {"validation": rows_named("v0")},
+           2: {"train": rows_named("c0", "c1", "c2")}}
+
+
+def staged(store: Storage, rows_by_shard: dict, file_format: str = "jsonl", name: str = "sft",
+           shards: int = 3) -> dict:
+    export = StagedExport(store, name, SPLITS, file_format, EXPORTS_BY_NAME[name].arrow_schema, INDEX_FIELDS,
+                          shards=shards)
+    for shard, by_split in sorted(rows_by_shard.items()):
+        for split, records in by_split.items():
+            export.write(split, records, shard=shard)
+    return {"format": file_format, "files": export.commit()}
+
+
+def export_files(tmp_path, name: str = "sft") -> list[str]:
+    return sorted(path.name for path in (tmp_path / "exports" / name).iterdir())
+
+
+def test_each_split_is_its_shards_with_rows_in_order_named_as_the_hub_names_them(tmp_path):
+    manifest = staged(Storage(str(tmp_path)), SHARDED)
+    assert export_files(tmp_path) == ["train-00000-of-00002.jsonl", "train-00001-of-00002.jsonl",
+                                      "validation-00000-of-00001.jsonl"]
+    assert [(name, described["split"], described["shard"], described["rows"])
+            for name, described in manifest["files"].items()] == [
+        ("train-00000-of-00002.jsonl", "train", 0, 2), ("train-00001-of-00002.jsonl", "train", 2, 3),
+        ("validation-00000-of-00001.jsonl", "validation", 1, 1)]
+    # the manifest's hashes and sizes are the files' own
+    for name, described in manifest["files"].items():
+        data = (tmp_path / "exports" / "sft" / name).read_bytes()
+        assert described["sha256"] == hashlib.sha256(data).hexdigest() and described["bytes"] == len(data)
+    # one row index per data file, named after it
+    assert sorted(path.name for path in (tmp_path / "indexes" / "sft").iterdir()) == [
+        "train-00000-of-00002.parquet", "train-00001-of-00002.parquet", "validation-00000-of-00001.parquet"]
+    assert not [path for path in (tmp_path / "staging").rglob("*") if path.is_file()]
+
+
+@pytest.mark.parametrize("file_format", ["jsonl", "parquet"])
+def test_a_split_without_rows_keeps_one_valid_empty_file(tmp_path, file_format):
+    name = "sft" if file_format == "jsonl" else "trl_sft"
+    manifest = staged(Storage(str(tmp_path)), {1: {"train": rows_named("t0")}}, file_format, name)
+    assert export_files(tmp_path, name) == [f"train-00000-of-00001.{file_format}",
+                                            f"validation-00000-of-00001.{file_format}"]
+    empty = tmp_path / "exports" / name / f"validation-00000-of-00001.{file_format}"
+    assert manifest["files"][empty.name] == {"split": "validation", "shard": 0, "rows": 0, "bytes": empty.stat().st_size,
+                                             "sha256": hashlib.sha256(empty.read_bytes()).hexdigest()}
+    if file_format == "parquet":  # a footer with the schema: readers still get the columns
+        assert pq.read_table(empty).schema.names == EXPORTS_BY_NAME[name].arrow_schema.names
+    else:
+        assert empty.read_bytes() == b""
+
+
+def test_a_commit_leaves_nothing_of_an_earlier_build(tmp_path):
+    store = Storage(str(tmp_path))
+    folder, indexes = tmp_path / "exports" / "sft", tmp_path / "indexes" / "sft"
+    folder.mkdir(parents=True)
+    indexes.mkdir(parents=True)
+    # a build before shards, one of seven shards, and a build that died in its staging folder
+    earlier = ["train.jsonl", "validation.jsonl", "train.parquet",
+               *(f"train-{i:05d}-of-00007.jsonl" for i in range(7))]
+    for name in earlier:
+        (folder / name).write_bytes(b'{"old": 1}\n')
+        (indexes / f"{name.rsplit('.', 1)[0]}.parquet").write_bytes(b"old index")
+    (tmp_path / "staging" / "sft" / "dead-run").mkdir(parents=True)
+    (tmp_path / "staging" / "sft" / "dead-run" / "train-00000.jsonl").write_bytes(b"half")
+    # what is not a data file of a split stays: the merge step writes the card and manifest after
+    for kept in ("README.md", "manifest.json", "dataset_info.json"):
+        (folder / kept).write_bytes(b"kept")
+    staged(store, SHARDED)
+    assert export_files(tmp_path) == ["README.md", "dataset_info.json", "manifest.json", "train-00000-of-00002.jsonl",
+                                      "train-00001-of-00002.jsonl", "validation-00000-of-00001.jsonl"]
+    assert sorted(path.name for path in indexes.iterdir()) == [
+        "train-00000-of-00002.parquet", "train-00001-of-00002.parquet", "validation-00000-of-00001.parquet"]
+    assert not [path for path in (tmp_path / "staging").rglob("*") if path.is_file()]
+    # a build with fewer files then leaves none of the more files before
+    staged(store, {0: {"train": rows_named("only"), "validation": rows_named("v")}}, shards=1)
+    assert export_files(tmp_path)[3:] == ["train-00000-of-00001.jsonl", "validation-00000-of-00001.jsonl"]
+
+
+def write_shard(root: str, shard: int, run: str) -> list[dict]:
+    """One shard written by a process of its own; what it hands the committing process (JSON)."""
+    writer = ShardWriter(Storage(root), "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, shard, run)
+    for split, records in SHARDED.get(shard, {}).items():
+        writer.write(split, records)
+    return [orjson.loads(orjson.dumps(written.to_json())) for written in writer.finish()]
+
+
+def test_shards_written_by_separate_processes_are_committed_by_another(tmp_path):
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        reported = pool.starmap(write_shard, [(str(tmp_path), shard, "run-1") for shard in (2, 0, 1)])
+    written = [WrittenShard.from_json(record) for records in reported for record in records]
+    assert not (tmp_path / "exports" / "sft").exists()  # nothing is visible before the commit
+    files = commit_shards(Storage(str(tmp_path)), "sft", SPLITS, "jsonl", 3, written)
+    single_process = tmp_path / "single"
+    assert files == staged(Storage(str(single_process)), SHARDED)["files"]
+    for name in files:
+        assert (tmp_path / "exports" / "sft" / name).read_bytes() == (single_process / "exports" / "sft" / name).read_bytes()
+    assert StoredExport(Storage(str(tmp_path)), "sft", {"format": "jsonl", "files": files}).indexed
+
+
+def test_a_commit_missing_a_shard_is_an_error_and_changes_nothing(tmp_path):
+    store = Storage(str(tmp_path))
+    before = staged(store, SHARDED)
+    written = [WrittenShard.from_json(record) for shard in (0, 2) for record in write_shard(str(tmp_path), shard, "r")]
+    with pytest.raises(ValueError, match="not every split of shards 0-2"):
+        commit_shards(store, "sft", SPLITS, "jsonl", 3, written)
+    assert export_files(tmp_path) == list(before["files"])
+
+
+def test_a_discard_leaves_the_previous_export_as_it_was(tmp_path):
+    store = Storage(str(tmp_path))
+    before = staged(store, SHARDED)
+    contents = {name: (tmp_path / "exports" / "sft" / name).read_bytes() for name in before["files"]}
+    export = StagedExport(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, shards=2)
+    export.write("train", rows_named("new"), shard=0)
+    export.write("train", rows_named("newer"), shard=1)  # shard 0 is then whole in the staging folder
+    export.discard()
+    assert {name: (tmp_path / "exports" / "sft" / name).read_bytes() for name in export_files(tmp_path)} == contents
+    assert not [path for path in (tmp_path / "staging").rglob("*") if path.is_file()]
+
+
+def test_shards_are_written_in_order(tmp_path):
+    export = StagedExport(Storage(str(tmp_path)), "sft", SPLITS, "jsonl", SFT_SCHEMA, shards=3)
+    export.write("train", rows_named("b"), shard=1)
+    with pytest.raises(ValueError, match="shard 0 of sft was finished"):
+        export.write("train", rows_named("a"), shard=0)
+    with pytest.raises(ValueError, match="has shards 0-2, not 3"):
+        export.write("train", rows_named("d"), shard=3)
+    export.discard()
+
+
+@pytest.mark.parametrize("file_format, indexed", [("jsonl", True), ("jsonl", False), ("parquet", False)])
+def test_a_split_of_several_files_reads_as_one(tmp_path, file_format, indexed):
+    name = "sft" if file_format == "jsonl" else "trl_sft"
+    store = Storage(str(tmp_path))
+    manifest = staged(store, SHARDED, file_format, name)
+    if file_format == "jsonl" and not indexed:
+        for index in (tmp_path / "indexes" / name).iterdir():
+            index.unlink()
+    export = StoredExport(store, name, manifest)
+    assert export.indexed == indexed
+    scanned = [(split, position, row["trajectory_id"]) for split, position, row in export.scan(("trajectory_id",))]
+    assert scanned == [("train", 0, "a0"), ("train", 1, "a1"), ("train", 2, "c0"), ("train", 3, "c1"),
+                       ("train", 4, "c2"), ("validation", 0, "v0")]
+    # positions across the files: the second file's rows follow the first's
+    picked = [(split, position, row["trajectory_id"]) for split, position, row in
+              export.rows_at({"train": {1, 2, 4, 99}, "validation": {0}})]
+    assert picked == [("train", 1, "a1"), ("train", 2, "c0"), ("train", 4, "c2"), ("validation", 0, "v0")]
