@@ -25,7 +25,9 @@ from trajectory_assets.exports.families.frames import (
 )
 from trajectory_assets.exports.registry import family_exports
 from trajectory_assets.exports.token_budget import TokenBudget
-from trajectory_assets.exports.writer import Written, write_family
+from trajectory_assets.exports.registry import EXPORTS
+from trajectory_assets.exports.shard_phase import write_exports
+from trajectory_assets.exports.writer import Written
 from trajectory_assets.io.storage import Storage
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
@@ -283,15 +285,16 @@ def test_every_export_has_the_same_rows_in_the_same_order_for_1_2_and_7_shards(t
             update={"target_trajectories": target})})
         folder = tmp_path / f"{shards}_shards"
         table = CountingTable(frame)
-        for family in FAMILIES:
-            section = getattr(sharded, family)
-            budget = TokenBudget(counter, section.max_tokens, section.over_token_budget == "truncate")
-            outcomes = list(write_family(Storage(str(folder)), family, family_exports(family), table, sharded,
-                                         budget, [], [], {export.name: "test" for export in family_exports(family)}))
-            assert all(isinstance(outcome, Written) for outcome in outcomes), [o.failed for o in outcomes
-                                                                              if not isinstance(o, Written)]
-        ranges_read = {buckets for _, buckets in table.scans if buckets is not None}
-        assert len(ranges_read) == (0 if shards == 1 else shards)  # one shard reads the whole table, no range
+        budgets = {family: TokenBudget(counter, getattr(sharded, family).max_tokens,
+                                       getattr(sharded, family).over_token_budget == "truncate") for family in FAMILIES}
+        outcomes = list(write_exports(Storage(str(folder)), table, {}, sharded, list(EXPORTS),
+                                      {export.name: "test" for export in EXPORTS}, budgets))
+        assert all(isinstance(outcome, Written) for outcome in outcomes), [o.failed for o in outcomes
+                                                                          if not isinstance(o, Written)]
+        ranges_read = [buckets for _, buckets in table.scans if buckets is not None]
+        # each shard's range read once, for every family at once (one shard reads the whole table, no range)
+        assert len(ranges_read) == len(set(ranges_read)) == (0 if shards == 1 else shards)
+        assert not list((folder / "staging").glob("*"))  # the run's staging folder is gone
         outputs[shards] = {export.name: read_back(folder, export)
                            for family in FAMILIES for export in family_exports(family)}
     assert outputs[2] == outputs[1]

@@ -81,6 +81,9 @@ class DatasetStorage(Storage):
     def file_names(self, folder: str) -> list[str]:
         return self._store_for(folder).file_names(folder)
 
+    def folder_names(self, folder: str) -> list[str]:
+        return self._store_for(folder).folder_names(folder)
+
     def total_size(self, relatives: list[str]) -> int:
         by_store: dict[int, tuple[Storage, list[str]]] = {}
         for relative in relatives:

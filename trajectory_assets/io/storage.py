@@ -119,6 +119,13 @@ class Storage:
 
     def file_names(self, folder: str) -> list[str]:
         """The names of the files directly in a stored folder, sorted (none when it is absent)."""
+        return self._names(folder, "file")
+
+    def folder_names(self, folder: str) -> list[str]:
+        """The names of the folders directly in a stored folder, sorted (none when it is absent)."""
+        return self._names(folder, "directory")
+
+    def _names(self, folder: str, kind: str) -> list[str]:
         path = self.path(folder)
         if not self._local:  # another process may have written since this one listed it
             self.fs.invalidate_cache(path)
@@ -126,7 +133,7 @@ class Storage:
             listing = self.fs.ls(path, detail=True)
         except FileNotFoundError:
             return []
-        return sorted(posixpath.basename(entry["name"].rstrip("/")) for entry in listing if entry["type"] == "file")
+        return sorted(posixpath.basename(entry["name"].rstrip("/")) for entry in listing if entry["type"] == kind)
 
     def total_size(self, relatives: list[str]) -> int:
         """The bytes of those of the stored files that exist (one listing per folder)."""
