@@ -117,6 +117,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import ingest_batches
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
+    from trajectory_assets.defs.staging import StagingValues
 
     sft = EXPORTS_BY_NAME["sft"]
 
@@ -131,6 +132,7 @@ def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
         "sources": RolloutSources(paths=[str(SAMPLE)]),
         "storage": TrajectoryStorage(root=str(tmp_path)),
         "settings": PipelineSettings(),
+        "staging": StagingValues(root=str(tmp_path)),
     }
     with dg.instance_for_test() as instance:
         (source, *_) = discover([str(SAMPLE)], INPUTS_SUFFIXES)
@@ -161,13 +163,15 @@ def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, 
     from trajectory_assets.exports.families import frames
     from trajectory_assets.defs.ingest import ingest_batches
     from trajectory_assets.defs.resources import PipelineSettings, RolloutSources, TrajectoryStorage
+    from trajectory_assets.defs.staging import StagingValues
     from trajectory_assets.io import trajectory_table
 
     splits = itertools.cycle(frames.SPLITS)
     monkeypatch.setattr(frames, "split_of", lambda prompt_key, config: next(splits))
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 1)
+    monkeypatch.setattr(frames, "CHUNK_ROWS", 1)  # a unit per rendered chunk too
     resources = {"sources": RolloutSources(paths=[str(SAMPLE)]), "storage": TrajectoryStorage(root=str(tmp_path)),
-                 "settings": PipelineSettings()}
+                 "settings": PipelineSettings(), "staging": StagingValues(root=str(tmp_path))}
     sft = export_defs.build_export_assets([EXPORTS_BY_NAME["sft"]])
     with dg.instance_for_test() as instance:
         keys = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})

@@ -56,7 +56,9 @@ class ShardTask:
 
     @classmethod
     def from_json(cls, value: dict) -> "ShardTask":
-        return cls(**{**value, "buckets": tuple(value["buckets"]), "families": tuple(value["families"])})
+        """The task of a JSON value (a shard step's output adds its rows per export: not the task's)."""
+        known = {name: value[name] for name in cls.__dataclass_fields__}
+        return cls(**{**known, "buckets": tuple(known["buckets"]), "families": tuple(known["families"])})
 
 
 def plan_exports(store: Storage, table: TrajectoryTable, batches: dict[str, str], config: PipelineConfig,
