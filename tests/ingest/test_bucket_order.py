@@ -75,17 +75,19 @@ def test_row_groups_hold_whole_buckets_and_are_cut_only_where_the_next_bucket_wo
     assert [(s.min, s.max) for s in statistics] == [(group[0], group[-1]) for group in groups]
 
 
-def test_a_bucket_larger_than_a_row_group_gets_groups_of_its_own(tmp_path, monkeypatch):
+def test_a_bucket_larger_than_a_row_group_is_cut_into_full_groups_of_it_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(bucket_order, "ROW_GROUP_ROWS", 4)
-    big = [make_rollout(request_input="the popular prompt", reward=index / 10) for index in range(10)]
-    _, parquet = ingested(tmp_path, [*big[:5], make_rollout(request_input="another"), *big[5:]])
+    popular = [make_rollout(request_input="the popular prompt", reward=index / 10) for index in range(10)]
+    others = [make_rollout(request_input=f"another {index}") for index in range(6)]
+    _, parquet = ingested(tmp_path, [*popular[:5], *others, *popular[5:]])
     groups = group_buckets(parquet)
-    buckets = [bucket for group in groups for bucket in group]
-    popular = max(set(buckets), key=buckets.count)
-    alone = [group for group in groups if popular in group]
-    assert [len(group) for group in alone] == [4, 4, 2] and all(set(group) == {popular} for group in alone)
-    lines = parquet.read(columns=["source_line", "bucket"]).to_pandas()
-    assert lines[lines["bucket"] == popular]["source_line"].tolist() == [1, 2, 3, 4, 5, 7, 8, 9, 10, 11]
+    lines = parquet.read(columns=["source_line", "bucket", "prompt_key"]).to_pandas()
+    bucket = int(lines[lines["source_line"] == 1]["bucket"].iloc[0])
+    holding = [group for group in groups if bucket in group]
+    # two full groups of it alone, then its last two rows (which the next buckets may join)
+    assert [group for group in holding[:2]] == [[bucket] * 4] * 2 and holding[2].count(bucket) == 2
+    assert all(len(group) <= 4 for group in groups)
+    assert lines[lines["bucket"] == bucket]["source_line"].tolist() == [1, 2, 3, 4, 5, 12, 13, 14, 15, 16]
 
 
 def ordered_by_budget(tmp_path, blocks: Iterable[pa.Table], budget: int) -> pq.ParquetFile:
