@@ -41,7 +41,7 @@ SORT_IN_MEMORY_BYTES = 16 << 20
 # temporary files one range is spilled into: 32 ranges of 32 buckets, then single buckets
 SPILL_FANOUT = 32
 # uncompressed: the spill is read back once, soon, and takes the batch's Arrow size on disk
-# for that while; lz4 cost 0.2 s more CPU on that batch (zstd 0.5 s) and 50 MiB more RSS
+# for that while; lz4 cost 0.2 s more CPU and 50 MiB more RSS on that batch
 _SPILL_OPTIONS = pa.ipc.IpcWriteOptions(compression=None)
 
 
