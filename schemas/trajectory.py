@@ -7,6 +7,9 @@ from schemas.validation import ArrowString
 from schemas.shapes import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN
 
 HEX_ID = r"^[0-9a-f]{24,64}$"
+# trajectory_assets.buckets.BUCKETS: the contracts import nothing of the package, so the count
+# is repeated here and tests/schemas/test_contracts.py keeps the two equal
+BUCKETS = 1024
 
 
 class TrajectorySchema(pandera.DataFrameModel):
@@ -22,6 +25,10 @@ class TrajectorySchema(pandera.DataFrameModel):
         str_matches=HEX_ID, description="the task: _ng_task_index scoped to its file, else the prompt_key")
     prompt_key: Series[ArrowString] = pandera.Field(
         str_matches=HEX_ID, description="SHA-256 of the converted prompt and tools: what the split is decided on")
+    # that it is the bucket of the row's own prompt_key is the converter's rule
+    # (ingest/conversion.py), tested there: the hash lives in the package, not in a contract
+    bucket: Series[pandera.Int16] = pandera.Field(
+        ge=0, lt=BUCKETS, description="the prompt's bucket (a hash of prompt_key): the export shard the row is in")
     reward: Series[float] = pandera.Field(nullable=True, description="the verifier's reward (null: none recorded)")
     completed: Series[bool] = pandera.Field(description="whether the response finished (status completed)")
     mask_sample: Series[bool] = pandera.Field(description="NeMo Gym's mask_sample: not to be trained on")

@@ -4,6 +4,8 @@ import pytest
 
 from tests.conftest import make_rollout, write_jsonl
 from trajectory_assets import layout
+from trajectory_assets.ingest import bucket_order
+from trajectory_assets.ingest.bucket_order import bucket_ordered
 from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.source_files import discover
@@ -13,8 +15,11 @@ from trajectory_assets.io.trajectory_table import StoredTrajectories, _groups_ho
 
 
 def ingest_batch(store, key, source):
-    with store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as writer:
-        ingest(discover([str(source)], INPUTS_SUFFIXES), writer.write_table, lambda rows: None, batch_rows=2)
+    """The batch's trajectories stored as ingest stores them (ordered by bucket), converted in
+    blocks of two rows."""
+    with (store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as writer,
+          bucket_ordered(writer) as write):
+        ingest(discover([str(source)], INPUTS_SUFFIXES), write, lambda rows: None, batch_rows=2)
     store.write_bytes(layout.batch_summary(key), b"{}")
 
 
@@ -56,17 +61,19 @@ def test_a_record_found_twice_is_read_once_where_it_first_appears(tmp_path):
     assert chunk["trajectory_id"].tolist() == ids[:2] and chunk["source_line"].tolist() == [1, 2]
 
 
-def test_a_scan_for_a_few_ids_reads_only_the_row_groups_holding_them(tmp_path):
+def test_a_scan_for_a_few_ids_reads_only_the_row_groups_holding_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(bucket_order, "ROW_GROUP_ROWS", 2)
     store = Storage(str(tmp_path / "out"))
     ingest_batch(store, "a", write_jsonl(tmp_path / "a.jsonl", [make_rollout(request_input=f"a{i}") for i in range(6)]))
     table = StoredTrajectories(store, ["a"])
-    ids = [i for c in table.scan(["trajectory_id"]) for i in c["trajectory_id"]]
+    (stored,) = table.scan(["trajectory_id", "source_line"])
+    ids = stored["trajectory_id"].tolist()
     with store.open_read(layout.batch_trajectories("a")) as handle:
         parquet = pq.ParquetFile(handle)
-        assert parquet.metadata.num_row_groups == 3  # ingest wrote two rows at a time
+        assert parquet.metadata.num_row_groups == 3  # six prompts' buckets, two rows a group
         assert _groups_holding(parquet, pa.array([ids[4]])) == [2]
         assert _groups_holding(parquet, pa.array(["not stored"])) == []
-    assert [c["source_line"].tolist() for c in table.scan(["source_line"], ids={ids[4]})] == [[5]]
+    assert [c["source_line"].tolist() for c in table.scan(["source_line"], ids={ids[4]})] == [[stored["source_line"][4]]]
     assert [c["source_line"].tolist() for c in table.scan(["source_line"], ids={"not stored"})] == [[]]
 
 

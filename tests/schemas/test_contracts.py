@@ -9,9 +9,11 @@ from schemas.dpo import DpoSchema
 from schemas.grpo import GrpoSchema
 from schemas.quarantine import QuarantineSchema
 from schemas.sft import SftSchema
+from schemas.trajectory import BUCKETS as CONTRACT_BUCKETS
 from schemas.trajectory import TrajectorySchema
 from schemas.validation import ARROW_STRING, cast_columns, contract_frame, declared_dtypes, validate
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from trajectory_assets.buckets import BUCKETS, bucket_of
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
 from trajectory_assets.exports.registry import build
 
@@ -47,11 +49,27 @@ def test_trajectory_contract_accepts_converted_rows(trajectories):
         ("source_line", 0, "greater_than_or_equal_to"),
         ("messages", "{}", "str_startswith"),
         ("source_format", "CSV files", "str_matches"),
+        ("bucket", -1, "greater_than_or_equal_to"),
+        ("bucket", BUCKETS, "less_than"),
     ],
 )
 def test_trajectory_contract_rejects(trajectories, column, value, check):
     trajectories.loc[0, column] = value
     assert check in failed_checks(TrajectorySchema, trajectories)
+
+
+def test_the_contract_bounds_buckets_by_the_package_count_and_ingest_puts_each_row_in_its_prompts():
+    """The contracts import nothing of the package, so they repeat the bucket count; the
+    rule itself (the prompt_key's hash) stays in the package, which fills the column."""
+    assert TrajectorySchema.to_schema().columns["bucket"].checks[1].statistics == {"max_value": BUCKETS}
+    assert CONTRACT_BUCKETS == BUCKETS
+    rows = trajectory_frame([make_rollout(request_input=f"prompt {index}") for index in range(5)])
+    assert rows["bucket"].tolist() == [bucket_of(key) for key in rows["prompt_key"]]
+
+
+def test_a_bucket_of_another_integer_type_is_reported(trajectories):
+    trajectories["bucket"] = trajectories["bucket"].astype("int64")
+    assert "bucket:dtype" in failed_checks(TrajectorySchema, trajectories)
 
 
 def test_ingest_checks_arrow_backed_strings_and_a_wrong_type_is_still_reported(trajectories):

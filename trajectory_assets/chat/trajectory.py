@@ -69,6 +69,9 @@ TRAJECTORY_ARROW_SCHEMA = pa.schema(
         ("source_line", pa.int64()),
         ("task_key", pa.string()),
         ("prompt_key", pa.string()),
+        # buckets.bucket_of(prompt_key): the export shard a row belongs to; a batch's rows are
+        # stored ordered by it (ingest/bucket_order.py)
+        ("bucket", pa.int16()),
         ("task_index", pa.int64()),
         ("rollout_index", pa.int64()),
         ("rollout_id", pa.string()),

@@ -24,6 +24,7 @@ from schemas.validation import ContractResult, cast_columns, declared_dtypes, va
 from trajectory_assets import layout
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.config import PipelineConfig
+from trajectory_assets.ingest.bucket_order import bucket_ordered
 from trajectory_assets.ingest.conversion import QUARANTINE_FIELDS, ingest
 from trajectory_assets.ingest.tool_use import ToolUseRecorder
 from trajectory_assets.io.source_files import SourceFile, describe_batch, source_fingerprint, source_from_record
@@ -74,6 +75,8 @@ def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequen
     store.remove(layout.batch_decontamination_before_sets(key))
     with (
         store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
+        # the rows are stored ordered by bucket (written when ingest has handed them all over)
+        bucket_ordered(parquet) as write_trajectories,
         store.open_write(layout.batch_quarantine(key)) as quarantine,
     ):
         def write_rejections(rows):
@@ -89,7 +92,7 @@ def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequen
             for recorder in flags:
                 recorder.add(trajectory_id, trajectory)
 
-        summary = ingest([source], parquet.write_table, write_rejections, redactor=redactor,
+        summary = ingest([source], write_trajectories, write_rejections, redactor=redactor,
                          options=config.conversion, on_trajectory=on_trajectory)
     for recorder in flags:
         store.write_bytes(layout.batch_decontamination(key, recorder.fingerprint), orjson.dumps(recorder.result()))

@@ -26,6 +26,7 @@ from trajectory_assets.chat.messages import (
     unanswered_tool_calls,
 )
 from schemas.shapes import role_shape
+from trajectory_assets.buckets import bucket_of
 from trajectory_assets.config import ConversionConfig
 from trajectory_assets.jsonutil import dumps, loads, sha256_hex
 from trajectory_assets.sources import convert_record, inputs_file_named
@@ -50,6 +51,8 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
     tools_json = _dumps_or_none(trajectory.tools)
     agent_ref = trajectory.metadata.pop("agent_ref", None)
     tool_results, tool_errors = tool_result_counts(trajectory.messages)
+    # what the split is by: a task index only means something inside one collection
+    key = prompt_key(trajectory.messages[: trajectory.prompt_length], trajectory.tools)
     return {
         "trajectory_id": trajectory_id,
         "source_format": trajectory.source_format,
@@ -57,8 +60,8 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "source_id": source.source_id,
         "source_line": line,
         "task_key": trajectory.task_key,
-        # what the split is by: a task index only means something inside one collection
-        "prompt_key": prompt_key(trajectory.messages[: trajectory.prompt_length], trajectory.tools),
+        "prompt_key": key,
+        "bucket": bucket_of(key),
         "task_index": trajectory.task_index,
         "rollout_index": trajectory.rollout_index,
         "rollout_id": trajectory.rollout_id,

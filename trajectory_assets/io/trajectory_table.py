@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajectory_assets import layout
+from trajectory_assets.buckets import buckets_of
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 
@@ -98,12 +99,17 @@ class StoredTrajectories:
         """A batch's tool use, counted by reading it, kept for the next reports."""
         self.store.write_bytes(layout.batch_tool_use(key), orjson.dumps(record))
 
-    def scan(self, columns: list[str], ids: set[str] | None = None) -> Iterator[pd.DataFrame]:
+    def scan(self, columns: list[str], ids: set[str] | None = None,
+             buckets: tuple[int, int] | None = None) -> Iterator[pd.DataFrame]:
+        """The stored rows' ``columns``, in chunks, in batch order then stored order, each
+        trajectory_id once (its first occurrence). ``ids``: only those trajectories.
+        ``buckets``: ``(first, stop)``, only the rows with ``first <= bucket < stop`` (an
+        export shard), reading only the row groups whose buckets overlap it."""
         wanted = pa.array(sorted(ids), type=pa.string()) if ids is not None else None
         read = columns if "trajectory_id" in columns else ["trajectory_id", *columns]
         seen: set[str] = set()
         produced = False
-        for table in self._tables(read, wanted):
+        for table in self._tables(read, wanted, buckets):
             first = self._first_occurrences(table, seen)
             if first.num_rows:
                 produced = True
@@ -111,17 +117,34 @@ class StoredTrajectories:
         if not produced:  # an empty table still has its columns and types
             yield TRAJECTORY_ARROW_SCHEMA.empty_table().select(columns).to_pandas()
 
-    def _tables(self, columns: list[str], wanted: pa.Array | None) -> Iterator[pa.Table]:
+    def _tables(self, columns: list[str], wanted: pa.Array | None,
+                buckets: tuple[int, int] | None) -> Iterator[pa.Table]:
         for key in self.batches:
             with self.store.open_read(layout.batch_trajectories(key)) as handle:
                 parquet = pq.ParquetFile(handle)
+                # a batch ingested before buckets were stored: computed from its prompt keys
+                stored = "bucket" in parquet.schema_arrow.names
                 groups = _groups_holding(parquet, wanted) if _few(wanted, parquet) else None
+                if buckets is not None and stored:
+                    overlapping = _groups_in_buckets(parquet, buckets)
+                    groups = overlapping if groups is None else [group for group in groups if group in overlapping]
                 if groups == []:
                     continue
-                for batch in parquet.iter_batches(batch_size=self.chunk_rows, row_groups=groups, columns=columns):
+                bucketed = buckets is not None or "bucket" in columns
+                read = [name for name in columns if stored or name != "bucket"]
+                needed = "bucket" if stored else "prompt_key"
+                if bucketed and needed not in read:
+                    read.append(needed)
+                for batch in parquet.iter_batches(batch_size=self.chunk_rows, row_groups=groups, columns=read):
                     table = pa.Table.from_batches([batch])
+                    if bucketed and not stored:
+                        table = table.append_column(
+                            "bucket", pa.array(buckets_of(table["prompt_key"].to_pylist()), pa.int16()))
                     if wanted is not None:
                         table = table.filter(pc.is_in(table["trajectory_id"], value_set=wanted))
+                    if buckets is not None:
+                        table = table.filter(pc.and_(pc.greater_equal(table["bucket"], buckets[0]),
+                                                     pc.less(table["bucket"], buckets[1])))
                     if table.num_rows:
                         yield table
 
@@ -149,3 +172,19 @@ def _groups_holding(parquet: pq.ParquetFile, wanted: pa.Array) -> list[int]:
     return [group for group in range(parquet.metadata.num_row_groups)
             if pc.any(pc.is_in(parquet.read_row_group(group, columns=["trajectory_id"])["trajectory_id"],
                                value_set=wanted)).as_py()]
+
+
+def _groups_in_buckets(parquet: pq.ParquetFile, buckets: tuple[int, int]) -> list[int]:
+    """The row groups of a batch whose buckets (their min/max statistics) overlap ``buckets``,
+    ``(first, stop)``: ingest writes a batch's rows ordered by bucket, in groups cut at bucket
+    changes (``ingest/bucket_order.py``), so a range reads few groups beyond its own rows. A
+    group without statistics is read (and filtered)."""
+    first, stop = buckets
+    metadata = parquet.metadata
+    column = next(index for index in range(metadata.num_columns) if metadata.schema.column(index).path == "bucket")
+    groups = []
+    for group in range(metadata.num_row_groups):
+        statistics = metadata.row_group(group).column(column).statistics
+        if statistics is None or not statistics.has_min_max or (statistics.min < stop and statistics.max >= first):
+            groups.append(group)
+    return groups
