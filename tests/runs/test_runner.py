@@ -152,7 +152,7 @@ def test_a_datasets_step_whose_process_dies_fails_its_run(tmp_path, temporary_in
     env = probe_env(tmp_path / "probe", PROBE_KILL_ON_OPEN="/exports/dpo/", PROBE_KILL_FORKED_ONLY="1")
     code, stderr = finish(cli("--source", str(SAMPLE), "--storage", str(tmp_path / "out"), "--execution", "forked",
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    assert code == 1 and "dpo_exports" in stderr, stderr
+    assert code == 1 and "merge_dpo" in stderr, stderr
     made = runs(temporary_instance)
     datasets_job = AdHocCall.of([SAMPLE], tmp_path / "out").datasets_job
     assert [(run.job_name, run.status) for run in made][-1] == (datasets_job, dg.DagsterRunStatus.FAILURE)

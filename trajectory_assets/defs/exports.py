@@ -62,6 +62,7 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
                  *(resource_key(source, "storage") for source in sources)}
     staging = resource_key(dataset, "staging")
     prefix = f"{dataset}_" if dataset else ""
+    inputs = {f"trajectories_{number}": key for number, key in enumerate(trajectories)}
 
     def selected(context: dg.OpExecutionContext) -> list[Export]:
         return [export for export in exports if keys[export.name] in context.selected_asset_keys]
@@ -70,7 +71,8 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
         return getattr(context.resources, resource_key(dataset, "settings")).load()
 
     @dg.op(name=f"{prefix}plan_exports", out=dg.DynamicOut(dict, io_manager_key=staging),
-           ins={"trajectories": dg.In(dg.Nothing)},
+           # one input per source's trajectories (a fan-in of graph inputs would not subset in Dagster 1.13)
+           ins={name: dg.In(dg.Nothing) for name in inputs},
            required_resource_keys=resources, retry_policy=STORAGE_RETRY, pool=STORAGE_POOL)
     def plan(context: dg.OpExecutionContext) -> Iterator[dg.DynamicOutput]:
         """The decisions over every trajectory (small columns only) and the shards."""
@@ -152,13 +154,12 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
             automation_condition=REBUILD_ON_CHANGED_DATA,
         ) for export in exports},
         # the trajectories are read from the storage by the plan and the shards, not handed over
-        ins={f"trajectories_{number}": dg.AssetIn(key=key, dagster_type=dg.Nothing)
-             for number, key in enumerate(trajectories)},
+        ins={name: dg.AssetIn(key=key, dagster_type=dg.Nothing) for name, key in inputs.items()},
         check_specs=[spec for specs in check_specs.values() for spec in specs],
         can_subset=True,
     )
     def _exports(**trajectory_inputs):
-        shards = plan(trajectories=list(trajectory_inputs.values())).map(render).collect()
+        shards = plan(**trajectory_inputs).map(render).collect()
         outputs = {}
         for export in exports:
             written, *checks = merges[export.name](shards)
