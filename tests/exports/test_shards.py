@@ -307,3 +307,16 @@ def test_every_export_has_the_same_rows_in_the_same_order_for_1_2_and_7_shards(t
         expected |= {"near_duplicate", "over_token_budget", "pair_cap"}
         assert every["sft"][2] > 0  # rows cut to the token budget
     assert expected <= excluded
+
+
+def test_a_frame_table_reads_a_range_and_gives_buckets_as_the_stored_table_does():
+    low, high = prompts_in_bucket_order(2)
+    frame = trajectory_frame([rollout(high, "h", 1.0), rollout(low, "l", 1.0)])
+    low_bucket, high_bucket = sorted(bucket_column(frame).tolist())
+    table = FrameTable(frame)
+    (chunk,) = table.scan(["trajectory_id", "bucket"])
+    assert chunk["bucket"].tolist() == [high_bucket, low_bucket]
+    (chunk,) = table.scan(["trajectory_id"], buckets=(0, high_bucket))
+    assert chunk["trajectory_id"].tolist() == [frame["trajectory_id"][1]]
+    (chunk,) = table.scan(["trajectory_id"], buckets=(high_bucket, BUCKETS))
+    assert chunk["trajectory_id"].tolist() == [frame["trajectory_id"][0]]

@@ -100,17 +100,19 @@ class FrameTable:
     """A TrajectoryTable over one in-memory DataFrame (tests, small data): its rows in frame
     order, each trajectory_id read where it first appears, as the stored table reads a
     record copied into two batches. A frame without a ``bucket`` column has its buckets
-    computed from ``prompt_key``, as the stored table does for a batch written before them."""
+    computed from ``prompt_key`` (for a range, or asked for as a column), as the stored table
+    does for a batch written before them."""
 
     frame: pd.DataFrame
 
     def scan(self, columns: list[str], ids: set[str] | None = None,
              buckets: BucketRange | None = None) -> Iterator[pd.DataFrame]:
         rows = self.frame
+        if buckets is not None or ("bucket" in columns and "bucket" not in rows.columns):
+            rows = rows.assign(bucket=bucket_column(rows))
         if buckets is not None:
             first, stop = buckets
-            in_range = bucket_column(rows)
-            rows = rows.loc[(in_range >= first) & (in_range < stop)]
+            rows = rows.loc[(rows["bucket"] >= first) & (rows["bucket"] < stop)]
         if ids is not None:
             rows = rows.loc[rows["trajectory_id"].isin(ids)]
         yield rows.loc[~rows["trajectory_id"].duplicated(), columns]
