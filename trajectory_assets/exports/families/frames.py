@@ -44,6 +44,7 @@ indices.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ from trajectory_assets.exports.curation import (
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, contaminated_trajectories, reason
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
-from trajectory_assets.io.trajectory_table import CHUNK_ROWS
+from trajectory_assets.io import trajectory_table
 from trajectory_assets.jsonutil import sha256_hex
 
 
@@ -130,7 +131,22 @@ def bucket_column(frame: pd.DataFrame) -> np.ndarray:
 def scan_range(table: TrajectoryTable, columns: list[str], buckets: BucketRange) -> Iterator[pd.DataFrame]:
     """The rows of a bucket range. Every bucket is the whole table: read with no range, which
     a table of batches written before buckets serves without computing any."""
-    return table.scan(columns) if buckets == EVERY_BUCKET else table.scan(columns, buckets=buckets)
+    if buckets == EVERY_BUCKET:
+        return table.scan(columns)
+    if "buckets" not in inspect.signature(table.scan).parameters:
+        return _filtered_range(table, columns, buckets)
+    return table.scan(columns, buckets=buckets)
+
+
+def _filtered_range(table: TrajectoryTable, columns: list[str], buckets: BucketRange) -> Iterator[pd.DataFrame]:
+    """MERGE SEAM (issue 42), to delete with the check above when the `buckets` part lands:
+    until then ``StoredTrajectories.scan`` reads no range, so the whole table is scanned chunk
+    by chunk and the range's rows kept (each shard reads every batch: correct, not fast)."""
+    first, stop = buckets
+    read = columns if "prompt_key" in columns else [*columns, "prompt_key"]
+    for chunk in table.scan(read):
+        bucket = bucket_column(chunk)
+        yield chunk.loc[(bucket >= first) & (bucket < stop), columns]
 
 
 @dataclass
@@ -344,8 +360,9 @@ def render_all(units: Iterable, exports: dict[str, Export], split: SplitConfig,
 def unit_chunks(units: pd.DataFrame) -> Iterator[pd.DataFrame]:
     """A shard's units in plan order, a chunk at a time: what is rendered and written at once,
     so the rendered rows in memory stay bounded by a chunk."""
-    for start in range(0, len(units), CHUNK_ROWS):
-        yield units.iloc[start:start + CHUNK_ROWS]
+    size = trajectory_table.CHUNK_ROWS  # read here, as the stored table does, so a test can shrink it for a run
+    for start in range(0, len(units), size):
+        yield units.iloc[start:start + size]
 
 
 def exclusions(excluded: Counter, exports: dict[str, Export], split: SplitConfig) -> dict[str, ExportFrame]:
