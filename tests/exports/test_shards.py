@@ -198,6 +198,40 @@ def test_a_trajectory_id_reused_under_another_prompt_is_read_where_it_first_appe
     assert (frozenset({first_batch["trajectory_id"][high]}), None) in table.scans
 
 
+def test_the_stored_table_gives_the_rows_of_one_shard_for_any_shards(tmp_path):
+    """The same shapes over batches in storage (the first holds a task spanning two buckets,
+    the second reuses the id of its side in the other bucket under the first side's prompt):
+    each shard's range read of the stored table, and its reads by id, give one shard's rows."""
+    import pyarrow as pa
+
+    from trajectory_assets import layout
+    from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
+
+    first_batch = trajectory_frame([asked("first", 1.0, "lookup", _ng_task_index=3), asked("no", 0.0, _ng_task_index=3),
+                                    *(rollout(f"prompt {n}", f"answer {n}", n / 10, task=n) for n in range(10))],
+                                   source_id="a.jsonl")
+    buckets = bucket_column(first_batch)
+    low, high = (0, 1) if buckets[0] < buckets[1] else (1, 0)
+    reused = trajectory_frame([asked("copy", 1.0, *(["lookup"] if low == 0 else []))], source_id="b.jsonl")
+    reused["trajectory_id"] = first_batch["trajectory_id"][high]
+    store = Storage(str(tmp_path))
+    for key, frame in (("a", first_batch), ("b", reused)):
+        with store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as writer:
+            writer.write_table(pa.Table.from_pandas(frame, schema=TRAJECTORY_ARROW_SCHEMA, preserve_index=False))
+        store.write_bytes(layout.batch_summary(key), b"{}")
+    table = StoredTrajectories(store, ["a", "b"], chunk_rows=2)
+    rows_per_bucket = np.bincount(buckets, minlength=BUCKETS)
+    for family, config in (("sft", SftConfig(min_reward=None)), ("dpo", DpoConfig()),
+                           ("grpo", GrpoConfig(zero_variance_groups="keep"))):
+        whole = rendered(family, table, config)
+        assert any(records for records, _ in whole.values())
+        for target in (7, 3, 1):
+            assert rendered(family, table, config, shard_ranges(rows_per_bucket, target)) == whole, (family, target)
+    (pair,) = rendered("dpo", table, DpoConfig())["dpo"][0]
+    assert pair["chosen"] == [{"role": "assistant", "content": "first"}]
+
+
 def test_a_shards_payloads_refuse_a_trajectory_they_do_not_hold():
     payloads = Payloads(pd.DataFrame({"trajectory_id": ["a", "b"], "messages": ["[]", "[]"]}))
     assert payloads.rows(["b", "a"])["trajectory_id"].tolist() == ["b", "a"]
@@ -310,3 +344,16 @@ def test_every_export_has_the_same_rows_in_the_same_order_for_1_2_and_7_shards(t
         expected |= {"near_duplicate", "over_token_budget", "pair_cap"}
         assert every["sft"][2] > 0  # rows cut to the token budget
     assert expected <= excluded
+
+
+def test_a_frame_table_reads_a_range_and_gives_buckets_as_the_stored_table_does():
+    low, high = prompts_in_bucket_order(2)
+    frame = trajectory_frame([rollout(high, "h", 1.0), rollout(low, "l", 1.0)])
+    low_bucket, high_bucket = sorted(bucket_column(frame).tolist())
+    table = FrameTable(frame)
+    (chunk,) = table.scan(["trajectory_id", "bucket"])
+    assert chunk["bucket"].tolist() == [high_bucket, low_bucket]
+    (chunk,) = table.scan(["trajectory_id"], buckets=(0, high_bucket))
+    assert chunk["trajectory_id"].tolist() == [frame["trajectory_id"][1]]
+    (chunk,) = table.scan(["trajectory_id"], buckets=(high_bucket, BUCKETS))
+    assert chunk["trajectory_id"].tolist() == [frame["trajectory_id"][0]]

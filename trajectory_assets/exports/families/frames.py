@@ -44,6 +44,7 @@ indices.
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ from trajectory_assets.exports.curation import (
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, contaminated_trajectories, reason
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
-from trajectory_assets.io.trajectory_table import CHUNK_ROWS
+from trajectory_assets.io import trajectory_table
 from trajectory_assets.jsonutil import sha256_hex
 
 
@@ -100,17 +101,19 @@ class FrameTable:
     """A TrajectoryTable over one in-memory DataFrame (tests, small data): its rows in frame
     order, each trajectory_id read where it first appears, as the stored table reads a
     record copied into two batches. A frame without a ``bucket`` column has its buckets
-    computed from ``prompt_key``, as the stored table does for a batch written before them."""
+    computed from ``prompt_key`` (for a range, or asked for as a column), as the stored table
+    does for a batch written before them."""
 
     frame: pd.DataFrame
 
     def scan(self, columns: list[str], ids: set[str] | None = None,
              buckets: BucketRange | None = None) -> Iterator[pd.DataFrame]:
         rows = self.frame
+        if buckets is not None or ("bucket" in columns and "bucket" not in rows.columns):
+            rows = rows.assign(bucket=bucket_column(rows))
         if buckets is not None:
             first, stop = buckets
-            in_range = bucket_column(rows)
-            rows = rows.loc[(in_range >= first) & (in_range < stop)]
+            rows = rows.loc[(rows["bucket"] >= first) & (rows["bucket"] < stop)]
         if ids is not None:
             rows = rows.loc[rows["trajectory_id"].isin(ids)]
         yield rows.loc[~rows["trajectory_id"].duplicated(), columns]
@@ -128,7 +131,22 @@ def bucket_column(frame: pd.DataFrame) -> np.ndarray:
 def scan_range(table: TrajectoryTable, columns: list[str], buckets: BucketRange) -> Iterator[pd.DataFrame]:
     """The rows of a bucket range. Every bucket is the whole table: read with no range, which
     a table of batches written before buckets serves without computing any."""
-    return table.scan(columns) if buckets == EVERY_BUCKET else table.scan(columns, buckets=buckets)
+    if buckets == EVERY_BUCKET:
+        return table.scan(columns)
+    if "buckets" not in inspect.signature(table.scan).parameters:
+        return _filtered_range(table, columns, buckets)
+    return table.scan(columns, buckets=buckets)
+
+
+def _filtered_range(table: TrajectoryTable, columns: list[str], buckets: BucketRange) -> Iterator[pd.DataFrame]:
+    """MERGE SEAM (issue 42), to delete with the check above when the `buckets` part lands:
+    until then ``StoredTrajectories.scan`` reads no range, so the whole table is scanned chunk
+    by chunk and the range's rows kept (each shard reads every batch: correct, not fast)."""
+    first, stop = buckets
+    read = columns if "prompt_key" in columns else [*columns, "prompt_key"]
+    for chunk in table.scan(read):
+        bucket = bucket_column(chunk)
+        yield chunk.loc[(bucket >= first) & (bucket < stop), columns]
 
 
 @dataclass
@@ -342,8 +360,9 @@ def render_all(units: Iterable, exports: dict[str, Export], split: SplitConfig,
 def unit_chunks(units: pd.DataFrame) -> Iterator[pd.DataFrame]:
     """A shard's units in plan order, a chunk at a time: what is rendered and written at once,
     so the rendered rows in memory stay bounded by a chunk."""
-    for start in range(0, len(units), CHUNK_ROWS):
-        yield units.iloc[start:start + CHUNK_ROWS]
+    size = trajectory_table.CHUNK_ROWS  # read here, as the stored table does, so a test can shrink it for a run
+    for start in range(0, len(units), size):
+        yield units.iloc[start:start + size]
 
 
 def exclusions(excluded: Counter, exports: dict[str, Export], split: SplitConfig) -> dict[str, ExportFrame]:
