@@ -169,7 +169,6 @@ def test_a_prompt_in_both_splits_blocks_the_export_and_writes_nothing(tmp_path, 
     splits = itertools.cycle(frames.SPLITS)
     monkeypatch.setattr(frames, "split_of", lambda prompt_key, config: next(splits))
     monkeypatch.setattr(trajectory_table, "CHUNK_ROWS", 1)
-    monkeypatch.setattr(frames, "CHUNK_ROWS", 1)  # a unit per rendered chunk too
     resources = {"sources": RolloutSources(paths=[str(SAMPLE)]), "storage": TrajectoryStorage(root=str(tmp_path)),
                  "settings": PipelineSettings(), "staging": StagingValues(root=str(tmp_path))}
     sft = export_defs.build_export_assets([EXPORTS_BY_NAME["sft"]])

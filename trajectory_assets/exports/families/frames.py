@@ -44,7 +44,6 @@ indices.
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -133,20 +132,7 @@ def scan_range(table: TrajectoryTable, columns: list[str], buckets: BucketRange)
     a table of batches written before buckets serves without computing any."""
     if buckets == EVERY_BUCKET:
         return table.scan(columns)
-    if "buckets" not in inspect.signature(table.scan).parameters:
-        return _filtered_range(table, columns, buckets)
     return table.scan(columns, buckets=buckets)
-
-
-def _filtered_range(table: TrajectoryTable, columns: list[str], buckets: BucketRange) -> Iterator[pd.DataFrame]:
-    """MERGE SEAM (issue 42), to delete with the check above when the `buckets` part lands:
-    until then ``StoredTrajectories.scan`` reads no range, so the whole table is scanned chunk
-    by chunk and the range's rows kept (each shard reads every batch: correct, not fast)."""
-    first, stop = buckets
-    read = columns if "prompt_key" in columns else [*columns, "prompt_key"]
-    for chunk in table.scan(read):
-        bucket = bucket_column(chunk)
-        yield chunk.loc[(bucket >= first) & (bucket < stop), columns]
 
 
 @dataclass
