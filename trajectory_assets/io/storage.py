@@ -117,6 +117,32 @@ class Storage:
             self.fs.invalidate_cache(self.path(source))
             self.fs.invalidate_cache(self.path(destination))
 
+    def copy(self, source: str, destination: str) -> None:
+        """Write a copy of a stored file under another name, replacing what is there: a
+        server-side copy on an object store (no bytes pass through here). What a refresh
+        does with the files of a shard it did not have to render again."""
+        try:
+            self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
+            self.fs.copy(self.path(source), self.path(destination))
+        except FileNotFoundError:
+            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be copied") from None
+        except OSError as error:
+            raise StorageError(f"cannot copy {self.uri(source)} to {self.uri(destination)}: {error}") from error
+        if not self._local:
+            self.fs.invalidate_cache(self.path(destination))
+
+    def checksum(self, relative: str) -> str:
+        """A value that changes whenever the stored file is written again (fsspec's
+        ``checksum``: a token of its size and modification time or inode on a local disk,
+        its ETag on S3): equal values mean the same bytes, a new one only that they may
+        differ. Read from the file's metadata, not its bytes."""
+        if not self._local:  # another process may have written it since this one looked
+            self.fs.invalidate_cache(self.path(relative))
+        try:
+            return str(self.fs.checksum(self.path(relative)))
+        except FileNotFoundError:
+            raise NotMaterializedError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
+
     def file_names(self, folder: str) -> list[str]:
         """The names of the files directly in a stored folder, sorted (none when it is absent)."""
         return self._names(folder, "file")
