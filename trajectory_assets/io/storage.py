@@ -106,28 +106,25 @@ class Storage:
         """Put a stored file under another name, replacing what is there: a rename on a local
         disk, a server-side copy then a delete on an object store (no bytes pass through here).
         So a file written by one process can be put in place by another."""
-        try:
-            self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
-            self.fs.mv(self.path(source), self.path(destination))
-        except FileNotFoundError:
-            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be moved") from None
-        except OSError as error:
-            raise StorageError(f"cannot move {self.uri(source)} to {self.uri(destination)}: {error}") from error
+        self._transfer(source, destination, self.fs.mv, "move", "moved")
         if not self._local:
             self.fs.invalidate_cache(self.path(source))
-            self.fs.invalidate_cache(self.path(destination))
 
     def copy(self, source: str, destination: str) -> None:
         """Write a copy of a stored file under another name, replacing what is there: a
         server-side copy on an object store (no bytes pass through here). What a refresh
         does with the files of a shard it did not have to render again."""
+        self._transfer(source, destination, self.fs.copy, "copy", "copied")
+
+    def _transfer(self, source: str, destination: str, operation: Callable[[str, str], None], verb: str,
+                  done: str) -> None:
         try:
             self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
-            self.fs.copy(self.path(source), self.path(destination))
+            operation(self.path(source), self.path(destination))
         except FileNotFoundError:
-            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be copied") from None
+            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be {done}") from None
         except OSError as error:
-            raise StorageError(f"cannot copy {self.uri(source)} to {self.uri(destination)}: {error}") from error
+            raise StorageError(f"cannot {verb} {self.uri(source)} to {self.uri(destination)}: {error}") from error
         if not self._local:
             self.fs.invalidate_cache(self.path(destination))
 
