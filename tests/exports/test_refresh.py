@@ -204,3 +204,18 @@ def test_a_shard_whose_committed_file_changed_is_rendered_again(tmp_path):
     assert isinstance(part, ExportPart) and part.fingerprint
     store.remove(layout.export_part("dpo", 0))
     assert build(store, ["a", "b"], config)[1] == {shard: ["dpo"] if shard == ranges[0] else [] for shard in ranges}
+
+
+def test_a_units_digest_reads_every_value_of_a_long_list_cell():
+    """A GRPO task's trajectory ids are a list per cell: numpy shortens a long array's repr
+    ("..."), which would let two tasks differing in the middle of their lists look alike."""
+    import pandas as pd
+
+    from trajectory_assets.exports.shard_phase import frame_digest
+
+    ids = np.array([f"t{n}" for n in range(3000)], dtype=object)
+    other = ids.copy()
+    other[1500] = "changed"
+    assert frame_digest(pd.DataFrame({"trajectory_ids": [ids]})) != frame_digest(pd.DataFrame({"trajectory_ids": [other]}))
+    assert frame_digest(pd.DataFrame({"trajectory_ids": [ids]})) == frame_digest(pd.DataFrame({"trajectory_ids": [ids.copy()]}))
+    assert frame_digest(pd.DataFrame({"n": [1, 2]})) != frame_digest(pd.DataFrame({"n": [1.0, 2.0]}))  # the types too
