@@ -35,11 +35,15 @@ def run_cli(checkout: Path, source: Path, storage: Path) -> None:
                     "--storage", str(storage)], cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
+# what a build keeps for the next one, not an output: the shards' tallies a refresh reuses
+# (``layout.export_parts``), whose bytes name the run and the storage's file checksums
+BUILD_STATE = ("parts",)
+
+
 def differences(base: Path, head: Path) -> tuple[list[str], int]:
     """Every file that differs (or is only on one side) beyond code-version lines, and how
     many differ in code-version lines only."""
-    base_files = {p.relative_to(base) for p in base.rglob("*") if p.is_file()}
-    head_files = {p.relative_to(head) for p in head.rglob("*") if p.is_file()}
+    base_files, head_files = _outputs(base), _outputs(head)
     found = [f"only in the base: {path}" for path in sorted(base_files - head_files)]
     found += [f"only in the working tree: {path}" for path in sorted(head_files - base_files)]
     versions_only = 0
@@ -59,6 +63,11 @@ def differences(base: Path, head: Path) -> tuple[list[str], int]:
         else:
             found.append(f"differs: {path}")
     return found, versions_only
+
+
+def _outputs(storage: Path) -> set[Path]:
+    return {p.relative_to(storage) for p in storage.rglob("*")
+            if p.is_file() and p.relative_to(storage).parts[0] not in BUILD_STATE}
 
 
 def main() -> int:

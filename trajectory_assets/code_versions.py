@@ -92,6 +92,19 @@ def config_hash(config: dict, sections: Iterable[str]) -> str:
                                        option=orjson.OPT_SORT_KEYS)).hexdigest()[:8]
 
 
+def source_version(version: str) -> str:
+    """A code version without its config hash (``<release>+<source hash>``): what a refresh
+    compares, with the config fields the render reads (``exports/shard_phase.py``), so that
+    editing a decision such as a cap re-renders only the shards it changes. A version of
+    another form (a release alone) is returned whole.
+
+    >>> source_version("0.4.0+abc123def456.0badf00d"), source_version("0.4.0")
+    ('0.4.0+abc123def456', '0.4.0')
+    """
+    release, plus, hashes = version.partition("+")
+    return f"{release}+{hashes.split('.', 1)[0]}" if plus else version
+
+
 def code_version(modules: Iterable[str], sections: Iterable[str], config: dict, root: Path = PROJECT_ROOT,
                  imports: dict[str, set[str]] | None = None) -> str:
     """``<release>+<source hash>.<config hash>``; ``imports`` as ``closure``'s."""

@@ -112,6 +112,17 @@ def export_row_indexes(export: str) -> str:
     return f"indexes/{export}"
 
 
+def export_parts(export: str) -> str:
+    """The tally of each shard of an export's committed build (``writer.ExportPart``), kept so
+    that a refresh reuses a shard whose input has not changed. Outside the export's folder,
+    which stays the dataset trainers load."""
+    return f"parts/{export}"
+
+
+def export_part(export: str, shard: int) -> str:
+    return f"{export_parts(export)}/{shard:05d}.pickle"
+
+
 def export_staging(export: str, run: str) -> str:
     """Where the shards of one build (``run``) of an export are written before a commit puts
     them in place: in the run's staging folder, outside the export's folder, so a build that

@@ -64,6 +64,17 @@ def test_storage_writes_and_reads_objects(s3):
     assert not store.exists("a/b.json")
 
 
+def test_copy_is_server_side_and_a_checksum_follows_the_objects_bytes(s3):
+    store = Storage(f"s3://{BUCKET}/out")
+    store.write_bytes("exports/a.jsonl", b"committed")
+    store.copy("exports/a.jsonl", "staging/run/a.jsonl")
+    assert store.read_bytes("staging/run/a.jsonl") == b"committed" and store.exists("exports/a.jsonl")
+    first = store.checksum("exports/a.jsonl")
+    assert store.checksum("staging/run/a.jsonl") == first  # the ETag: the same bytes
+    store.write_bytes("exports/a.jsonl", b"written again")
+    assert store.checksum("exports/a.jsonl") != first
+
+
 def test_remove_folder_deletes_the_objects_under_its_prefix_only(s3):
     store = Storage(f"s3://{BUCKET}/out")
     store.write_bytes("k.decontamination/1.json", b"{}")

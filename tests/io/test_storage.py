@@ -102,3 +102,26 @@ def test_move_replaces_the_destination_and_file_names_lists_only_files(tmp_path)
     assert store.file_names("out") == ["a.jsonl"] and store.file_names("absent") == []
     with pytest.raises(NotMaterializedError, match="cannot be moved"):
         store.move("staging/run/a.jsonl", "out/b.jsonl")
+
+
+def test_copy_replaces_the_destination_and_keeps_the_source(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("out/a.jsonl", b"committed")
+    store.write_bytes("staging/run/a.jsonl", b"stale")
+    store.copy("out/a.jsonl", "staging/run/a.jsonl")
+    store.copy("out/a.jsonl", "staging/other/deeper/a.jsonl")  # the destination's folder is made
+    assert store.read_bytes("staging/run/a.jsonl") == store.read_bytes("out/a.jsonl") == b"committed"
+    assert store.read_bytes("staging/other/deeper/a.jsonl") == b"committed"
+    with pytest.raises(NotMaterializedError, match="cannot be copied"):
+        store.copy("out/absent.jsonl", "staging/run/b.jsonl")
+
+
+def test_a_checksum_changes_when_a_file_is_written_again(tmp_path):
+    store = Storage(str(tmp_path))
+    store.write_bytes("batch.parquet", b"one")
+    first = store.checksum("batch.parquet")
+    assert store.checksum("batch.parquet") == first  # read from metadata: stable while the file is
+    store.write_bytes("batch.parquet", b"two")
+    assert store.checksum("batch.parquet") != first
+    with pytest.raises(NotMaterializedError):
+        store.checksum("absent.parquet")

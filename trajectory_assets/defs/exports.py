@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 import dagster as dg
 
 from trajectory_assets import __version__, layout
+from trajectory_assets.code_versions import source_version
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.defs.batches import TRAJECTORIES, asset_key, dataset_store, planned_store
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
@@ -70,6 +71,9 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
     def config_of(context: dg.OpExecutionContext) -> PipelineConfig:
         return getattr(context.resources, resource_key(dataset, "settings")).load()
 
+    def code_version(context: dg.OpExecutionContext, export: Export) -> str:
+        return context.assets_def.specs_by_key[keys[export.name]].code_version or __version__
+
     @dg.op(name=f"{prefix}plan_exports", out=dg.DynamicOut(dict, io_manager_key=staging),
            # one input per source's trajectories (a fan-in of graph inputs would not subset in Dagster 1.13)
            ins={name: dg.In(dg.Nothing) for name in inputs},
@@ -85,7 +89,8 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
             tasks = plan_exports(store, StoredTrajectories(store, list(batch_sources)), batch_sources, config, chosen,
                                  context.run_id,
                                  {family: _token_budget(config, family) for family in {e.family for e in chosen}},
-                                 _benchmarks(config))
+                                 _benchmarks(config),
+                                 {export.name: source_version(code_version(context, export)) for export in chosen})
         if removed:
             context.log.info(f"removed the staging folders of {len(removed)} finished run(s)")
         context.log.info(f"{len(tasks)} shard(s) of {sum(task.trajectories for task in tasks)} trajectories")
@@ -101,8 +106,11 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
         config = config_of(context)
         store = planned_store(context, dataset, sources, shard.batches)
         with storage_faults_only():
-            return render_shard(store, StoredTrajectories(store, list(shard.batches)), shard, config, selected(context),
-                                {family: _token_budget(config, family) for family in shard.families})
+            rendered = render_shard(store, StoredTrajectories(store, list(shard.batches)), shard, config,
+                                    selected(context), {family: _token_budget(config, family) for family in shard.families})
+        context.log.info(f"shard {shard.index + 1} of {shard.count}: {len(rendered['reused'])} of "
+                         f"{len(rendered['rows'])} export(s) reused from the committed build (input unchanged)")
+        return rendered
 
     def merge_op(export: Export):
         names = check_names(export)
@@ -117,7 +125,7 @@ def build_export_assets(exports: Sequence[Export], dataset: str = ENVIRONMENT,
             tasks = sorted((ShardTask.from_json(task) for task in shards), key=lambda task: task.index)
             config = config_of(context)
             store = planned_store(context, dataset, sources, tasks[0].batches)
-            version = context.assets_def.specs_by_key[keys[export.name]].code_version or __version__
+            version = code_version(context, export)
             identity = dataset_identity(dataset, {source: [key for key, read_from in tasks[0].batches.items()
                                                            if read_from == source] for source in sources}
                                         ) if declared else None

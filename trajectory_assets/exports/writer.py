@@ -12,6 +12,8 @@ split leaks, the DPO margin, the token budget) are tallied over flat keys only
 
 from __future__ import annotations
 
+import pickle
+import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +31,14 @@ from trajectory_assets.exports.families.frames import SPLITS, ExportFrame
 from trajectory_assets.exports.manifest import build_manifest, describe
 from trajectory_assets.exports.token_budget import OVER_BUDGET
 from trajectory_assets.io.arrow_rows import hf_features, schema_violations
-from trajectory_assets.io.export_files import ShardWriter, WrittenShard, commit_shards, discard_shards
+from trajectory_assets.io.export_files import (
+    ShardWriter,
+    WrittenShard,
+    commit_shards,
+    discard_shards,
+    remove_staged,
+    restage_committed_shard,
+)
 from trajectory_assets.io.storage import Storage
 
 # the fields the report scans every row for, indexed beside each JSON-lines split
@@ -186,6 +195,9 @@ class ExportPart:
 
     tally: ExportTally
     written: list[WrittenShard]
+    # the shard's input (``shard_phase.shard_fingerprints``): a later build whose shard has the
+    # same one reuses this part and the committed files instead of rendering (None: not reusable)
+    fingerprint: str | None = None
 
     @property
     def rows(self) -> int:
@@ -222,6 +234,46 @@ class PartWriter:
 
     def discard(self) -> None:
         self.files.discard()
+
+
+def reused_part(store: Storage, export: Export, run: str, shard: int, fingerprint: str) -> ExportPart | None:
+    """Shard ``shard`` of ``export`` for the build ``run`` taken from the committed build
+    when that build's shard had the same ``fingerprint``: its kept part (``layout.export_part``)
+    and copies of its committed files, staged as a render would have staged them. None when
+    anything is missing or differs (no manifest, no kept part, another fingerprint, a file
+    the manifest no longer lists with the part's SHA-256): the shard is then rendered. The
+    fingerprint is kept in the part, not in the manifest: it names batch files by their
+    storage checksums, which differ between two storages holding the same bytes, and a
+    manifest is the same wherever the same dataset is built."""
+    kept_path, manifest_path = layout.export_part(export.name, shard), layout.export_manifest(export.name)
+    if not (store.exists(kept_path) and store.exists(manifest_path)):
+        return None
+    try:
+        kept = pickle.loads(store.read_bytes(kept_path))
+    except Exception:  # noqa: BLE001 - a part kept by other code may not load: its fingerprint names that code anyway
+        return None
+    if not isinstance(kept, ExportPart) or kept.fingerprint != fingerprint:
+        return None
+    written = restage_committed_shard(store, export.name, SPLITS, export.file_format, export.arrow_schema,
+                                      SCAN_FIELDS, shard, run, kept.written, store.read_json(manifest_path)["files"])
+    return None if written is None else ExportPart(kept.tally, written, fingerprint)
+
+
+def discard_parts(store: Storage, parts: list[ExportPart]) -> None:
+    """These parts' staged files (other shards of the build share their staging folder)."""
+    for part in parts:
+        remove_staged(store, part.written)
+
+
+def keep_parts(store: Storage, name: str, staged: list[str]) -> None:
+    """A committed build's parts (``staged``: each shard's, in shard order) kept beside the
+    export for the next build to reuse (:func:`reused_part`), and no other."""
+    for shard, path in enumerate(staged):
+        store.copy(path, layout.export_part(name, shard))
+    kept = {posixpath.basename(layout.export_part(name, shard)) for shard in range(len(staged))}
+    for file_name in store.file_names(layout.export_parts(name)):
+        if file_name not in kept:
+            store.remove(f"{layout.export_parts(name)}/{file_name}")
 
 
 def finish_export(store: Storage, export: Export, config: PipelineConfig, parts: list[ExportPart],

@@ -73,10 +73,19 @@ class DatasetStorage(Storage):
         self._store_for(relative).remove_folder(relative)
 
     def move(self, source: str, destination: str) -> None:
+        self._same_store(source, destination, "move").move(source, destination)
+
+    def copy(self, source: str, destination: str) -> None:
+        self._same_store(source, destination, "copy").copy(source, destination)
+
+    def _same_store(self, source: str, destination: str, verb: str) -> Storage:
         store = self._store_for(source)
         if self._store_for(destination) is not store:  # only ever a dataset's own files: never across roots
-            raise StorageError(f"cannot move {self.uri(source)} to {self.uri(destination)}: another storage")
-        store.move(source, destination)
+            raise StorageError(f"cannot {verb} {self.uri(source)} to {self.uri(destination)}: another storage")
+        return store
+
+    def checksum(self, relative: str) -> str:
+        return self._store_for(relative).checksum(relative)
 
     def file_names(self, folder: str) -> list[str]:
         return self._store_for(folder).file_names(folder)

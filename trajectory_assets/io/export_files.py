@@ -29,7 +29,7 @@ from the start, so the answer is the same either way.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import contextlib
@@ -380,6 +380,57 @@ class ShardWriter:
             file.staged.discard()
         for index in self.indexes.values():
             index.discard()
+
+
+def restage_committed_shard(store: Storage, name: str, splits: tuple[str, ...], file_format: str,
+                            arrow_schema: pa.Schema, index_fields: Collection[str], shard: int, run: str,
+                            kept: list[WrittenShard],
+                            committed: dict[str, dict[str, Any]]) -> list[WrittenShard] | None:
+    """Shard ``shard`` of the build ``run`` staged again from the export's committed files,
+    without rendering: ``kept`` is what the committed build's shard wrote (its part), and
+    ``committed`` the manifest's ``files``. Each split with rows is a copy of the committed
+    file the manifest names for that split and shard, with the SHA-256 and rows the part
+    wrote (its row index copied too); a split without rows is written empty, as a render
+    writes it. None, with nothing staged, when the committed build does not hold exactly
+    those files: the caller then renders the shard."""
+    listed = {entry.get("split"): (file_name, entry) for file_name, entry in committed.items()
+              if entry.get("shard") == shard}
+    for record in kept:
+        file_name, entry = listed.get(record.split, (None, {}))
+        if record.rows and (entry.get("sha256"), entry.get("rows")) != (record.sha256, record.rows):
+            return None
+    staged = {record.split: record for record in ShardWriter(store, name, splits, file_format, arrow_schema,
+                                                               index_fields, shard, run).finish()}
+    indexed_then_not_now = any(record.index is not None and staged[record.split].index is None
+                               for record in kept if record.split in staged)
+    if sorted(staged) != sorted(record.split for record in kept) or indexed_then_not_now:  # the writer changed
+        remove_staged(store, staged.values())
+        return None
+    written = []
+    try:
+        for record in kept:
+            empty = staged[record.split]
+            if not record.rows:
+                written.append(empty)
+                continue
+            file_name = listed[record.split][0]
+            store.copy(layout.export_split_file(name, file_name), empty.staged)
+            if record.index is not None:
+                store.copy(layout.export_row_index(name, file_name), empty.index)
+            written.append(WrittenShard(record.split, shard, empty.staged, record.sha256, record.bytes, record.rows,
+                                        None if record.index is None else empty.index))
+    except NotMaterializedError:  # a committed file or index gone: render instead
+        remove_staged(store, staged.values())
+        return None
+    return written
+
+
+def remove_staged(store: Storage, written: Iterable[WrittenShard]) -> None:
+    """One shard's staged files (other shards of the build share its staging folder)."""
+    for record in written:
+        store.remove(record.staged)
+        if record.index is not None:
+            store.remove(record.index)
 
 
 def commit_shards(store: Storage, name: str, splits: tuple[str, ...], file_format: str, shards: int,

@@ -106,16 +106,39 @@ class Storage:
         """Put a stored file under another name, replacing what is there: a rename on a local
         disk, a server-side copy then a delete on an object store (no bytes pass through here).
         So a file written by one process can be put in place by another."""
-        try:
-            self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
-            self.fs.mv(self.path(source), self.path(destination))
-        except FileNotFoundError:
-            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be moved") from None
-        except OSError as error:
-            raise StorageError(f"cannot move {self.uri(source)} to {self.uri(destination)}: {error}") from error
+        self._transfer(source, destination, self.fs.mv, "move", "moved")
         if not self._local:
             self.fs.invalidate_cache(self.path(source))
+
+    def copy(self, source: str, destination: str) -> None:
+        """Write a copy of a stored file under another name, replacing what is there: a
+        server-side copy on an object store (no bytes pass through here). What a refresh
+        does with the files of a shard it did not have to render again."""
+        self._transfer(source, destination, self.fs.copy, "copy", "copied")
+
+    def _transfer(self, source: str, destination: str, operation: Callable[[str, str], None], verb: str,
+                  done: str) -> None:
+        try:
+            self.fs.makedirs(posixpath.dirname(self.path(destination)), exist_ok=True)
+            operation(self.path(source), self.path(destination))
+        except FileNotFoundError:
+            raise NotMaterializedError(f"{self.uri(source)} does not exist: it cannot be {done}") from None
+        except OSError as error:
+            raise StorageError(f"cannot {verb} {self.uri(source)} to {self.uri(destination)}: {error}") from error
+        if not self._local:
             self.fs.invalidate_cache(self.path(destination))
+
+    def checksum(self, relative: str) -> str:
+        """A value that changes whenever the stored file is written again (fsspec's
+        ``checksum``: a token of its size and modification time or inode on a local disk,
+        its ETag on S3): equal values mean the same bytes, a new one only that they may
+        differ. Read from the file's metadata, not its bytes."""
+        if not self._local:  # another process may have written it since this one looked
+            self.fs.invalidate_cache(self.path(relative))
+        try:
+            return str(self.fs.checksum(self.path(relative)))
+        except FileNotFoundError:
+            raise NotMaterializedError(f"{self.uri(relative)} does not exist: materialize its asset first") from None
 
     def file_names(self, folder: str) -> list[str]:
         """The names of the files directly in a stored folder, sorted (none when it is absent)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trajectory_assets import layout
-from trajectory_assets.buckets import buckets_of
+from trajectory_assets.buckets import BUCKETS, buckets_of
 from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 
@@ -147,6 +148,29 @@ class StoredTrajectories:
                                                      pc.less(table["bucket"], buckets[1])))
                     if table.num_rows:
                         yield table
+
+    def batch_footprints(self) -> list[tuple[str, str, np.ndarray]]:
+        """Each batch, in batch order: its key, its trajectories file's ``Storage.checksum``
+        and the buckets its rows may be in (a mask over every bucket, from its row groups'
+        statistics: every bucket for a group without them or a batch stored before buckets).
+        What a refresh compares a shard's rows by, reading footers only."""
+        footprints = []
+        for key in self.batches:
+            path = layout.batch_trajectories(key)
+            checksum = self.store.checksum(path)  # taken first: a file written again meanwhile gets another
+            with self.store.open_read(path) as handle:
+                metadata = pq.ParquetFile(handle).metadata
+            may_hold = np.zeros(BUCKETS, dtype=bool)
+            names = [metadata.schema.column(index).path for index in range(metadata.num_columns)]
+            for group in range(metadata.num_row_groups):
+                statistics = (metadata.row_group(group).column(names.index("bucket")).statistics
+                              if "bucket" in names else None)
+                if statistics is None or not statistics.has_min_max:
+                    may_hold[:] = True
+                    break
+                may_hold[statistics.min:statistics.max + 1] = True
+            footprints.append((key, checksum, may_hold))
+        return footprints
 
     @staticmethod
     def _first_occurrences(table: pa.Table, seen: set[str]) -> pa.Table:
