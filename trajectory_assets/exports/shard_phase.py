@@ -12,7 +12,7 @@
 
 The steps hand each other only :class:`ShardTask` (JSON). What they share lives in the
 dataset's storage under ``staging/<run id>/``, so a step on another machine (a Kubernetes
-pod) finds what the step before it wrote. ``writer.write_family`` runs the same three in one
+pod) finds what the step before it wrote. :func:`write_exports` runs the same three in one
 process. No Dagster here.
 """
 
