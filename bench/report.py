@@ -41,17 +41,16 @@ def profile_report(storage: Path) -> dict:
     from trajectory_assets.defs import reports
     from trajectory_assets.defs.resources import PipelineSettings
     from trajectory_assets.io.storage import Storage
-    from trajectory_assets.io.export_files import StoredExport
+    from trajectory_assets.exports import export_scan
 
     spent: Counter = Counter()
-    patched = [(report, "_scan"), (report, "view_sample"), (report, "render_page"), (StoredExport, "rows_at"),
-               (vl_convert, "vegalite_to_svg"), (vl_convert, "svg_to_png")]
+    patched = [(report, "scan_stored_export"), (reports, "stored_scan"), (report, "view_sample"),
+               (report, "render_page"), (vl_convert, "vegalite_to_svg"), (vl_convert, "svg_to_png")]
     originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
-    report._scan = _timed(spent, "scanning every export", report._scan)
-    rows_at = StoredExport.rows_at
-    StoredExport.rows_at = _timed(spent, "samples (read, shown as chats)",
-                                  lambda self, wanted: iter(list(rows_at(self, wanted))))
-    report.view_sample = _timed(spent, "samples (read, shown as chats)", report.view_sample)
+    # an export's summary read (or, without one, its rows scanned and its samples read whole)
+    reports.stored_scan = _timed(spent, "exports' summaries (or rows)", reports.stored_scan)
+    report.scan_stored_export = _timed(spent, "exports' summaries (or rows)", report.scan_stored_export)
+    report.view_sample = _timed(spent, "samples shown as chats", report.view_sample)
     report.render_page = _timed(spent, "HTML", report.render_page)
     # the step's own calls: the renderer's warm-up thread draws meanwhile, not in the step's time
     vl_convert.vegalite_to_svg = _in_main_thread(_timed(spent, "plots", vl_convert.vegalite_to_svg),

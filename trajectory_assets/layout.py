@@ -112,6 +112,13 @@ def export_row_indexes(export: str) -> str:
     return f"indexes/{export}"
 
 
+def export_summary(export: str) -> str:
+    """What the report reads of an export instead of its rows (``exports/export_scan.py``),
+    written by the export's merge. Outside the export's folder, which stays the dataset
+    trainers load."""
+    return f"summaries/{export}.json"
+
+
 def export_parts(export: str) -> str:
     """The tally of each shard of an export's committed build (``writer.ExportPart``), kept so
     that a refresh reuses a shard whose input has not changed. Outside the export's folder,

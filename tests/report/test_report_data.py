@@ -6,9 +6,9 @@ import pandas as pd
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from trajectory_assets.exports.families.frames import FrameTable
+from trajectory_assets.exports.export_scan import ExportScan
 from trajectory_assets.report.report_data import (
     MAX_GROUPS,
-    ExportScan,
     QuarantineExamples,
     dpo_margins,
     export_lengths,

@@ -9,9 +9,9 @@ from trajectory_assets.report.viewer import (
     TrajectoryInfo,
     local_file_href,
     read_back,
-    trajectory_refs,
     view_sample,
 )
+from trajectory_assets.exports.export_scan import trajectory_refs
 from trajectory_assets.exports.sft_hermes import render_hermes
 from trajectory_assets.exports.llama_factory import to_llama_factory
 

@@ -15,6 +15,7 @@ from trajectory_assets.defs.batches import QUARANTINE, TRAJECTORIES, asset_key, 
 from trajectory_assets.defs.conditions import REBUILD_ON_CHANGED_DATA
 from trajectory_assets.defs.resources import PipelineSettings
 from trajectory_assets.exports.export import Export
+from trajectory_assets.exports.export_scan import stored_scan
 from trajectory_assets.io.storage import Storage
 from trajectory_assets.project import ENVIRONMENT, resource_key
 from trajectory_assets.defs.retries import STORAGE_POOL, STORAGE_RETRY, stop_if_canceling, storage_faults_only
@@ -72,7 +73,9 @@ def write_report(store: Storage, batches: list[str], settings: PipelineSettings)
         for export in EXPORTS
         if store.exists(layout.export_manifest(export.name))
     }
-    exports = {name: StoredExport(store, name, manifest) for name, manifest in manifests.items()}
+    # what each export's shards gathered of its rows (or, without that, its rows)
+    exports = {name: stored_scan(store, name, manifest, config.report.samples_per_export, config.report.seed)
+               or StoredExport(store, name, manifest) for name, manifest in manifests.items()}
     report = build_report(table, ingest_summary, manifests, exports, examples, config)
 
     store.write_bytes(layout.STATS_JSON, orjson.dumps(report.stats, option=orjson.OPT_INDENT_2))

@@ -135,7 +135,9 @@ def shard_fingerprints(table: TrajectoryTable, plans: dict[str, Plan], ranges: l
     batches = batch_footprints()
     # batch (in batch order) x bucket: whether the batch may hold rows of the bucket
     may_hold = np.array([buckets for _, _, buckets in batches], dtype=bool).reshape(len(batches), BUCKETS)
-    shared = {"shards": len(ranges), "split": config.split.model_dump(mode="json"), "tokenizer": config.tokenizer}
+    # the report's sample settings too: a part holds the rows it picked for the viewer
+    shared = {"shards": len(ranges), "split": config.split.model_dump(mode="json"), "tokenizer": config.tokenizer,
+              "report_sample": [config.report.samples_per_export, config.report.seed]}
     fingerprints: list[dict[str, str]] = [{} for _ in ranges]
     for family, plan in plans.items():
         section = getattr(config, family).model_dump(mode="json", exclude=set(PLAN_ONLY_FIELDS))

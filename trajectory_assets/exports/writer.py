@@ -27,10 +27,11 @@ from trajectory_assets import layout
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.card import render_card, training_of
 from trajectory_assets.exports.export import Export
+from trajectory_assets.exports.export_scan import ExportScan, write_summary
 from trajectory_assets.exports.families.frames import SPLITS, ExportFrame
 from trajectory_assets.exports.manifest import build_manifest, describe
 from trajectory_assets.exports.token_budget import OVER_BUDGET
-from trajectory_assets.io.arrow_rows import hf_features, schema_violations
+from trajectory_assets.io.arrow_rows import hf_features, schema_violations, table_from_records
 from trajectory_assets.io.export_files import (
     ShardWriter,
     WrittenShard,
@@ -191,13 +192,15 @@ class ExportTally:
 
 @dataclass
 class ExportPart:
-    """One shard's part of an export: its staged files and the tally of its rows."""
+    """One shard's part of an export: its staged files, the tally of its rows for the checks
+    and their scan for the report."""
 
     tally: ExportTally
     written: list[WrittenShard]
     # the shard's input (``shard_phase.shard_fingerprints``): a later build whose shard has the
     # same one reuses this part and the committed files instead of rendering (None: not reusable)
     fingerprint: str | None = None
+    scan: ExportScan | None = None  # None: kept by code before scans (such a part is rendered again)
 
     @property
     def rows(self) -> int:
@@ -211,6 +214,8 @@ class PartWriter:
     def __init__(self, store: Storage, export: Export, config: PipelineConfig, run: str, shard: int) -> None:
         self.export, self.config = export, config
         self.tally = ExportTally.of(export, config)
+        self.scan = ExportScan(export.name, export.family, config.report.samples_per_export, config.report.seed,
+                               shard=shard)
         self.files = ShardWriter(store, export.name, SPLITS, export.file_format, export.arrow_schema,
                                  index_fields=SCAN_FIELDS, shard=shard, run=run)
 
@@ -223,14 +228,18 @@ class PartWriter:
             self.tally.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
             if not records:
                 continue
+            for record in records:  # positions in this part's split: the merge shifts them
+                self.scan.add(split, self.scan.rows[split], record)
             line_chars = self.files.write(split, records)
             if line_chars is not None:
                 self.tally.measured["line_chars"].append(np.array(line_chars, dtype=float))
             self.tally.first_line = self.tally.first_line or orjson.dumps(records[0]).decode()
 
     def close(self) -> ExportPart:
-        """The part as written: its files closed in the staging folder, and its tally."""
-        return ExportPart(self.tally, self.files.finish())
+        """The part as written: its files closed in the staging folder, its tally and its scan
+        (the rows it picked for the viewer as the files hold them)."""
+        self.scan.restore_rows(lambda picked: _as_written([row for _, _, row in picked], self.export))
+        return ExportPart(self.tally, self.files.finish(), scan=self.scan)
 
     def discard(self) -> None:
         self.files.discard()
@@ -252,11 +261,11 @@ def reused_part(store: Storage, export: Export, run: str, shard: int, fingerprin
         kept = pickle.loads(store.read_bytes(kept_path))
     except Exception:  # noqa: BLE001 - a part kept by other code may not load: its fingerprint names that code anyway
         return None
-    if not isinstance(kept, ExportPart) or kept.fingerprint != fingerprint:
+    if not isinstance(kept, ExportPart) or kept.fingerprint != fingerprint or getattr(kept, "scan", None) is None:
         return None
     written = restage_committed_shard(store, export.name, SPLITS, export.file_format, export.arrow_schema,
                                       SCAN_FIELDS, shard, run, kept.written, store.read_json(manifest_path)["files"])
-    return None if written is None else ExportPart(kept.tally, written, fingerprint)
+    return None if written is None else ExportPart(kept.tally, written, fingerprint, kept.scan)
 
 
 def discard_parts(store: Storage, parts: list[ExportPart]) -> None:
@@ -284,9 +293,10 @@ def finish_export(store: Storage, export: Export, config: PipelineConfig, parts:
     the card and (last) the manifest; or every staged file discarded when a check failed.
     ``decontamination``: the manifest's block (``decontamination.manifest_block``), None
     without benchmarks; ``dataset``: a declared dataset's identity."""
-    tally = parts[0].tally
+    tally, scan = parts[0].tally, parts[0].scan
     for later in parts[1:]:
         tally.absorb(later.tally)
+        scan.absorb(later.scan)
     tally.excluded.update(excluded)
     checks = tally.checks(export, config)
     written = [shard for part in parts for shard in part.written]
@@ -316,6 +326,7 @@ def finish_export(store: Storage, export: Export, config: PipelineConfig, parts:
         decontamination=decontamination,
         dataset=dataset,
     )
+    write_summary(store, export.name, files, scan)
     write_beside_files(store, export, manifest)
     return Written(export, manifest, checks, tally.first_line)
 
@@ -329,6 +340,13 @@ def write_beside_files(store: Storage, export: Export, manifest: dict[str, Any])
     store.write_bytes(layout.export_card(export.name), card.encode())
     # last: a manifest beside the files means the set is complete
     store.write_bytes(layout.export_manifest(export.name), orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
+
+
+def _as_written(rows: list[dict[str, Any]], export: Export) -> list[dict[str, Any]]:
+    """Rows as reading the export's files gives them back (JSON, or Arrow's types)."""
+    if export.file_format == "parquet":
+        return table_from_records(rows, export.arrow_schema).to_pylist()
+    return [orjson.loads(orjson.dumps(row)) for row in rows]
 
 
 def _shared_values(first: list[pd.Series], second: list[pd.Series]) -> int:

@@ -3,8 +3,11 @@
 
 Reads, in bounded memory: the flat columns of every trajectory; the tool use ingest counted
 beside each batch (``report/tool_use.py``); the messages of the trajectories whose prompt
-is shown; each export's rows once, only the fields naming its trajectories; then the few
-rows the viewer shows. The Dagster asset (``defs/reports.py``) hands in the readers and
+is shown; and what each export's shards gathered of its rows as they wrote them (the
+summary its merge wrote, ``exports/export_scan.py``: rows per split, the trajectories,
+pairs and tasks they were made from, the rows the viewer shows). Only an export written
+without a summary is read here: its rows once, only the fields naming its trajectories,
+then the few rows the viewer shows. The Dagster asset (``defs/reports.py``) hands in the readers and
 writes the result.
 """
 
@@ -18,8 +21,8 @@ import pandas as pd
 
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.families.frames import TrajectoryTable
+from trajectory_assets.exports.export_scan import ExportScan, trajectory_refs
 from trajectory_assets.report.report_data import (
-    ExportScan,
     QuarantineExamples,
     dpo_margins,
     export_lengths,
@@ -34,7 +37,7 @@ from trajectory_assets.report.report_data import (
 from trajectory_assets.report.page import ExportSection, Figure, Page, render_page
 from trajectory_assets.report.stats import STATS_COLUMNS, compute_stats, render_markdown, source_section, task_stats
 from trajectory_assets.exports.writer import SCAN_FIELDS
-from trajectory_assets.report.viewer import TEXT_LIMIT, clip, trajectory_refs, view_sample
+from trajectory_assets.report.viewer import TEXT_LIMIT, clip, view_sample
 from trajectory_assets.sources import REPORT_SECTIONS
 
 # shown in the Markdown (and so inside Dagster's UI) as well as on the page
@@ -68,11 +71,13 @@ def build_report(
     table: TrajectoryTable,
     ingest_summary: dict[str, Any],
     manifests: Mapping[str, dict[str, Any]],
-    exports: Mapping[str, ExportRows],
+    exports: Mapping[str, ExportScan | ExportRows],
     quarantine: QuarantineExamples,
     config: PipelineConfig,
 ) -> Report:
-    """``manifests`` / ``exports``: every export present in the storage, by name."""
+    """``manifests`` / ``exports``: every export present in the storage, by name; an export
+    is given by the scan its merge wrote (``exports/export_scan.py``: its picked rows are
+    whole) or, without one, by its rows, read once here."""
     trajectories = pd.concat(list(table.scan(STATS_COLUMNS)), ignore_index=True)
     tasks, per_task = task_stats(trajectories, config.grpo.pass_threshold)
     failing = failing_tasks(per_task)
@@ -85,7 +90,8 @@ def build_report(
     stats = compute_stats(trajectories, ingest_summary, manifests, sections,
                           duplicates_across_batches=copies, tasks=tasks, tools=facts.tools())
 
-    scans = [_scan(name, manifests[name], rows, config) for name, rows in exports.items()]
+    scans = [rows if isinstance(rows, ExportScan) else scan_stored_export(name, manifests[name], rows, config)
+             for name, rows in exports.items()]
     tools = top_tools(facts.tools())
     # Imported here, not at the top: Altair and vl-convert cost ~26 MiB and ~0.2 s in every
     # process that loads the code location (CLI, code server, run workers, fork server), and
@@ -106,13 +112,6 @@ def build_report(
     sections = []
     for scan in scans:
         picked = scan.picked()
-        if not exports[scan.name].whole_rows:  # only the scanned fields: read the picked rows whole
-            wanted: dict[str, set[int]] = {}
-            for split, position, _ in picked:
-                wanted.setdefault(split, set()).add(position)
-            whole = {(split, position): row for split, position, row in exports[scan.name].rows_at(wanted)}
-            picked = [(split, position, whole[split, position]) for split, position, _ in picked
-                      if (split, position) in whole]
         ids = {trajectory_id for _, _, row in picked for _, trajectory_id in trajectory_refs(row)}
         infos = trajectory_infos(trajectories, ids)
         samples = [view_sample(scan.name, split, position, row, infos) for split, position, row in picked]
@@ -133,11 +132,22 @@ def build_report(
     return Report(stats, per_task, markdown, pngs, render_page(page))
 
 
-def _scan(name: str, manifest: dict[str, Any], rows: ExportRows, config: PipelineConfig) -> ExportScan:
+def scan_stored_export(name: str, manifest: dict[str, Any], rows: ExportRows, config: PipelineConfig) -> ExportScan:
+    """The scan of an export written without a summary: its rows read once (only the fields
+    naming its trajectories where the files allow), then the picked rows read whole."""
     scan = ExportScan(name, manifest.get("config_section", "sft"), config.report.samples_per_export,
                       config.report.seed)
     for split, position, row in rows.scan(SCAN_FIELDS):
         scan.add(split, position, row)
+    if not rows.whole_rows:
+        def whole(picked):
+            wanted: dict[str, set[int]] = {}
+            for split, position, _ in picked:
+                wanted.setdefault(split, set()).add(position)
+            read = {(split, position): row for split, position, row in rows.rows_at(wanted)}
+            return [read.get((split, position)) for split, position, _ in picked]
+
+        scan.restore_rows(whole)
     return scan
 
 

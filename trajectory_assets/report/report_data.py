@@ -13,8 +13,6 @@ Hermes conversation, a TRL row and a LLaMA-Factory row, side by side.
 
 from __future__ import annotations
 
-import hashlib
-import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +22,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from trajectory_assets.report.viewer import TrajectoryInfo, clip, margin_of, trajectory_refs
+from trajectory_assets.exports.export_scan import ExportScan, rank
+from trajectory_assets.report.viewer import TrajectoryInfo, clip
 from trajectory_assets.report.tool_use import tool_use_of
 
 MAX_GROUPS = 9  # reward histograms: the largest (agent, source format) groups; the rest are "other"
@@ -34,59 +33,6 @@ MAX_FAILING_TASKS = 10  # tasks that never pass, listed with their prompt
 DISCRETE_VALUES = 12  # up to this many distinct values get a bar each instead of bins
 BINS = 20
 RAW_EXAMPLE_LIMIT = 1_500  # characters of a quarantined record shown
-
-
-def rank(seed: str, key: str) -> str:
-    """The seeded order in which rows are picked: the same on every machine."""
-    return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
-
-
-@dataclass
-class ExportScan:
-    """One pass over an export's rows: which trajectories it holds, its pairs and tasks,
-    and the rows picked for the viewer."""
-
-    name: str
-    family: str  # sft / dpo / grpo (the manifest's config_section)
-    samples: int
-    seed: str
-    rows: Counter = field(default_factory=Counter)  # per split
-    trajectory_ids: set[str] = field(default_factory=set)
-    pairs: dict[tuple[str, str], float | None] = field(default_factory=dict)  # (chosen, rejected) -> margin
-    tasks: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> its rollouts' trajectory ids
-    # the rows picked so far: a heap of (-rank, split, position, row as scanned)
-    _picked: list[tuple[int, str, int, Mapping[str, Any]]] = field(default_factory=list)
-
-    def add(self, split: str, position: int, row: Mapping[str, Any]) -> None:
-        self.rows[split] += 1
-        refs = trajectory_refs(row)
-        ids = [trajectory_id for _, trajectory_id in refs]
-        self.trajectory_ids.update(ids)
-        if len(refs) == 1 and refs[0][0] == "trajectory":  # an SFT row: no pair, no task
-            rollouts = ()
-        else:
-            roles = dict(refs)
-            if "chosen" in roles or "rejected" in roles:
-                chosen = next((i for role, i in refs if role == "chosen"), "")
-                rejected = next((i for role, i in refs if role == "rejected"), "")
-                self.pairs[(chosen, rejected)] = margin_of(row)
-            rollouts = tuple(i for role, i in refs if role == "rollout")
-        if rollouts:
-            extra = row.get("extra_info")
-            task = row.get("task_key") or (extra.get("task_key") if isinstance(extra, Mapping) else None)
-            task = str(task or "|".join(rollouts))
-            self.tasks[task] = rollouts
-        if self.samples:
-            key = "|".join(ids) if ids else f"{self.name}:{split}:{position}"
-            entry = (-int(rank(self.seed, key)[:16], 16), split, position, row)  # the heap drops the highest rank
-            if len(self._picked) < self.samples:
-                heapq.heappush(self._picked, entry)
-            else:
-                heapq.heappushpop(self._picked, entry)
-
-    def picked(self) -> list[tuple[str, int, Mapping[str, Any]]]:
-        """The rows picked for the viewer, lowest rank first: (split, position, row as scanned)."""
-        return [(split, position, row) for _, split, position, row in sorted(self._picked, key=lambda e: -e[0])]
 
 
 # ------------------------------------------------------------------ trajectories

@@ -25,6 +25,7 @@ import orjson
 
 from trajectory_assets.chat.messages import tool_result_failed
 from trajectory_assets.exports.export import ReadBack
+from trajectory_assets.exports.export_scan import margin_of, trajectory_refs
 from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
 TEXT_LIMIT = 2_000  # characters of one text (a message, reasoning, arguments, a result) shown
@@ -36,39 +37,6 @@ SHOWN_FIELDS = frozenset({"messages", "conversations", "system", "tools", "promp
                           "completions", "responses_create_params", "calls"})
 
 ROLE_OF = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-# fields shown as the trajectory a row is made of: (field, what the row calls it)
-REFERENCE_FIELDS = (("trajectory_id", "trajectory"), ("chosen_id", "chosen"), ("rejected_id", "rejected"),
-                    ("trajectory_ids", "rollout"))
-
-
-# ------------------------------------------------------------------ what the rows refer to
-
-
-def trajectory_refs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(role, trajectory_id) of every validated trajectory a row was made from, in order:
-    top-level fields first, then the same fields inside ``extra_info`` (verl)."""
-    refs: list[tuple[str, str]] = []
-    for holder in (row, row.get("extra_info")):
-        # (dict first: an ABC's isinstance is slow, and the report calls this for every row)
-        if holder is None or not (isinstance(holder, dict) or isinstance(holder, Mapping)):
-            continue
-        for name, role in REFERENCE_FIELDS:
-            value = holder.get(name)
-            if value is None:
-                continue
-            if isinstance(value, str):
-                if value:
-                    refs.append((role, value))
-            elif isinstance(value, (list, tuple)):
-                refs += [(role, v) for v in value if isinstance(v, str) and v]
-    return list(dict.fromkeys(refs)) if len(refs) > 1 else refs
-
-
-def margin_of(row: Mapping[str, Any]) -> float | None:
-    value = row.get("quality_difference")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def read_back(export: str, row: Mapping[str, Any]) -> tuple[str, ReadBack | None]:
     """(the row's shape, its canonical chat), read back by its export; ("raw", None) when
     the export is unknown or cannot read the row."""
