@@ -4,9 +4,10 @@ page takes, and the size of what it writes.
     python -m bench.report STORAGE OUT.json
 
 Runs the asset's own code (``defs/reports.py``) in this process, as ``bench/profile.py``
-does for the export families, with wall-clock timers around the page's parts: scanning
-every export's rows, reading and rendering the samples, drawing the plots (vl-convert: SVG, then PNG),
-writing the HTML. What is left is the statistics (trajectory columns, tasks, tool use),
+does for the export families, with wall-clock timers around the page's parts: reading
+each export's summary (or, for an export written without one, scanning its rows and reading
+its samples), rendering the samples, drawing the plots (vl-convert: SVG, then PNG), writing
+the HTML. What is left is the statistics (trajectory columns, tasks, tool use),
 the quarantine gathered into one file, and writing. ``bench/run.py`` calls it after the
 ``run`` variant of each corpus size, in a fresh process.
 """
