@@ -49,8 +49,10 @@ from trajectory_assets.exports.writer import (
     PartWriter,
     Written,
     discard_parts,
+    dump_part,
     finish_export,
     keep_parts,
+    load_part,
     reused_part,
 )
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, manifest_block
@@ -203,7 +205,7 @@ def render_shard(store: Storage, table: TrajectoryTable, task: ShardTask, config
         discard_parts(store, list(reused.values()))
         raise
     for name, part in parts.items():
-        store.write_bytes(layout.staging_part(task.run, name, task.index), pickle.dumps(part, pickle.HIGHEST_PROTOCOL))
+        store.write_bytes(layout.staging_part(task.run, name, task.index), dump_part(part))
     release_memory()
     return {**task.to_json(), "rows": {name: part.rows for name, part in parts.items()}, "reused": sorted(reused)}
 
@@ -259,7 +261,7 @@ def merge_export(store: Storage, export: Export, tasks: list[ShardTask], config:
     committed, or discarded; the plan's exclusions counted once."""
     run = tasks[0].run
     plan, decontamination = load_plan(store, run, export.family)
-    parts: list[ExportPart] = [pickle.loads(store.read_bytes(layout.staging_part(run, export.name, task.index)))
+    parts: list[ExportPart] = [load_part(store.read_bytes(layout.staging_part(run, export.name, task.index)))
                               for task in tasks]
     batches = list(tasks[0].batches)
     outcome = finish_export(store, export, config, parts, plan.excluded, batches,
