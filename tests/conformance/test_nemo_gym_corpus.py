@@ -174,7 +174,7 @@ def test_the_corpus_token_data_becomes_on_policy_token_rows(corpus_run):
     import pandas as pd
 
     from trajectory_assets.config import SftConfig, SplitConfig
-    from trajectory_assets.exports.registry import build
+    from tests.exports.rendering import build
 
     _, storage = corpus_run
     frame = pd.DataFrame(corpus_trajectories(storage))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from tests.exports.rendering import build, render_family
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.exports.families.frames import FrameTable, collect, split_of
-from trajectory_assets.exports.registry import build, iter_export
+from trajectory_assets.exports.families.frames import FrameTable, split_of
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 
@@ -258,8 +258,8 @@ class OneRowChunks:
 def test_chunked_reading_gives_the_same_rows_as_one_frame(name, config):
     rows = [task(i % 4, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.0, 0.25, 1.0, 0.0])]
     frame = trajectory_frame(rows)
-    whole = collect(iter_export(name, FrameTable(frame), config, ALL_TRAIN))
-    chunked = collect(iter_export(name, OneRowChunks(frame), config, ALL_TRAIN))
+    whole = build(name, FrameTable(frame), config, ALL_TRAIN)
+    chunked = build(name, OneRowChunks(frame), config, ALL_TRAIN)
     assert len(whole.rows) > 0
     assert sorted(chunked.lines()) == sorted(whole.lines())
     assert chunked.excluded == whole.excluded
@@ -476,18 +476,18 @@ def test_tasks_whose_rollouts_all_tie_make_no_pairs(pairing):
 
 @pytest.mark.parametrize("family", ["sft", "dpo", "grpo"])
 def test_a_family_renders_each_format_as_it_would_alone(family):
-    from trajectory_assets.exports.registry import family_exports, iter_family
+    from trajectory_assets.exports.registry import family_exports
 
     rows = [task(i % 3, reward, f"answer {i}") for i, reward in enumerate([1.0, 0.0, 0.5, 1.0, 0.25, 0.75])]
     rows.append(tool_rollout(agent_ref={"name": "weather"}))
     frame = trajectory_frame(rows)
     specs = family_exports(family)
     config = {"sft": SftConfig(min_reward=None), "dpo": DpoConfig(), "grpo": GrpoConfig()}[family]
-    together = list(iter_family(family, FrameTable(frame), config, ALL_TRAIN, specs))
+    together = render_family(family, FrameTable(frame), config, ALL_TRAIN, specs)
     for spec in specs:
         name = spec.name
-        alone = collect(iter_export(name, FrameTable(frame), config, ALL_TRAIN))
-        joint = collect(frames[name] for frames in together)
+        alone = build(name, frame, config, ALL_TRAIN)
+        joint = together[name]
         assert len(alone.rows) > 0, name
         assert list(joint.lines()) == list(alone.lines()) and joint.excluded == alone.excluded, name
 
@@ -592,16 +592,15 @@ def test_a_format_can_tell_a_cut_row_from_a_whole_one(words):
     write a cut row whole: the item says it was cut."""
     import dataclasses
 
-    from trajectory_assets.exports.registry import EXPORTS_BY_NAME, iter_family
+    from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
     def probe(item):
         return {"messages": item.messages, "cut_short": item.cut_short, "trajectory_id": item.row.trajectory_id,
                 "task_key": item.row.task_key}
 
     probe_spec = dataclasses.replace(EXPORTS_BY_NAME["sft"], name="probe", render=probe)
-    frames = iter_family("sft", FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, [probe_spec],
-                         budget(words, 12, truncate=True))
-    probed = collect(frames["probe"] for frames in frames)
+    probed = render_family("sft", FrameTable(long_and_short()), SftConfig(), ALL_TRAIN, [probe_spec],
+                           budget(words, 12, truncate=True))["probe"]
     assert [(row["cut_short"], len(row["messages"])) for row in probed.records] == [(True, 2), (False, 2)]
 
 

@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import orjson
+import pytest
 
 from tests.conftest import make_rollout, message_item, trajectory_frame, write_jsonl
 from tests.exports.test_shards import prompts_in_bucket_order
@@ -19,7 +20,7 @@ from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.families.frames import bucket_column
 from trajectory_assets.exports.registry import EXPORTS
 from trajectory_assets.exports.shard_phase import write_exports
-from trajectory_assets.exports.writer import ExportPart, Written
+from trajectory_assets.exports.writer import PART_FORMAT, Written, dump_part, load_part
 from trajectory_assets.ingest.bucket_order import bucket_ordered
 from trajectory_assets.ingest.conversion import ingest
 from trajectory_assets.io.source_files import discover
@@ -202,10 +203,51 @@ def test_a_shard_whose_committed_file_changed_is_rendered_again(tmp_path):
     edited = ranges[described["shard"]]
     assert build(store, ["a", "b"], config, SOME)[1] == {shard: ["sft"] if shard == edited else [] for shard in ranges}
     # and a kept part gone: that shard too
-    part = pickle.loads(store.read_bytes(layout.export_part("dpo", 0)))
-    assert isinstance(part, ExportPart) and part.fingerprint
+    part = load_part(store.read_bytes(layout.export_part("dpo", 0)))
+    assert part.fingerprint
     store.remove(layout.export_part("dpo", 0))
     assert build(store, ["a", "b"], config, SOME)[1] == {shard: ["dpo"] if shard == ranges[0] else [] for shard in ranges}
+
+
+def test_a_part_kept_by_code_of_another_format_is_rendered_again(tmp_path):
+    """A kept part of another format than this code's is never loaded into today's classes:
+    an older ``PART_FORMAT``, a pickle from before the format was written, one cut short, one
+    naming a module renamed since. Its shard is rendered, as from scratch."""
+    import sys
+    import types
+
+    store, root, config, ranges = refreshed(tmp_path, landing=0, exports=SOME)
+    build(store, ["a", "b"], config, SOME)
+    part = load_part(store.read_bytes(layout.export_part("sft", 0)))
+    header = b"trajectory-assets export part %d\n"
+    assert dump_part(part).startswith(header % PART_FORMAT)
+    store.write_bytes(layout.export_part("sft", 0), header % (PART_FORMAT - 1) + pickle.dumps(part))
+    store.write_bytes(layout.export_part("dpo", 1), pickle.dumps(part))  # as the kept parts of e9ded74 were
+    store.write_bytes(layout.export_part("grpo", 2), dump_part(part)[:-20])
+    module = sys.modules["renamed_since"] = types.ModuleType("renamed_since")
+    module.Part = type("Part", (), {"__module__": "renamed_since"})
+    try:
+        store.write_bytes(layout.export_part("trl_sft", 3), header % PART_FORMAT + pickle.dumps(module.Part()))
+    finally:
+        del sys.modules["renamed_since"]
+    before = outputs(root, SOME)
+    rendered_again = {ranges[0]: ["sft"], ranges[1]: ["dpo"], ranges[2]: ["grpo"], ranges[3]: ["trl_sft"]}
+    assert build(store, ["a", "b"], config, SOME)[1] == {shard: rendered_again.get(shard, []) for shard in ranges}
+    assert outputs(root, SOME) == before
+    # kept again as this code keeps them: the next build reuses every part
+    assert build(store, ["a", "b"], config, SOME)[1] == {shard: [] for shard in ranges}
+
+
+def test_a_storage_error_reading_a_kept_part_fails_the_step(tmp_path):
+    """A kept part that is there but cannot be read is a storage error, raised: never taken
+    for a stale part and silently rendered again."""
+    store, root, config, ranges = refreshed(tmp_path, landing=0, exports=SOME)
+    build(store, ["a", "b"], config, SOME)
+    kept = root / layout.export_part("sft", 0)
+    kept.unlink()
+    kept.mkdir()  # a path the storage lists but cannot read (IsADirectoryError: an OSError, as a failing disk gives)
+    with pytest.raises(IsADirectoryError):
+        build(store, ["a", "b"], config, SOME)
 
 
 def test_a_units_digest_reads_every_value_of_a_long_list_cell():

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from trajectory_assets.exports.registry import EXPORTS, EXPORTS_BY_NAME, build, markdown_table
+from tests.exports.rendering import build
+from trajectory_assets.exports.registry import EXPORTS, EXPORTS_BY_NAME, markdown_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

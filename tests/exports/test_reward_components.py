@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import make_rollout, shared_data, message_item, trajectory_frame
+from tests.exports.rendering import build
 from trajectory_assets.chat.reward_components import dominates
 from trajectory_assets.config import DpoConfig, GrpoConfig, SplitConfig
-from trajectory_assets.exports.registry import build
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 MULTIREWARD = "corpus/nemo_gym/resources_servers__example_tool_call_multireward__example_rollouts.jsonl"

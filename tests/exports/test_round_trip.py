@@ -7,8 +7,9 @@ import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from tests.conformance.test_round_trip import MARKUP_EXPORTS, conversation, tools
+from tests.exports.rendering import build
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.exports.registry import EXPORTS, build
+from trajectory_assets.exports.registry import EXPORTS
 from trajectory_assets.io.arrow_rows import table_from_records
 
 REASONING = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Two cities: two calls."}]}

@@ -2,10 +2,10 @@
 was it compressed) through curation: each one left out where it must be, under its own reason."""
 
 from tests.conftest import make_rollout, message_item, trajectory_frame
+from tests.exports.rendering import build
 from tests.exports.test_families import tool_rollout
 from tests.fixtures import hermes_rows as hermes
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.exports.registry import build
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 HANDOFF = "[CONTEXT COMPACTION — REFERENCE ONLY] Earlier turns were compacted into the summary below."

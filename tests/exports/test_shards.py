@@ -13,15 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from tests.exports.rendering import render_family
 from trajectory_assets.buckets import BUCKETS, shard_ranges
 from trajectory_assets.config import DpoConfig, GrpoConfig, PipelineConfig, SftConfig, SplitConfig
-from trajectory_assets.exports.families import FAMILIES, iter_family
+from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.families.frames import (
+    EVERY_BUCKET,
     SPLITS,
     FrameTable,
     Payloads,
     bucket_column,
-    collect,
 )
 from trajectory_assets.exports.registry import family_exports
 from trajectory_assets.exports.token_budget import TokenBudget
@@ -81,11 +82,10 @@ class CountingTable(FrameTable):
         return super().scan(columns, ids, buckets)
 
 
-def rendered(family, table, config, shards=None, budget=None):
-    """Every export of ``family``: (its records in order, its exclusions), by export name."""
-    exports = {export.name: export for export in family_exports(family)}
-    frames = list(iter_family(family, table, config, ALL_TRAIN, exports, budget, shards=shards))
-    collected = {name: collect(chunk[name] for chunk in frames) for name in exports}
+def rendered(family, table, config, shards=(EVERY_BUCKET,), budget=None):
+    """Every export of ``family``: (its records in order, its exclusions), by export name, the
+    units of each of ``shards`` rendered as its shard step renders them."""
+    collected = render_family(family, table, config, ALL_TRAIN, family_exports(family), budget, shards=shards)
     return {name: (frame.records, dict(frame.excluded)) for name, frame in collected.items()}
 
 

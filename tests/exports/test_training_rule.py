@@ -4,11 +4,12 @@ and LLaMA-Factory have one switch each, and leave out the rows it cannot reprodu
 import pytest
 
 from tests.conftest import make_rollout, message_item, trajectory_frame
+from tests.exports.rendering import build
 from tests.exports.test_families import tool_rollout
 from tests.fixtures import hermes_rows as hermes
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.card import training_of
-from trajectory_assets.exports.registry import EXPORTS_BY_NAME, build
+from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 

@@ -18,6 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from tests.exports.rendering import build
 from trajectory_assets.config import (
     ConfigError,
     DecontaminationConfig,
@@ -38,7 +39,7 @@ from trajectory_assets.ingest.decontamination import (
     words,
 )
 from trajectory_assets.exports.families.frames import FrameTable
-from trajectory_assets.exports.registry import build, family_exports
+from trajectory_assets.exports.registry import family_exports
 from trajectory_assets.exports.shard_phase import write_exports
 from trajectory_assets.exports.writer import Written
 from trajectory_assets.io.storage import Storage

@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from trajectory_assets.io.export_files import StagedExport, StoredExport
+from tests.io.staged_export import commit_export
+from trajectory_assets.io.export_files import ShardWriter, StoredExport
 from trajectory_assets.io.storage import NotMaterializedError, Storage
 
 
@@ -65,11 +66,9 @@ def test_a_manifest_written_before_shards_is_read_from_its_one_file_per_split(tm
 def staged_sft(store, records_by_split, index_fields=("trajectory_id", "chosen_id", "trajectory_ids")):
     from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
-    staged = StagedExport(store, "sft", ("train", "validation"), "jsonl", EXPORTS_BY_NAME["sft"].arrow_schema,
-                          index_fields)
-    for split, records in records_by_split.items():
-        staged.write(split, records)
-    return {"format": "jsonl", "files": staged.commit()}
+    files = commit_export(store, "sft", ("train", "validation"), "jsonl", EXPORTS_BY_NAME["sft"].arrow_schema,
+                          {0: records_by_split}, index_fields)
+    return {"format": "jsonl", "files": files}
 
 
 SFT_ROWS = {"train": [{"messages": [{"role": "user", "content": "q"}], "trajectory_id": f"t{i}", "task_key": "k"}
@@ -150,7 +149,7 @@ def test_rows_holding_an_undeclared_index_field_leave_no_index_and_a_discard_lea
 
     from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 
-    staged = StagedExport(store, "dpo", ("train",), "jsonl", EXPORTS_BY_NAME["dpo"].arrow_schema, ("chosen_id",))
+    staged = ShardWriter(store, "dpo", ("train",), "jsonl", EXPORTS_BY_NAME["dpo"].arrow_schema, ("chosen_id",))
     staged.write("train", [{"prompt": [], "chosen_id": "c"}])
     staged.discard()
     assert not (tmp_path / "indexes" / "dpo").exists() or not any((tmp_path / "indexes" / "dpo").iterdir())

@@ -9,13 +9,14 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from tests.io.staged_export import commit_export
 from trajectory_assets.exports.registry import EXPORTS_BY_NAME
 from trajectory_assets.io.export_files import (
     ShardWriter,
-    StagedExport,
     StoredExport,
     WrittenShard,
     commit_shards,
+    discard_shards,
 )
 from trajectory_assets.io.storage import Storage
 
@@ -39,12 +40,9 @@ SHARDED = {0: {"train": rows_named("a0", "a1")}, 1: {"validation": rows_named("v
 
 def staged(store: Storage, rows_by_shard: dict, file_format: str = "jsonl", name: str = "sft",
            shards: int = 3) -> dict:
-    export = StagedExport(store, name, SPLITS, file_format, EXPORTS_BY_NAME[name].arrow_schema, INDEX_FIELDS,
-                          shards=shards)
-    for shard, by_split in sorted(rows_by_shard.items()):
-        for split, records in by_split.items():
-            export.write(split, records, shard=shard)
-    return {"format": file_format, "files": export.commit()}
+    files = commit_export(store, name, SPLITS, file_format, EXPORTS_BY_NAME[name].arrow_schema, rows_by_shard,
+                          INDEX_FIELDS, shards)
+    return {"format": file_format, "files": files}
 
 
 def export_files(tmp_path, name: str = "sft") -> list[str]:
@@ -148,22 +146,15 @@ def test_a_discard_leaves_the_previous_export_as_it_was(tmp_path):
     store = Storage(str(tmp_path))
     before = staged(store, SHARDED)
     contents = {name: (tmp_path / "exports" / "sft" / name).read_bytes() for name in before["files"]}
-    export = StagedExport(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, shards=2)
-    export.write("train", rows_named("new"), shard=0)
-    export.write("train", rows_named("newer"), shard=1)  # shard 0 is then whole in the staging folder
-    export.discard()
+    first = ShardWriter(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, 0, "r")
+    first.write("train", rows_named("new"))
+    written = first.finish()  # shard 0 is whole in the staging folder
+    second = ShardWriter(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, 1, "r")
+    second.write("train", rows_named("newer"))
+    second.discard()
+    discard_shards(store, written)
     assert {name: (tmp_path / "exports" / "sft" / name).read_bytes() for name in export_files(tmp_path)} == contents
     assert not [path for path in (tmp_path / "staging").rglob("*") if path.is_file()]
-
-
-def test_shards_are_written_in_order(tmp_path):
-    export = StagedExport(Storage(str(tmp_path)), "sft", SPLITS, "jsonl", SFT_SCHEMA, shards=3)
-    export.write("train", rows_named("b"), shard=1)
-    with pytest.raises(ValueError, match="shard 0 of sft was finished"):
-        export.write("train", rows_named("a"), shard=0)
-    with pytest.raises(ValueError, match="has shards 0-2, not 3"):
-        export.write("train", rows_named("d"), shard=3)
-    export.discard()
 
 
 @pytest.mark.parametrize("file_format, indexed", [("jsonl", True), ("jsonl", False), ("parquet", False)])

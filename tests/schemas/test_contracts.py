@@ -13,9 +13,9 @@ from schemas.trajectory import BUCKETS as CONTRACT_BUCKETS
 from schemas.trajectory import TrajectorySchema
 from schemas.validation import ARROW_STRING, cast_columns, contract_frame, declared_dtypes, validate
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
+from tests.exports.rendering import build
 from trajectory_assets.buckets import BUCKETS, bucket_of
 from trajectory_assets.config import DpoConfig, GrpoConfig, SftConfig, SplitConfig
-from trajectory_assets.exports.registry import build
 
 ID = "a" * 32
 KEY = "b" * 24

@@ -112,19 +112,18 @@ def sharded_exports(sample_exports, tmp_path_factory) -> Path:
     import numpy as np
     import pyarrow.parquet as pq
 
+    from tests.io.staged_export import commit_export
     from tests.split_files import split_paths
     from trajectory_assets.exports.families.frames import SPLITS
     from trajectory_assets.exports.registry import EXPORTS
     from trajectory_assets.exports.writer import SCAN_FIELDS, write_beside_files
-    from trajectory_assets.io.export_files import StagedExport
     from trajectory_assets.io.storage import Storage
 
     storage = tmp_path_factory.mktemp("sharded")
     store = Storage(str(storage))
     for export in EXPORTS:
         manifest = json.loads((sample_exports / export.name / "manifest.json").read_text())
-        files = StagedExport(store, export.name, SPLITS, export.file_format, export.arrow_schema, SCAN_FIELDS,
-                             shards=SHARDS)
+        rows_by_shard: dict[int, dict[str, list]] = {}
         for split in SPLITS:
             paths = split_paths(sample_exports / export.name, split)
             if export.file_format == "parquet":
@@ -134,7 +133,8 @@ def sharded_exports(sample_exports, tmp_path_factory) -> Path:
                 rows = [json.loads(line) for path in paths for line in path.read_text().splitlines()]
             for shard, part in enumerate(np.array_split(np.arange(len(rows)), SHARDS)):
                 if len(part):
-                    files.write(split, [rows[i] for i in part], shard=shard)
-        manifest["files"] = files.commit()
+                    rows_by_shard.setdefault(shard, {})[split] = [rows[i] for i in part]
+        manifest["files"] = commit_export(store, export.name, SPLITS, export.file_format, export.arrow_schema,
+                                          rows_by_shard, SCAN_FIELDS, SHARDS)
         write_beside_files(store, export, manifest)
     return storage / "exports"

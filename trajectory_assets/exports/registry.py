@@ -15,12 +15,6 @@ README's export table (checked by a test) and the definitions snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-import pandas as pd
-
-from trajectory_assets.config import SplitConfig
 from trajectory_assets.exports import (
     axolotl,
     dpo,
@@ -36,12 +30,8 @@ from trajectory_assets.exports import (
     trl_sft,
     verl,
 )
-from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
-from trajectory_assets.exports import families
 from trajectory_assets.exports.families import FAMILIES
-from trajectory_assets.exports.families.frames import ExportFrame, FrameTable, TrajectoryTable, collect
-from trajectory_assets.exports.token_budget import TokenBudget
 
 EXPORTS: tuple[Export, ...] = (
     sft.EXPORT,
@@ -64,32 +54,6 @@ EXPORT_FAMILIES: tuple[str, ...] = tuple(FAMILIES)
 
 def family_exports(family: str) -> list[Export]:
     return [export for export in EXPORTS if export.family == family]
-
-
-def iter_family(family: str, table: TrajectoryTable, config: Any, split: SplitConfig, exports: list[Export],
-                budget: TokenBudget | None = None,
-                benchmarks: BenchmarkIndex | None = None) -> Iterator[dict[str, ExportFrame]]:
-    """Per chunk, one frame per export of the family in ``exports`` (planned and read once for all)."""
-    yield from families.iter_family(family, table, config, split, {export.name: export for export in exports},
-                                    budget, benchmarks)
-
-
-def iter_export(name: str, table: TrajectoryTable, config: Any, split: SplitConfig,
-                budget: TokenBudget | None = None, benchmarks: BenchmarkIndex | None = None) -> Iterator[ExportFrame]:
-    """One export alone, chunk by chunk."""
-    export = EXPORTS_BY_NAME[name]
-    for frames in iter_family(export.family, table, config, split, [export], budget, benchmarks):
-        yield frames[name]
-
-
-def build(name: str, trajectories: pd.DataFrame, config: Any, split: SplitConfig,
-          budget: TokenBudget | None = None, benchmarks: BenchmarkIndex | None = None) -> ExportFrame:
-    """One export over an in-memory trajectory frame, collected into one frame (tests, small data).
-
-    ``config`` is the export's family section (``SftConfig``, ``DpoConfig``, ``GrpoConfig``);
-    ``benchmarks`` the decontamination index (``decontamination.build_index``), if any.
-    """
-    return collect(iter_export(name, FrameTable(trajectories), config, split, budget, benchmarks))
 
 
 def markdown_table() -> str:

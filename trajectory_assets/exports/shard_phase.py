@@ -22,6 +22,7 @@ import hashlib
 import pickle
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -35,6 +36,7 @@ from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families import FAMILIES
 from trajectory_assets.exports.families.frames import (
     BucketRange,
+    ExportFrame,
     Plan,
     TrajectoryTable,
     payload_columns,
@@ -47,8 +49,10 @@ from trajectory_assets.exports.writer import (
     PartWriter,
     Written,
     discard_parts,
+    dump_part,
     finish_export,
     keep_parts,
+    load_part,
     reused_part,
 )
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, manifest_block
@@ -203,7 +207,7 @@ def render_shard(store: Storage, table: TrajectoryTable, task: ShardTask, config
         discard_parts(store, list(reused.values()))
         raise
     for name, part in parts.items():
-        store.write_bytes(layout.staging_part(task.run, name, task.index), pickle.dumps(part, pickle.HIGHEST_PROTOCOL))
+        store.write_bytes(layout.staging_part(task.run, name, task.index), dump_part(part))
     release_memory()
     return {**task.to_json(), "rows": {name: part.rows for name, part in parts.items()}, "reused": sorted(reused)}
 
@@ -212,27 +216,14 @@ def _rendered_parts(store: Storage, table: TrajectoryTable, task: ShardTask, con
                     exports: list[Export], budgets: dict[str, TokenBudget | None]) -> dict[str, ExportPart]:
     """The shard's part of each of ``exports``, rendered from its payloads read once."""
     plans = {family: load_plan(store, task.run, family)[0] for family in task.families if _of(exports, family)}
-    units = {family: plan.units_in(task.buckets) for family, plan in plans.items()}
-    columns = list(dict.fromkeys(column for family, plan in plans.items()
-                                 for column in payload_columns(plan.columns, _of(exports, family))))
-    needed = [plan.needed(units[family]) for family, plan in plans.items() if len(units[family])]
     writers = {export.name: PartWriter(store, export, config, task.run, task.index) for export in exports}
     try:
-        if needed:
-            payloads = read_shard(table, columns, task.buckets,
-                                  pd.concat(needed, ignore_index=True).drop_duplicates("trajectory_id"))
-            with chunk_memory() as release:
-                for family, plan in plans.items():
-                    if not len(units[family]):
-                        continue
-                    for frames in FAMILIES[family].render(units[family], payloads, getattr(config, family),
-                                                          config.split, _of(exports, family), budgets.get(family)):
-                        while frames:  # popped, so each export's rows are freed as soon as they are written
-                            name, frame = frames.popitem()
-                            writers[name].add(frame)
-                            del frame
-                        release()
-            del payloads
+        with closing(shard_frames(table, task.buckets, plans, config, exports, budgets)) as chunks:
+            for frames in chunks:
+                while frames:  # popped, so each export's rows are freed as soon as they are written
+                    name, frame = frames.popitem()
+                    writers[name].add(frame)
+                    del frame
         parts = {name: writer.close() for name, writer in writers.items()}
     except BaseException:
         for writer in writers.values():
@@ -243,13 +234,36 @@ def _rendered_parts(store: Storage, table: TrajectoryTable, task: ShardTask, con
     return parts
 
 
+def shard_frames(table: TrajectoryTable, buckets: BucketRange, plans: dict[str, Plan], config: PipelineConfig,
+                 exports: list[Export], budgets: dict[str, TokenBudget | None]) -> Iterator[dict[str, ExportFrame]]:
+    """Per chunk, one frame per export of a family: each family's units in ``buckets`` (the
+    families in ``plans``' order), rendered from the shard's payloads, read once for every
+    family (not at all when none has units there). The caller writes a chunk's frames before
+    asking for the next: what the chunks left behind is freed in between (``chunk_memory``)."""
+    units = {family: plan.units_in(buckets) for family, plan in plans.items()}
+    columns = list(dict.fromkeys(column for family, plan in plans.items()
+                                 for column in payload_columns(plan.columns, _of(exports, family))))
+    needed = [plan.needed(units[family]) for family, plan in plans.items() if len(units[family])]
+    if not needed:
+        return
+    payloads = read_shard(table, columns, buckets, pd.concat(needed, ignore_index=True).drop_duplicates("trajectory_id"))
+    with chunk_memory() as release:
+        for family, plan in plans.items():
+            if not len(units[family]):
+                continue
+            for frames in FAMILIES[family].render(units[family], payloads, getattr(config, family), config.split,
+                                                  _of(exports, family), budgets.get(family)):
+                yield frames
+                release()
+
+
 def merge_export(store: Storage, export: Export, tasks: list[ShardTask], config: PipelineConfig,
                  code_version: str, dataset: dict | None = None) -> Written | Broken:
     """The export's parts from every shard (``tasks``, in shard order), checked together and
     committed, or discarded; the plan's exclusions counted once."""
     run = tasks[0].run
     plan, decontamination = load_plan(store, run, export.family)
-    parts: list[ExportPart] = [pickle.loads(store.read_bytes(layout.staging_part(run, export.name, task.index)))
+    parts: list[ExportPart] = [load_part(store.read_bytes(layout.staging_part(run, export.name, task.index)))
                               for task in tasks]
     batches = list(tasks[0].batches)
     outcome = finish_export(store, export, config, parts, plan.excluded, batches,

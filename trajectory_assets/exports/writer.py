@@ -200,7 +200,7 @@ class ExportPart:
     # the shard's input (``shard_phase.shard_fingerprints``): a later build whose shard has the
     # same one reuses this part and the committed files instead of rendering (None: not reusable)
     fingerprint: str | None = None
-    scan: ExportScan | None = None  # None: kept by code before scans (such a part is rendered again)
+    scan: ExportScan | None = None  # what the report needs of its rows (exports/export_scan.py)
 
     @property
     def rows(self) -> int:
@@ -245,23 +245,58 @@ class PartWriter:
         self.files.discard()
 
 
+# The shape of a stored part: ExportPart and all it holds (ExportTally, WrittenShard, ExportScan), pickled.
+# Raise it with any change to them. It heads the file and is read before anything is unpickled,
+# so a part kept by other code is rendered again, never loaded into classes that changed.
+PART_FORMAT = 2  # 2: a part holds its rows' scan for the report
+_PART_HEADER = b"trajectory-assets export part %d\n" % PART_FORMAT
+
+
+class StalePart(Exception):
+    """A stored part of another format than :data:`PART_FORMAT`, or none."""
+
+
+# What loading a part kept by other code raises: another format (StalePart); a class or module
+# gone or moved (AttributeError, ImportError); a class whose arguments changed (TypeError); a
+# file cut short or not a pickle (EOFError, UnpicklingError).
+_STALE_PART_ERRORS = (StalePart, AttributeError, ImportError, TypeError, EOFError, pickle.UnpicklingError)
+
+
+def dump_part(part: ExportPart) -> bytes:
+    """A part as a shard step stores it for the merge (and a merge keeps it for the next
+    build): the :data:`PART_FORMAT` header, then its pickle."""
+    return _PART_HEADER + pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
+
+
+def load_part(data: bytes) -> ExportPart:
+    """A part :func:`dump_part` stored; :class:`StalePart` for a file of another format."""
+    if not data.startswith(_PART_HEADER):
+        raise StalePart(f"not an export part of format {PART_FORMAT}: {bytes(data[:40])!r}")
+    part = pickle.loads(memoryview(data)[len(_PART_HEADER):])
+    if not isinstance(part, ExportPart):
+        raise StalePart(f"not an export part: {type(part).__name__}")
+    return part
+
+
 def reused_part(store: Storage, export: Export, run: str, shard: int, fingerprint: str) -> ExportPart | None:
     """Shard ``shard`` of ``export`` for the build ``run`` taken from the committed build
     when that build's shard had the same ``fingerprint``: its kept part (``layout.export_part``)
     and copies of its committed files, staged as a render would have staged them. None when
-    anything is missing or differs (no manifest, no kept part, another fingerprint, a file
-    the manifest no longer lists with the part's SHA-256): the shard is then rendered. The
+    anything is missing or differs (no manifest, no kept part, one kept by code of another
+    :data:`PART_FORMAT` or that no longer loads, another fingerprint, a file the manifest no
+    longer lists with the part's SHA-256): the shard is then rendered. The
     fingerprint is kept in the part, not in the manifest: it names batch files by their
     storage checksums, which differ between two storages holding the same bytes, and a
     manifest is the same wherever the same dataset is built."""
     kept_path, manifest_path = layout.export_part(export.name, shard), layout.export_manifest(export.name)
     if not (store.exists(kept_path) and store.exists(manifest_path)):
         return None
+    data = store.read_bytes(kept_path)  # outside the try: a storage that fails is an error, not a stale part
     try:
-        kept = pickle.loads(store.read_bytes(kept_path))
-    except Exception:  # noqa: BLE001 - a part kept by other code may not load: its fingerprint names that code anyway
+        kept = load_part(data)
+    except _STALE_PART_ERRORS:
         return None
-    if not isinstance(kept, ExportPart) or kept.fingerprint != fingerprint or getattr(kept, "scan", None) is None:
+    if kept.fingerprint != fingerprint:
         return None
     written = restage_committed_shard(store, export.name, SPLITS, export.file_format, export.arrow_schema,
                                       SCAN_FIELDS, shard, run, kept.written, store.read_json(manifest_path)["files"])

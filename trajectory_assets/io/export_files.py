@@ -1,7 +1,6 @@
 """An export's split files: written shard by shard to a staging folder
 (:class:`ShardWriter`), put in place under the Hub's names by one commit of every shard
-(:func:`commit_shards`; :class:`StagedExport` does both in one process), and read back row by
-row for the report (:class:`StoredExport`).
+(:func:`commit_shards`), and read back row by row for the report (:class:`StoredExport`).
 
 Each split is the concatenation of its files in name order, ``train-00000-of-00004.jsonl``
 first (what ``datasets`` reads for the card's glob ``train-*.jsonl``); a row's position is its
@@ -488,72 +487,3 @@ def _remove_other_files(store: Storage, folder: str, pattern: re.Pattern, kept: 
     for file_name in store.file_names(folder):
         if pattern.fullmatch(file_name) and file_name not in kept:
             store.remove(f"{folder}/{file_name}")
-
-
-class StagedExport:
-    """One export's split files, written chunk by chunk, shard by shard, in one process.
-
-    It wraps what a sharded build spreads over processes: a :class:`ShardWriter` per shard
-    (writes to shard k finish the shards before it: one shard's files are open at a time, so
-    shards are written in order), then :func:`commit_shards`. Nothing is visible until
-    :meth:`commit`; :meth:`discard` leaves the previous export untouched (a failed check
-    writes nothing). A JSON-lines export given ``index_fields`` also writes each file's row index.
-    """
-
-    def __init__(self, store: Storage, name: str, splits: tuple[str, ...], file_format: str,
-                 arrow_schema: pa.Schema, index_fields: Collection[str] = (), shards: int = 1) -> None:
-        self.store, self.name, self.splits, self.file_format = store, name, splits, file_format
-        self.arrow_schema, self.index_fields, self.shards = arrow_schema, index_fields, shards
-        self.run = uuid.uuid4().hex
-        self.writer: ShardWriter | None = None
-        self.written: list[WrittenShard] = []
-        self.rows = {split: 0 for split in splits}
-        self._open(0)  # at once: a storage that cannot be written fails before any row is rendered
-
-    def _open(self, shard: int) -> ShardWriter:
-        self.writer = ShardWriter(self.store, self.name, self.splits, self.file_format, self.arrow_schema,
-                                  self.index_fields, shard, self.run)
-        return self.writer
-
-    def _writer(self, shard: int) -> ShardWriter:
-        if not 0 <= shard < self.shards:
-            raise ValueError(f"{self.name} has shards 0-{self.shards - 1}, not {shard}")
-        if self.writer is not None and self.writer.shard == shard:
-            return self.writer
-        if shard < (self.writer.shard if self.writer else self.shards):
-            raise ValueError(f"shard {shard} of {self.name} was finished: shards are written in order")
-        self._finish_open_shard()
-        while (len(self.written) // len(self.splits)) < shard:  # shards with no rows still have their files
-            self._open(len(self.written) // len(self.splits))
-            self._finish_open_shard()
-        return self._open(shard)
-
-    def _finish_open_shard(self) -> None:
-        if self.writer is not None:
-            self.written += self.writer.finish()
-            self.writer = None
-
-    def write(self, split: str, records: list[dict[str, Any]], shard: int = 0) -> list[int] | None:
-        """Appends ``records`` to shard ``shard`` of the split; returns each JSON line's length
-        in characters (None for Parquet, which has no lines)."""
-        chars = self._writer(shard).write(split, records)
-        self.rows[split] += len(records)
-        return chars
-
-    def commit(self) -> dict[str, dict]:
-        """Puts every shard's files in place (``commit_shards``); returns the manifest's ``files``."""
-        try:
-            self._writer(self.shards - 1)
-            self._finish_open_shard()
-        except BaseException:
-            self.discard()
-            raise
-        files = commit_shards(self.store, self.name, self.splits, self.file_format, self.shards, self.written)
-        self.store.remove_folder(layout.staging_run(self.run))  # its own run: nothing else is in it
-        return files
-
-    def discard(self) -> None:
-        if self.writer is not None:
-            self.writer.discard()
-            self.writer = None
-        self.store.remove_folder(layout.staging_run(self.run))

@@ -215,17 +215,6 @@ class ExportFrame:
         return [orjson.dumps(record).decode() for record in self.records]
 
 
-def collect(frames: Iterable[ExportFrame]) -> ExportFrame:
-    """All chunks of one export as one frame (for small data and tests)."""
-    frames = list(frames)
-    excluded: Counter = Counter()
-    for frame in frames:
-        excluded.update(frame.excluded)
-    return ExportFrame(pd.concat([f.rows for f in frames], ignore_index=True),
-                       [record for f in frames for record in f.records], excluded,
-                       sum(f.truncated for f in frames), np.concatenate([f.tokens for f in frames]))
-
-
 def _concat(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(list(chunks), ignore_index=True)  # a TrajectoryTable yields at least one chunk
 
@@ -349,8 +338,3 @@ def unit_chunks(units: pd.DataFrame) -> Iterator[pd.DataFrame]:
     size = trajectory_table.CHUNK_ROWS  # read here, as the stored table does, so a test can shrink it for a run
     for start in range(0, len(units), size):
         yield units.iloc[start:start + size]
-
-
-def exclusions(excluded: Counter, exports: dict[str, Export], split: SplitConfig) -> dict[str, ExportFrame]:
-    """The plan's exclusions, the same for every export of the family."""
-    return {name: ExportFrame(*_frame([], export, split), Counter(excluded)) for name, export in exports.items()}
