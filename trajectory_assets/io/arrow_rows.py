@@ -15,6 +15,7 @@ JSON lines included, to the declared types.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -29,13 +30,28 @@ _DTYPES = {pa.string(): "string", pa.int64(): "int64", pa.int32(): "int32", pa.f
 
 
 def table_from_records(records: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """The records as a table of ``schema``; JSON fields take any JSON value (null stays null)."""
-    storage = pa.schema([pa.field(f.name, _storage_type(f.type)) for f in schema])
-    if storage == schema:
+    """The records as a table of ``schema``; JSON fields take any JSON value (null stays null).
+
+    Built column by column, as ``Table.from_pylist`` builds it (a record's missing field is
+    null), with only the JSON fields' values encoded: a record is never copied."""
+    storage, encoders = _storage_of(schema)
+    if not encoders:
         return pa.Table.from_pylist(records, schema=schema)
-    encoders = [(f.name, _encoder(f.type)) for f in schema if _holds_json(f.type)]
-    encoded = [{**record, **{name: encode(record.get(name)) for name, encode in encoders}} for record in records]
-    return pa.Table.from_pylist(encoded, schema=storage).cast(schema)
+    columns = []
+    for f in schema:
+        values = [record.get(f.name) for record in records]
+        encode = encoders.get(f.name)
+        columns.append(values if encode is None else [None if value is None else encode(value) for value in values])
+    return pa.Table.from_arrays(columns, schema=storage).cast(schema)
+
+
+@lru_cache(maxsize=64)
+def _storage_of(schema: pa.Schema) -> tuple[pa.Schema, dict[str, Callable[[Any], Any]]]:
+    """The schema's storage (JSON fields as text) and the encoder of each field holding JSON
+    (a non-null value to its storage form). Built once per schema: the calls are many, the
+    schemas few."""
+    storage = pa.schema([pa.field(f.name, _storage_type(f.type)) for f in schema])
+    return storage, {f.name: _encoder(f.type) for f in schema if _holds_json(f.type)}
 
 
 def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: int = 5) -> tuple[int, list[str]]:
@@ -173,17 +189,28 @@ def _storage_type(arrow_type: pa.DataType) -> pa.DataType:
     return arrow_type
 
 
-def _encoder(arrow_type: pa.DataType):
-    """A function turning a value of ``arrow_type`` into its storage form (JSON fields as text)."""
+def _encoder(arrow_type: pa.DataType) -> Callable[[Any], Any]:
+    """A function turning a non-null value of ``arrow_type`` that holds JSON into its storage
+    form: each JSON value as its text (UTF-8 bytes, which Arrow takes for a string), a struct
+    copied only when a JSON field in it holds a value."""
     if arrow_type == JSON:
-        return lambda value: None if value is None else orjson.dumps(value).decode()
+        return orjson.dumps
     if pa.types.is_struct(arrow_type):
         fields = [(f.name, _encoder(f.type)) for f in arrow_type if _holds_json(f.type)]
-        return lambda value: None if value is None else {**value, **{k: enc(value.get(k)) for k, enc in fields}}
-    if pa.types.is_list(arrow_type) and _holds_json(arrow_type.value_type):
-        item = _encoder(arrow_type.value_type)
-        return lambda value: None if value is None else [item(v) for v in value]
-    return lambda value: value
+
+        def encode_struct(value: Any) -> Any:
+            if isinstance(value, dict):
+                for name, _ in fields:
+                    if value.get(name) is not None:
+                        break
+                else:
+                    return value  # nothing to encode: Arrow reads it as it is
+            return {**value, **{name: None if (child := value.get(name)) is None else encode(child)
+                                for name, encode in fields}}
+
+        return encode_struct
+    item = _encoder(arrow_type.value_type)  # a list of values holding JSON
+    return lambda value: [None if v is None else item(v) for v in value]
 
 
 def _yaml_type(arrow_type: pa.DataType) -> dict[str, Any]:
