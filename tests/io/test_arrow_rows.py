@@ -61,3 +61,11 @@ def test_a_table_holds_every_shape_of_row_with_json_fields_as_their_text():
 def test_a_value_of_another_type_than_a_struct_holding_json_stops_the_table():
     with pytest.raises(TypeError):
         table_from_records([{"messages": ["not a message"]}], SCHEMA)
+
+
+def test_a_table_that_cannot_be_built_names_the_first_bad_value_record_by_record():
+    """Fields are encoded column by column; the error raised is still the first one a record by
+    record reading meets (here the first record's ``extra``, though ``messages`` comes first)."""
+    rows = [{"messages": [message()], "extra": {1, 2}}, {"messages": ["not a message"], "extra": None}]
+    with pytest.raises(TypeError, match="set"):
+        table_from_records(rows, SCHEMA)

@@ -38,10 +38,19 @@ def table_from_records(records: list[dict[str, Any]], schema: pa.Schema) -> pa.T
     if not encoders:
         return pa.Table.from_pylist(records, schema=schema)
     columns = []
-    for f in schema:
-        values = [record.get(f.name) for record in records]
-        encode = encoders.get(f.name)
-        columns.append(values if encode is None else [None if value is None else encode(value) for value in values])
+    try:
+        for f in schema:
+            values = [record.get(f.name) for record in records]
+            encode = encoders.get(f.name)
+            columns.append(values if encode is None else [None if value is None else encode(value) for value in values])
+    except Exception:
+        # a value that cannot be encoded: the error is the one a record by record encoding
+        # meets first (a record's fields in order), whichever column this one met first
+        for record in records:
+            for name, encode in encoders.items():
+                if (value := record.get(name)) is not None:
+                    encode(value)
+        raise
     return pa.Table.from_arrays(columns, schema=storage).cast(schema)
 
 
