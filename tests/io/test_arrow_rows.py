@@ -69,3 +69,14 @@ def test_a_table_that_cannot_be_built_names_the_first_bad_value_record_by_record
     rows = [{"messages": [message()], "extra": {1, 2}}, {"messages": ["not a message"], "extra": None}]
     with pytest.raises(TypeError, match="set"):
         table_from_records(rows, SCHEMA)
+
+
+def test_the_type_check_reads_only_declared_non_json_fields_and_names_every_problem_of_a_row():
+    """Values Arrow could not take at all pass where the schema does not look (a JSON field at
+    any depth, a record's own field); a row with a key and a type problem gets both, in order."""
+    nowhere = {"messages": [message()], "extra": {1, 2}, "own_field": object(), "reward": 0.5}
+    nowhere["messages"][0]["tool_calls"][0]["function"]["arguments"] = {3, 4}
+    both = {"messages": [message(weight=1)], "reward": "high"}
+    assert schema_violations([nowhere, both], SCHEMA) == (1, [
+        "row 1: messages[0] has a key the schema lacks: 'weight'",
+        "row 1: reward: Could not convert 'high' with type str: tried to convert to double"])
