@@ -172,7 +172,8 @@ class ChunkedContract:
         self.rows_checked += later.rows_checked
         for key, blocks in self.keyed.items():
             blocks += [block.assign(block=len(blocks) + number) for number, block in enumerate(later.keyed[key])]
-        for chunk in later.pending:
+        pending, later.pending, later.pending_rows = later.pending, [], 0  # this contract holds them now
+        for chunk in pending:
             self.check(chunk)
 
     def duplicates(self) -> int:
