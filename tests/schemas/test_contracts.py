@@ -277,22 +277,35 @@ def test_contracts_checked_shard_by_shard_and_absorbed_find_what_one_contract_fi
     assert result.table_errors == ["2 duplicate value(s) of [('trajectory_id',)] across chunks"]
 
 
-def test_a_merge_checks_the_chunks_shards_held_back_in_blocks_across_shards(trajectories, monkeypatch):
-    """A shard's rows seldom fill a block: the merge holds its chunks back with the next
-    shard's, so an export pays a pandera call per block of rows, not one per shard."""
+def _validate_calls(monkeypatch) -> list[int]:
+    """The rows of each pandera call the chunked contracts make from now on."""
     import schemas.validation
-    from schemas.validation import ChunkedContract
 
     calls = []
     real_validate = schemas.validation.validate
     monkeypatch.setattr(schemas.validation, "validate", lambda model, frame: calls.append(len(frame)) or
                         real_validate(model, frame))
+    return calls
+
+
+def _three_chunks_the_second_broken(trajectories) -> list[pd.DataFrame]:
+    """Three chunks of two rows, ids unique across them; row 3 of the three fails a check."""
     broken = trajectories.copy()
     broken.loc[1, "messages"] = "{}"
+    return [chunk.assign(trajectory_id=[f"{i}{c}" * 16 for c in "ab"]).reset_index(drop=True)
+            for i, chunk in enumerate((trajectories, broken, trajectories))]
+
+
+def test_a_merge_checks_the_chunks_shards_held_back_in_blocks_across_shards(trajectories, monkeypatch):
+    """A shard's rows seldom fill a block: the merge holds its chunks back with the next
+    shard's, so an export pays a pandera call per block of rows, not one per shard."""
+    from schemas.validation import ChunkedContract
+
+    calls = _validate_calls(monkeypatch)
     shards = []
-    for number, chunk in enumerate((trajectories, broken, trajectories)):
+    for chunk in _three_chunks_the_second_broken(trajectories):
         shard = ChunkedContract(TrajectorySchema, block_rows=4)
-        shard.check(chunk.assign(trajectory_id=[f"{number}{c}" * 16 for c in "ab"]).reset_index(drop=True))
+        shard.check(chunk)
         shards.append(shard)
     merged = shards[0]
     for later in shards[1:]:
@@ -313,17 +326,10 @@ def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
 
 def test_a_contract_checked_in_blocks_holds_chunks_back_and_finds_what_chunk_by_chunk_finds(trajectories,
                                                                                            monkeypatch):
-    import schemas.validation
     from schemas.validation import ChunkedContract
 
-    calls = []
-    real_validate = schemas.validation.validate
-    monkeypatch.setattr(schemas.validation, "validate", lambda model, frame: calls.append(len(frame)) or
-                        real_validate(model, frame))
-    broken = trajectories.copy()
-    broken.loc[1, "messages"] = "{}"
-    unique = [chunk.assign(trajectory_id=[f"{i}{c}" * 16 for c in "ab"]).reset_index(drop=True)
-              for i, chunk in enumerate((trajectories, broken, trajectories))]
+    calls = _validate_calls(monkeypatch)
+    unique = _three_chunks_the_second_broken(trajectories)
     by_chunk, by_block = ChunkedContract(TrajectorySchema), ChunkedContract(TrajectorySchema, block_rows=4)
     for chunk in unique:
         by_chunk.check(chunk)
