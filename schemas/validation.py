@@ -161,14 +161,20 @@ class ChunkedContract:
     def absorb(self, later: "ChunkedContract") -> None:
         """Takes in what ``later`` (the same contract, checked over the rows that follow these:
         the next shard's) found, as if its chunks had been checked here: its rows numbered
-        after these, its blocks' unique keys compared with these blocks' by :meth:`result`."""
-        self._check_pending()
-        later._check_pending()
+        after these, its blocks' unique keys compared with these blocks' by :meth:`result`,
+        and the chunks it still holds back held back here, to be checked with the next
+        shard's (a shard's rows fill few blocks; a pandera call costs the same however few
+        its rows)."""
+        if later.rows_checked or later.failures or later.table_errors or any(later.keyed.values()):
+            self._check_pending()  # its checked blocks follow every row here, those held back too
         self.failures.update({self.rows_checked + row: failed for row, failed in later.failures.items()})
         self.table_errors.update(later.table_errors)
         self.rows_checked += later.rows_checked
         for key, blocks in self.keyed.items():
             blocks += [block.assign(block=len(blocks) + number) for number, block in enumerate(later.keyed[key])]
+        pending, later.pending, later.pending_rows = later.pending, [], 0  # this contract holds them now
+        for chunk in pending:
+            self.check(chunk)
 
     def duplicates(self) -> int:
         """Values of a unique key that an earlier block already held (duplicates inside one

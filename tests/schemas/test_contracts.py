@@ -253,24 +253,66 @@ def test_duplicates_across_chunks_count_every_row_whose_value_an_earlier_chunk_h
 def test_contracts_checked_shard_by_shard_and_absorbed_find_what_one_contract_finds(trajectories):
     """Each shard of an export is checked in its own step; the merge absorbs them in shard
     order: rows are numbered across shards and a unique key is compared across them, as if one
-    contract had checked every chunk (a shard's pending block is checked when absorbed)."""
+    contract had checked every chunk (a block a shard checked stays a block of its own)."""
     from schemas.validation import ChunkedContract
 
     broken = trajectories.copy()
     broken.loc[1, "messages"] = "{}"
-    chunks = [trajectories, broken, trajectories.assign(trajectory_id=["c" * 32, "d" * 32])]
-    whole = ChunkedContract(TrajectorySchema)
-    shards = [ChunkedContract(TrajectorySchema, block_rows=4) for _ in chunks]
-    for chunk, shard in zip(chunks, shards):
+    chunks = [trajectories, broken.assign(trajectory_id=["c" * 32, "d" * 32]),
+              trajectories.assign(trajectory_id=["e" * 32, "f" * 32]), trajectories]  # the last: the first's ids
+    whole = ChunkedContract(TrajectorySchema, block_rows=4)
+    for chunk in chunks:
         whole.check(chunk.reset_index(drop=True))
-        shard.check(chunk.reset_index(drop=True))
+    # the second shard fills a block and checks it; the others hold their chunk back
+    shards = [ChunkedContract(TrajectorySchema, block_rows=4) for _ in range(3)]
+    for shard, chunk in zip([0, 1, 1, 2], chunks):
+        shards[shard].check(chunk.reset_index(drop=True))
+    assert [shard.rows_checked for shard in shards] == [0, 4, 0]
     merged = shards[0]
     for later in shards[1:]:
         merged.absorb(later)
     result = merged.result()
     assert result == whole.result()
-    assert result.rows_checked == 6 and list(result.failures) == [3]
+    assert result.rows_checked == 8 and list(result.failures) == [3]
     assert result.table_errors == ["2 duplicate value(s) of [('trajectory_id',)] across chunks"]
+
+
+def _validate_calls(monkeypatch) -> list[int]:
+    """The rows of each pandera call the chunked contracts make from now on."""
+    import schemas.validation
+
+    calls = []
+    real_validate = schemas.validation.validate
+    monkeypatch.setattr(schemas.validation, "validate", lambda model, frame: calls.append(len(frame)) or
+                        real_validate(model, frame))
+    return calls
+
+
+def _three_chunks_the_second_broken(trajectories) -> list[pd.DataFrame]:
+    """Three chunks of two rows, ids unique across them; row 3 of the three fails a check."""
+    broken = trajectories.copy()
+    broken.loc[1, "messages"] = "{}"
+    return [chunk.assign(trajectory_id=[f"{i}{c}" * 16 for c in "ab"]).reset_index(drop=True)
+            for i, chunk in enumerate((trajectories, broken, trajectories))]
+
+
+def test_a_merge_checks_the_chunks_shards_held_back_in_blocks_across_shards(trajectories, monkeypatch):
+    """A shard's rows seldom fill a block: the merge holds its chunks back with the next
+    shard's, so an export pays a pandera call per block of rows, not one per shard."""
+    from schemas.validation import ChunkedContract
+
+    calls = _validate_calls(monkeypatch)
+    shards = []
+    for chunk in _three_chunks_the_second_broken(trajectories):
+        shard = ChunkedContract(TrajectorySchema, block_rows=4)
+        shard.check(chunk)
+        shards.append(shard)
+    merged = shards[0]
+    for later in shards[1:]:
+        merged.absorb(later)
+    result = merged.result()
+    assert calls == [4, 2] and not any(later.pending for later in shards[1:])  # held by the merged one only
+    assert not result.passed and result.rows_checked == 6 and list(result.failures) == [3]
 
 
 def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
@@ -284,17 +326,10 @@ def test_a_contract_checked_in_chunks_passes_clean_chunks(trajectories):
 
 def test_a_contract_checked_in_blocks_holds_chunks_back_and_finds_what_chunk_by_chunk_finds(trajectories,
                                                                                            monkeypatch):
-    import schemas.validation
     from schemas.validation import ChunkedContract
 
-    calls = []
-    real_validate = schemas.validation.validate
-    monkeypatch.setattr(schemas.validation, "validate", lambda model, frame: calls.append(len(frame)) or
-                        real_validate(model, frame))
-    broken = trajectories.copy()
-    broken.loc[1, "messages"] = "{}"
-    unique = [chunk.assign(trajectory_id=[f"{i}{c}" * 16 for c in "ab"]).reset_index(drop=True)
-              for i, chunk in enumerate((trajectories, broken, trajectories))]
+    calls = _validate_calls(monkeypatch)
+    unique = _three_chunks_the_second_broken(trajectories)
     by_chunk, by_block = ChunkedContract(TrajectorySchema), ChunkedContract(TrajectorySchema, block_rows=4)
     for chunk in unique:
         by_chunk.check(chunk)

@@ -15,6 +15,7 @@ JSON lines included, to the declared types.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -29,13 +30,37 @@ _DTYPES = {pa.string(): "string", pa.int64(): "int64", pa.int32(): "int32", pa.f
 
 
 def table_from_records(records: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """The records as a table of ``schema``; JSON fields take any JSON value (null stays null)."""
-    storage = pa.schema([pa.field(f.name, _storage_type(f.type)) for f in schema])
-    if storage == schema:
+    """The records as a table of ``schema``; JSON fields take any JSON value (null stays null).
+
+    Built column by column, as ``Table.from_pylist`` builds it (a record's missing field is
+    null), with only the JSON fields' values encoded: a record is never copied."""
+    storage, encoders = _storage_of(schema)
+    if not encoders:
         return pa.Table.from_pylist(records, schema=schema)
-    encoders = [(f.name, _encoder(f.type)) for f in schema if _holds_json(f.type)]
-    encoded = [{**record, **{name: encode(record.get(name)) for name, encode in encoders}} for record in records]
-    return pa.Table.from_pylist(encoded, schema=storage).cast(schema)
+    columns = []
+    try:
+        for f in schema:
+            values = [record.get(f.name) for record in records]
+            encode = encoders.get(f.name)
+            columns.append(values if encode is None else [None if value is None else encode(value) for value in values])
+    except Exception:
+        # a value that cannot be encoded: the error is the one a record by record encoding
+        # meets first (a record's fields in order), whichever column this one met first
+        for record in records:
+            for name, encode in encoders.items():
+                if (value := record.get(name)) is not None:
+                    encode(value)
+        raise
+    return pa.Table.from_arrays(columns, schema=storage).cast(schema)
+
+
+@lru_cache(maxsize=64)
+def _storage_of(schema: pa.Schema) -> tuple[pa.Schema, dict[str, Callable[[Any], Any]]]:
+    """The schema's storage (JSON fields as text) and the encoder of each field holding JSON
+    (a non-null value to its storage form). Built once per schema: the calls are many, the
+    schemas few."""
+    storage = pa.schema([pa.field(f.name, _storage_type(f.type)) for f in schema])
+    return storage, {f.name: _encoder(f.type) for f in schema if _holds_json(f.type)}
 
 
 def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: int = 5) -> tuple[int, list[str]]:
@@ -55,9 +80,7 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
     # a JSON field holds any value, at any depth: the type check leaves it out (Arrow ignores a
     # key a struct does not declare; the key check knows the JSON fields), so no JSON field is
     # encoded only to be checked (a third of the check's time for the NeMo RL and Axolotl rows)
-    checked = pa.schema([f.with_type(kept) for f in schema if (kept := _without_json(f.type)) is not None])
-    nested = [(f.name, checker) for f in schema if f.name in checked.names
-              and (checker := _key_checker(f.type)) is not None]
+    checked, nested = _checks_of(schema)
     problems: dict[int, list[str]] = {}
     for position, record in enumerate(records):
         for name, checker in nested:
@@ -66,16 +89,25 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
             if extra is not None:
                 *path, key = extra
                 problems.setdefault(position, []).append(f"{name}{''.join(path)} has a key the schema lacks: {key!r}")
-    try:
-        table_from_records([{name: record.get(name) for name in checked.names} for record in records], checked)
+    try:  # Arrow reads only the fields a schema declares: a record's others, and JSON fields, are left alone
+        pa.Table.from_pylist(records, schema=checked)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         for position, record in enumerate(records):
             try:
-                table_from_records([{name: record.get(name) for name in checked.names}], checked)
+                pa.Table.from_pylist([record], schema=checked)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as error:
                 problems.setdefault(position, []).append(_type_problem(record, checked, error))
     found = [f"row {position}: {problem}" for position in sorted(problems) for problem in problems[position]]
     return len(problems), found[:limit]
+
+
+@lru_cache(maxsize=64)
+def _checks_of(schema: pa.Schema) -> tuple[pa.Schema, tuple[tuple[str, Callable[[Any], tuple | None]], ...]]:
+    """What :func:`schema_violations` checks of ``schema``: the schema without its JSON fields
+    (the type check), and the key checker of each of its fields holding a struct."""
+    checked = pa.schema([f.with_type(kept) for f in schema if (kept := _without_json(f.type)) is not None])
+    return checked, tuple((f.name, checker) for f in schema if f.name in checked.names
+                          and (checker := _key_checker(f.type)) is not None)
 
 
 def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | None:
@@ -173,17 +205,28 @@ def _storage_type(arrow_type: pa.DataType) -> pa.DataType:
     return arrow_type
 
 
-def _encoder(arrow_type: pa.DataType):
-    """A function turning a value of ``arrow_type`` into its storage form (JSON fields as text)."""
+def _encoder(arrow_type: pa.DataType) -> Callable[[Any], Any]:
+    """A function turning a non-null value of ``arrow_type`` that holds JSON into its storage
+    form: each JSON value as its text (UTF-8 bytes, which Arrow takes for a string), a struct
+    copied only when a JSON field in it holds a value."""
     if arrow_type == JSON:
-        return lambda value: None if value is None else orjson.dumps(value).decode()
+        return orjson.dumps
     if pa.types.is_struct(arrow_type):
         fields = [(f.name, _encoder(f.type)) for f in arrow_type if _holds_json(f.type)]
-        return lambda value: None if value is None else {**value, **{k: enc(value.get(k)) for k, enc in fields}}
-    if pa.types.is_list(arrow_type) and _holds_json(arrow_type.value_type):
-        item = _encoder(arrow_type.value_type)
-        return lambda value: None if value is None else [item(v) for v in value]
-    return lambda value: value
+
+        def encode_struct(value: Any) -> Any:
+            if isinstance(value, dict):
+                for name, _ in fields:
+                    if value.get(name) is not None:
+                        break
+                else:
+                    return value  # nothing to encode: Arrow reads it as it is
+            return {**value, **{name: None if (child := value.get(name)) is None else encode(child)
+                                for name, encode in fields}}
+
+        return encode_struct
+    item = _encoder(arrow_type.value_type)  # a list of values holding JSON
+    return lambda value: [None if v is None else item(v) for v in value]
 
 
 def _yaml_type(arrow_type: pa.DataType) -> dict[str, Any]:
