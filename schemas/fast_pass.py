@@ -29,6 +29,7 @@ from schemas.validation import ContractResult, validate
 _PLAIN_SCHEMA = {"coerce": False, "strict": False, "unique": None, "index": None, "dtype": None, "ordered": False,
                  "unique_column_names": False, "add_missing_columns": False, "drop_invalid_rows": False}
 _PLAIN_COLUMN = {"coerce": False, "regex": False, "required": True, "default": None, "drop_invalid_rows": False}
+_UNKNOWN = object()  # a setting another pandera version may not have: then passes() does not evaluate it
 
 
 def validate_fast(model: type[pandera.DataFrameModel], frame: pd.DataFrame) -> ContractResult:
@@ -63,12 +64,14 @@ def passes(model: type[pandera.DataFrameModel], frame: pd.DataFrame) -> bool:
 def _plain_schema(model: type[pandera.DataFrameModel]) -> pandera.DataFrameSchema | None:
     """The model's schema when every feature it uses is one :func:`passes` evaluates, else None."""
     schema = model.to_schema()
-    plain = (all(getattr(schema, key) == value for key, value in _PLAIN_SCHEMA.items()) and not schema.parsers
-             and all(_plain_check(check) for check in schema.checks))
-    for column in schema.columns.values():
-        plain = (plain and all(getattr(column, key) == value for key, value in _PLAIN_COLUMN.items())
-                 and not column.parsers and all(_plain_check(check) for check in column.checks))
+    plain = _plain(schema, _PLAIN_SCHEMA) and all(_plain(column, _PLAIN_COLUMN) for column in schema.columns.values())
     return schema if plain else None
+
+
+def _plain(part, defaults: dict) -> bool:
+    """Whether a schema or column has its defaults, no parsers and only plain checks."""
+    return (all(getattr(part, key, _UNKNOWN) == value for key, value in defaults.items())
+            and not getattr(part, "parsers", None) and all(_plain_check(check) for check in part.checks))
 
 
 def _plain_check(check: pandera.Check) -> bool:
