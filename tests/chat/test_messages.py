@@ -1,5 +1,8 @@
+import pytest
+
 from trajectory_assets.chat.messages import count_tool_calls, divergence_point, unanswered_tool_calls
 from schemas.shapes import role_shape
+from trajectory_assets.chat.hermes_markup import HERMES_TAGS, has_hermes_markup
 
 SYSTEM = {"role": "system", "content": "s"}
 USER = {"role": "user", "content": "u"}
@@ -57,3 +60,15 @@ def test_divergence_point_backs_off_a_differing_user_turn():
 
 def test_divergence_point_zero_when_prompts_differ():
     assert divergence_point([USER, assistant()], [{"role": "user", "content": "other"}, assistant()]) == 0
+
+
+@pytest.mark.parametrize("text, marked", [
+    *((f"see {tag} here", True) for tag in HERMES_TAGS),
+    ("<think", False), ("<tool_calls>", False), ("< think>", False), ("</ tool_call>", False), ("<b>bold</b>", False),
+])
+def test_hermes_markup_is_any_literal_hermes_tag_in_any_text_of_a_message(text, marked):
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": text}}
+    for message in ({"role": "user", "content": text}, {"role": "assistant", "content": "", "reasoning_content": text},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "user", "content": [{"type": "text", "text": text}]}):
+        assert has_hermes_markup(message) is marked

@@ -176,5 +176,5 @@ def token_call(prompt: Any, generation: Any, log_probs: Any) -> dict[str, Any] |
     """
     if are_token_ids(prompt) and are_token_ids(generation) and generation and are_log_probs(log_probs, len(generation)):
         return {"prompt_token_ids": prompt, "generation_token_ids": generation,
-                "generation_log_probs": [float(value) for value in log_probs]}
+                "generation_log_probs": list(map(float, log_probs))}
     return None

@@ -70,6 +70,8 @@ FROM_ROLE = {"system": "system", "human": "user", "gpt": "assistant", "tool": "t
 # would parse back into calls the model never made
 HERMES_MARKUP_FLAG = "hermes_markup_in_content"
 HERMES_TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+# any of them, found in one pass over a text (six substring searches took twice as long)
+HERMES_TAG = re.compile("|".join(map(re.escape, HERMES_TAGS)))
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 # The Hermes function-calling system prompt (seed doc, "Complete Example"); {tools} is the
@@ -395,7 +397,7 @@ def has_hermes_markup(message: dict[str, Any]) -> bool:
     for text in texts:
         if isinstance(text, list):  # content parts
             text = "\n".join(p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(text, str) and "<" in text and any(tag in text for tag in HERMES_TAGS):
+        if isinstance(text, str) and "<" in text and HERMES_TAG.search(text):
             return True
     return False
 

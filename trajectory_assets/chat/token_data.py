@@ -31,6 +31,11 @@ TOKEN_DATA_TYPE = pa.list_(
     )
 )
 
+# the exact types a list of token ids / log probabilities holds when a JSON parser made it:
+# such lists are checked with C-level passes (a token list is thousands long), others item by item
+_INT = frozenset({int})
+_NUMBER = frozenset({int, float})
+
 
 def are_token_ids(value: Any) -> bool:
     """A list of token ids as a model server records them (int32 range: how the table stores them).
@@ -38,8 +43,11 @@ def are_token_ids(value: Any) -> bool:
     >>> are_token_ids([1, 2, 3]), are_token_ids([1, True]), are_token_ids([2**31])
     (True, False, False)
     """
-    return isinstance(value, list) and all(
-        isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
+    if not isinstance(value, list):
+        return False
+    if set(map(type, value)) <= _INT:  # plain ints, what a JSON parser makes: checked at C speed
+        return not value or (min(value) >= 0 and max(value) < 2**31)
+    return all(isinstance(token, int) and not isinstance(token, bool) and 0 <= token < 2**31 for token in value)
 
 
 def are_log_probs(value: Any, length: int) -> bool:
@@ -48,8 +56,11 @@ def are_log_probs(value: Any, length: int) -> bool:
     >>> are_log_probs([-0.5, 0], 2), are_log_probs([-0.5], 2), are_log_probs([float("nan")], 1)
     (True, False, False)
     """
-    return isinstance(value, list) and len(value) == length and all(
-        isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
+    if not isinstance(value, list) or len(value) != length:
+        return False
+    if set(map(type, value)) <= _NUMBER:  # plain floats and ints: checked at C speed
+        return all(map(math.isfinite, value))
+    return all(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) for p in value)
 
 
 def token_calls(token_data: Any) -> list[dict[str, Any]]:
