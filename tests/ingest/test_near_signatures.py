@@ -60,6 +60,30 @@ def test_the_signatures_stored_are_those_of_the_stored_conversations_on_the_corp
     assert (one.hashvalues.dtype, one.seed, one.scheme) == (fresh.hashvalues.dtype, fresh.seed, fresh.scheme)
 
 
+def test_a_signature_is_datasketchs_minhash_of_every_shingle_in_order_on_the_corpus(tmp_path):
+    """``signature`` hashes each distinct shingle once with permutations drawn once per process:
+    the same hash values as a MinHash made for each conversation and fed every shingle, repeats
+    included, as datasketch's documentation does it."""
+    from datasketch import MinHash
+
+    corpus = shared_data("corpus")
+    store = Storage(str(tmp_path / "out"))
+    keys = []
+    for number, source in enumerate([*sorted((corpus / "hermes").glob("*.jsonl")),
+                                     *sorted((corpus / "nemo_gym").glob("*.jsonl"))[:6]]):
+        keys.append(f"b{number}")
+        ingested(store, source, None, keys[-1])
+    conversations = [text for chunk in StoredTrajectories(store, keys).scan(["messages"]) for text in chunk["messages"]]
+    repeated = 0
+    for text in [*conversations, "[]", '[{"role": "user", "content": "a a a a a a a a a a a a"}]']:
+        shingles = near_signatures._shingles(near_signatures.conversation_text(text))
+        repeated += len(shingles) > len(set(shingles))
+        reference = MinHash(num_perm=near_signatures.MINHASH_PERMUTATIONS, seed=near_signatures.MINHASH_SEED)
+        reference.update_batch(shingles)
+        assert signature(text).hashvalues.tolist() == reference.hashvalues.tolist()
+    assert repeated > 1 and len(conversations) > 20
+
+
 def test_a_batch_ingested_again_keeps_no_signatures_of_its_earlier_contents(tmp_path):
     store = Storage(str(tmp_path / "out"))
     source = write_jsonl(tmp_path / "in" / "rollouts.jsonl", [make_rollout(request_input=f"q{n}") for n in range(3)])

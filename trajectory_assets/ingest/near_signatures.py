@@ -63,9 +63,19 @@ def signature(messages_json: str) -> LeanMinHash:
     hash values only, a third of a MinHash's memory, since the plan keeps one per trajectory)."""
     from datasketch import LeanMinHash, MinHash  # only needed with dedup: near
 
-    minhash = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED)
-    minhash.update_batch(_shingles(conversation_text(messages_json)))
+    minhash = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED, permutations=_permutations(),
+                      scheme=_scheme())
+    # each distinct shingle once: a minimum is the same over a set as over its repeats
+    minhash.update_batch(set(_shingles(conversation_text(messages_json))))
     return LeanMinHash(minhash)
+
+
+@cache
+def _permutations() -> tuple[np.ndarray, np.ndarray]:
+    """The seed's permutations, drawn once per process (a MinHash draws them again each time it is made)."""
+    from datasketch import MinHash
+
+    return MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED).permutations
 
 
 @cache
@@ -75,7 +85,7 @@ def signature_rule() -> str:
     batch is signed from its messages), so a change here never gives a wrong exclusion."""
     import datasketch
 
-    code = "".join(inspect.getsource(function) for function in (conversation_text, _shingles, signature))
+    code = "".join(inspect.getsource(function) for function in (conversation_text, _shingles, signature, _permutations))
     version = f"{code}|{SHINGLE_WORDS}|{MINHASH_PERMUTATIONS}|{MINHASH_SEED}|{datasketch.__version__}|{_scheme()}"
     return hashlib.sha256(version.encode()).hexdigest()
 
@@ -132,4 +142,6 @@ def stored_signatures(table: pa.Table) -> list[LeanMinHash]:
 @cache
 def _scheme() -> str:
     """The permutation scheme ``signature``'s MinHash uses (datasketch's default)."""
-    return signature("[]").scheme
+    from datasketch import MinHash
+
+    return MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED).scheme
