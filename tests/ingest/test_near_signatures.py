@@ -84,6 +84,26 @@ def test_a_signature_is_datasketchs_minhash_of_every_shingle_in_order_on_the_cor
     assert repeated > 1 and len(conversations) > 20
 
 
+def test_the_compiled_shingle_hashes_are_datasketchs_sha1_hash32_of_each_shingle():
+    """Texts of every length around SHA-1's block edges (55, 56, 64 bytes), words beyond ASCII
+    and Unicode whitespace (``str.split`` splits on it), fewer words than a shingle, none."""
+    import random
+
+    from datasketch.hashfunc import sha1_hash32
+
+    from trajectory_assets.ingest.shingle_kernel import shingle_hashes
+
+    words = ["a", "Über", "café", "☃", "x" * 70, "y" * 55, "z" * 56, "日本語", "ǅ", "İstanbul", "Straße", "🙂emoji",
+             "word\u2003other", "tab\there", "\u00a0", ""]
+    generator = random.Random(1)
+    texts = ["q" * length for length in range(200)]
+    texts += [" ".join(generator.choice(words) for _ in range(count)) + generator.choice(["", "\n", "  \n x"])
+              for count in (0, 1, 4, 5, 6, 7, 50, 300) for _ in range(20)]
+    for text in texts:
+        expected = [sha1_hash32(shingle) for shingle in near_signatures._shingles(text)]
+        assert shingle_hashes(text, near_signatures.SHINGLE_WORDS).tolist() == expected, text
+
+
 def test_a_batch_ingested_again_keeps_no_signatures_of_its_earlier_contents(tmp_path):
     store = Storage(str(tmp_path / "out"))
     source = write_jsonl(tmp_path / "in" / "rollouts.jsonl", [make_rollout(request_input=f"q{n}") for n in range(3)])

@@ -6,7 +6,9 @@ A batch's code version (``defs/code_versions.py``) is this module's and what it 
 Decontamination is not among them: its flags are stored with the fingerprint of the rules
 and benchmarks that made them, one file per benchmark set, and the export steps recompute
 stale ones, so the asset hands the recorders in (``ingest_batch``'s ``flags``) and a change
-to those rules re-ingests nothing.
+to those rules re-ingests nothing. The same holds for near-duplicate signatures
+(``ingest_batch``'s ``signatures``): a side file of other rules is not read, its batch is
+signed from its messages.
 """
 
 from __future__ import annotations

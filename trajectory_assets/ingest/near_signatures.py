@@ -11,7 +11,8 @@ An export plan then reads that small file instead of every kept conversation
 made it (``SIGNATURE_RULE``); a batch without a current one is signed from its messages, as
 before, so the exclusions are the same either way.
 
-No Dagster here. ``datasketch`` is imported where used (only with ``dedup: near``).
+No Dagster here. ``datasketch`` and the compiled hashing of shingles (``shingle_kernel.py``,
+numba) are imported where used (only with ``dedup: near``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,6 +54,8 @@ def conversation_text(messages_json: str) -> str:
 
 
 def _shingles(text: str) -> list[bytes]:
+    """The shingles of a text, what its signature hashes (``shingle_kernel.shingle_hashes``
+    hashes the same, without making them)."""
     words = text.lower().split()
     if len(words) <= SHINGLE_WORDS:
         return [" ".join(words).encode()]
@@ -63,10 +67,13 @@ def signature(messages_json: str) -> LeanMinHash:
     hash values only, a third of a MinHash's memory, since the plan keeps one per trajectory)."""
     from datasketch import LeanMinHash, MinHash  # only needed with dedup: near
 
+    from trajectory_assets.ingest.shingle_kernel import shingle_hashes
+
+    # the shingles' hashes (datasketch's default sha1_hash32 of each of ``_shingles``) computed
+    # in one compiled pass, so the MinHash is handed numbers (hashfunc=int: each as it is)
     minhash = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED, permutations=_permutations(),
-                      scheme=_scheme())
-    # each distinct shingle once: a minimum is the same over a set as over its repeats
-    minhash.update_batch(set(_shingles(conversation_text(messages_json))))
+                      scheme=_scheme(), hashfunc=int)
+    minhash.update_batch(shingle_hashes(conversation_text(messages_json), SHINGLE_WORDS).tolist())
     return LeanMinHash(minhash)
 
 
@@ -86,6 +93,7 @@ def signature_rule() -> str:
     import datasketch
 
     code = "".join(inspect.getsource(function) for function in (conversation_text, _shingles, signature, _permutations))
+    code += Path(__file__).with_name("shingle_kernel.py").read_text()
     version = f"{code}|{SHINGLE_WORDS}|{MINHASH_PERMUTATIONS}|{MINHASH_SEED}|{datasketch.__version__}|{_scheme()}"
     return hashlib.sha256(version.encode()).hexdigest()
 
