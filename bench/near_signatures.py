@@ -10,12 +10,13 @@ after the other (``ingest/batch.py``'s ``ingest_batch``, as each ingest step doe
   row as it is written and storing the signatures beside the batch), alternated batch by
   batch; the CPU spent inside the recorder is timed too;
 - **the plan** of each family (``FAMILIES[family].plan``, as the export phase's plan step
-  runs it) with ``dedup: near`` in every family, with the signatures beside every batch
-  ("after") and with none ("before": every kept conversation read and signed, what the plan
-  did before signatures were stored), alternated ``--repeats`` times. Both must leave out the
-  same trajectories; the script stops if they do not.
+  runs it) with ``dedup: near`` in every family, each round in a fresh process: at
+  ``--against`` (every kept conversation read and signed), in this tree with no signatures
+  stored (a batch ingested before: the same, with the faster signing) and with them beside
+  every batch, rotated ``--repeats`` times. All must leave out the same trajectories; the
+  script stops if they do not.
 
-CPU is ``time.process_time`` in this process (one core). Writes bench/out/near_signatures.json
+CPU is ``time.process_time`` of the process that does the work (one core). Writes bench/out/near_signatures.json
 and prints a Markdown table.
 """
 
@@ -23,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -85,31 +89,46 @@ def ingest_both(source: Path, plain: Path, signed: Path) -> dict:
     return {**seconds, "rows": rows}
 
 
-def plan_cpu(storage: Path) -> tuple[dict[str, float], dict[str, int]]:
-    """Each family's plan over ``storage`` with dedup: near: CPU seconds, and the near duplicates it left out."""
-    from trajectory_assets.config import PipelineConfig
-    from trajectory_assets.exports.families import FAMILIES as PLANNERS
-    from trajectory_assets.io.storage import Storage
-    from trajectory_assets.io.trajectory_table import StoredTrajectories
+# one plan of each family with dedup: near, in a process of its own (as the plan step is one),
+# over the storage and batches in argv: {family: [CPU seconds, near duplicates left out]}
+PLANS = """
+import json, sys, time
+from trajectory_assets.config import PipelineConfig
+from trajectory_assets.exports.families import FAMILIES
+from trajectory_assets.io.storage import Storage
+from trajectory_assets.io.trajectory_table import StoredTrajectories
+families = ("sft", "dpo", "grpo")
+config = PipelineConfig.model_validate({family: {"dedup": "near"} for family in families})
+table = StoredTrajectories(Storage(sys.argv[1]), json.loads(sys.argv[2]))
+measured = {}
+for family in families:
+    began = time.process_time()
+    plan = FAMILIES[family].plan(table, getattr(config, family), None, None)
+    measured[family] = [time.process_time() - began, plan.excluded.get("near_duplicate", 0)]
+print(json.dumps(measured))
+"""
 
-    config = PipelineConfig.model_validate({family: {"dedup": "near"} for family in FAMILIES})
-    store = Storage(str(storage))
+
+def plan_cpu(checkout: Path, storage: Path) -> tuple[dict[str, float], dict[str, int]]:
+    """Each family's plan over ``storage`` with dedup: near, run by the code of ``checkout`` in
+    a fresh process: CPU seconds (its imports of datasketch and numba included, as a plan step
+    pays them), and the near duplicates it left out."""
     keys = sorted(path.name.removesuffix(".summary.json")
                   for path in (storage / "trajectories" / "batches").glob("*.summary.json"))
-    table = StoredTrajectories(store, keys)
-    seconds, near = {}, {}
-    for family in FAMILIES:
-        began = cpu()
-        plan = PLANNERS[family].plan(table, getattr(config, family), None, None)
-        seconds[family] = cpu() - began
-        near[family] = plan.excluded.get("near_duplicate", 0)
-    return seconds, near
+    done = subprocess.run([sys.executable, "-c", PLANS, str(storage), json.dumps(keys)], cwd=checkout,
+                          env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True, check=True)
+    measured = json.loads(done.stdout)
+    return {family: value[0] for family, value in measured.items()}, {family: value[1] for family, value in measured.items()}
+
+
+SIDES = ("base", "unsigned", "signed")  # the base revision; this tree without the side files; with them
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=250, help="corpus size in MB")
-    parser.add_argument("--repeats", type=int, default=2, help="plan rounds, each with and without signatures")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of the three plans, rotated")
+    parser.add_argument("--against", default="e9ded74", help="the revision whose plan is the base")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-near-") as work:
         work = Path(work)
@@ -122,39 +141,48 @@ def main() -> None:
         side_bytes = sum(path.stat().st_size for path in side_files)
         hidden = work / "hidden"
         hidden.mkdir()
-        samples: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-        excluded = {}
-        for repeat in range(args.repeats):
-            for side in (("before", "after") if repeat % 2 == 0 else ("after", "before")):
-                for path in side_files:  # "before": no signatures beside any batch
-                    stored, away = path, hidden / path.name
-                    if side == "before" and stored.exists():
-                        stored.rename(away)
-                    elif side == "after" and away.exists():
-                        away.rename(stored)
-                seconds, near = plan_cpu(work / "signed")
-                samples[side].append(seconds)
-                if excluded.setdefault(side, near) != near or excluded.get("before", near) != near:
-                    raise SystemExit(f"the plans left out different near duplicates: {excluded} and {side} {near}")
-                print(f"  plan {side:6s} repeat {repeat + 1}: " + ", ".join(f"{f} {s:.2f} s" for f, s in seconds.items()),
-                      flush=True)
-        shutil.rmtree(hidden)
+        base = work / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.against], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        excluded: dict[str, dict[str, int]] = {}
+        try:
+            for repeat in range(args.repeats):
+                for side in SIDES[repeat % 3:] + SIDES[:repeat % 3]:
+                    for path in side_files:  # the side files are beside the batches only for "signed"
+                        away = hidden / path.name
+                        if side != "signed" and path.exists():
+                            path.rename(away)
+                        elif side == "signed" and away.exists():
+                            away.rename(path)
+                    seconds, near = plan_cpu(base if side == "base" else ROOT, work / "signed")
+                    samples[side].append(seconds)
+                    excluded.setdefault(side, near)
+                    if any(found != near for found in excluded.values()):
+                        raise SystemExit(f"the plans left out different near duplicates: {excluded}, {side}: {near}")
+                    print(f"  plan {side:8s} repeat {repeat + 1}: "
+                          + ", ".join(f"{family} {value:.2f} s" for family, value in seconds.items()), flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=True)
     best = {side: {family: min(sample[family] for sample in runs) for family in FAMILIES}
             for side, runs in samples.items()}
-    result = {"size_mb": args.size, "rows": ingest["rows"], "ingest_cpu_s": ingest, "side_files_bytes": side_bytes,
-              "plan_cpu_s": best, "near_duplicates": excluded["after"], "repeats": args.repeats}
+    result = {"size_mb": args.size, "against": args.against, "rows": ingest["rows"], "ingest_cpu_s": ingest,
+              "side_files_bytes": side_bytes, "plan_cpu_s": best, "near_duplicates": excluded["signed"],
+              "repeats": args.repeats}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "near_signatures.json").write_text(json.dumps(result, indent=2))
-    print(f"\n{args.size} MB, {ingest['rows']} trajectories; signatures stored: {side_bytes / 2**20:.1f} MiB\n")
-    print("| step | before (signed from messages) | after (signatures stored) | after / before |")
-    print("|---|---|---|---|")
+    print(f"\n{args.size} MB, {ingest['rows']} trajectories; signatures stored: {side_bytes / 2**20:.1f} MiB; "
+          f"CPU s, the best of {args.repeats}\n")
+    print(f"| step | {args.against} | this tree, no signatures stored | signatures stored | stored / {args.against} |")
+    print("|---|---|---|---|---|")
     for family in FAMILIES:
-        before, after = best["before"][family], best["after"][family]
-        print(f"| {family} plan, CPU s | {before:.2f} | {after:.2f} | {after / before:.2f} |")
-    total_before, total_after = sum(best["before"].values()), sum(best["after"].values())
-    print(f"| three plans, CPU s | {total_before:.2f} | {total_after:.2f} | {total_after / total_before:.2f} |")
-    print(f"| ingest, CPU s | {ingest['plain']:.2f} | {ingest['signed']:.2f} | {ingest['signed'] / ingest['plain']:.2f} |")
-    print(f"\nnear duplicates left out, per family: {excluded['after']} (the same either way)")
+        row = [best[side][family] for side in SIDES]
+        print(f"| {family} plan | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {row[2] / row[0]:.2f} |")
+    row = [sum(best[side].values()) for side in SIDES]
+    print(f"| three plans | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {row[2] / row[0]:.2f} |")
+    print(f"| ingest | {ingest['plain']:.2f} (no signatures) | | {ingest['signed']:.2f} "
+          f"({ingest['recorder']:.2f} in the recorder) | {ingest['signed'] / ingest['plain']:.2f} (of ingest alone) |")
+    print(f"\nnear duplicates left out, per family: {excluded['signed']} (the same in all three)")
 
 
 if __name__ == "__main__":
