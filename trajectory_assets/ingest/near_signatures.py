@@ -7,9 +7,9 @@ string it writes into the row's ``messages`` column, and stores the signatures b
 batch (``layout.batch_near_signatures``: trajectory_id and the 64 hash values as a fixed-size
 list of uint32, the MinHash's own type, so the record is exact and 256 bytes a trajectory).
 An export plan then reads that small file instead of every kept conversation
-(``StoredTrajectories.near_signatures``). The file carries the version of the rules that
-made it (``SIGNATURE_RULE``); a batch without a current one is signed from its messages, as
-before, so the exclusions are the same either way.
+(``families/frames.py``'s ``near_signatures``, over ``StoredTrajectories.near_signature_files``).
+The file carries the version of the rules that made it (``signature_rule``); a batch without
+a current one is signed from its messages, as before, so the exclusions are the same either way.
 
 No Dagster here. ``datasketch`` and the compiled hashing of shingles (``shingle_kernel.py``,
 numba) are imported where used (only with ``dedup: near``).
@@ -119,11 +119,11 @@ class NearSignatures:
 
     def result(self) -> pa.Table:
         values = np.concatenate(self.values) if self.values else np.empty(0, np.uint32)
+        if values.dtype != np.uint32:  # another permutation scheme: stored as uint32, its values would be cut
+            raise TypeError(f"MinHash values of type {values.dtype} cannot be stored as uint32")
         schema = signatures_schema()
-        minhash = pa.FixedSizeListArray.from_arrays(pa.array(values.astype(np.uint32, copy=False), pa.uint32()),
-                                                    MINHASH_PERMUTATIONS)
+        minhash = pa.FixedSizeListArray.from_arrays(pa.array(values, pa.uint32()), MINHASH_PERMUTATIONS)
         return pa.Table.from_arrays([pa.array(self.ids, pa.string()), minhash], schema=schema)
-
 
     def save(self, store: Storage, key: str) -> None:
         """Stores the batch's signatures beside it (``layout.batch_near_signatures``)."""
