@@ -38,8 +38,9 @@ def run_cli(checkout: Path, source: Path, storage: Path, config: str | None = No
 
 
 # what a build keeps for the next one, not an output: the shards' tallies a refresh reuses
-# (``layout.export_parts``), whose bytes name the run and the storage's file checksums
-BUILD_STATE = ("parts",)
+# (``layout.export_parts``), whose bytes name the run and the storage's file checksums; the
+# last run's staging folder, named by its run id (the next run removes it)
+BUILD_STATE = ("parts", "staging")
 
 
 def differences(base: Path, head: Path) -> tuple[list[str], int]:
