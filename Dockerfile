@@ -19,12 +19,13 @@ COPY schemas ./schemas
 COPY trajectory_assets ./trajectory_assets
 COPY samples/rollouts ./samples/rollouts
 RUN uv pip install --system --no-cache --no-deps -e . && python -m compileall -q schemas trajectory_assets
-# decontamination's compiled pass (numba), compiled once here and kept beside its module:
-# a step's pod then loads it (~0.3 s) instead of compiling it (~2 s) when it first checks
+# decontamination's compiled pass and dedup: near's shingle hashes (numba), compiled once here
+# and kept beside their modules:
+# a step's pod then loads them (~0.3 s) instead of compiling them (~2 s) when it first checks
 # texts. numba's cache is keyed by the CPU it compiled for: for a generic x86-64 / arm64 CPU,
 # the build machine's cache serves every node
 ENV NUMBA_CPU_NAME=generic
-RUN python -c "from trajectory_assets.ingest.decontamination import words; words('compile the pass')"
+RUN python -c "from trajectory_assets.ingest.decontamination import words; words('compile the pass'); from trajectory_assets.ingest.near_signatures import signature; signature('[]')"
 
 EXPOSE 3030
 CMD ["dagster", "api", "grpc", "-h", "0.0.0.0", "-p", "3030", "-m", "trajectory_assets.definitions", "-a", "defs"]

@@ -1,7 +1,7 @@
 """Are the outputs of two revisions the same? Runs the CLI of each on the same sources and
 compares every file it wrote, byte for byte.
 
-    .venv/bin/python scripts/same_outputs.py <base revision> [--source ../shared/corpus]
+    .venv/bin/python scripts/same_outputs.py <base revision> [--source ../shared/corpus] [--config FILE]
 
 The base revision is checked out into a temporary git worktree and run with this checkout's
 environment (the two must share a lock file); the working tree is the other side. Manifests
@@ -25,19 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 VERSIONED = {"manifest.json": '"code_version":', "README.md": "made by trajectory-assets "}
 
 
-def run_cli(checkout: Path, source: Path, storage: Path) -> None:
-    """The CLI of ``checkout`` over ``source`` into ``storage``, with an instance of its own."""
+def run_cli(checkout: Path, source: Path, storage: Path, config: str | None = None) -> None:
+    """The CLI of ``checkout`` over ``source`` into ``storage`` (with ``config``, a YAML file),
+    with an instance of its own."""
     home = storage.parent / f"{storage.name}-dagster-home"
     home.mkdir(parents=True)
     (home / "dagster.yaml").write_text("")
     env = {**os.environ, "PYTHONPATH": str(checkout), "DAGSTER_HOME": str(home)}
     subprocess.run([sys.executable, "-m", "trajectory_assets.cli", "run", "--source", str(source),
-                    "--storage", str(storage)], cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
+                    "--storage", str(storage), *(["--config", config] if config else [])],
+                   cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 # what a build keeps for the next one, not an output: the shards' tallies a refresh reuses
-# (``layout.export_parts``), whose bytes name the run and the storage's file checksums
-BUILD_STATE = ("parts",)
+# (``layout.export_parts``), whose bytes name the run and the storage's file checksums; the
+# last run's staging folder, named by its run id (the next run removes it)
+BUILD_STATE = ("parts", "staging")
 
 
 def differences(base: Path, head: Path) -> tuple[list[str], int]:
@@ -65,15 +68,21 @@ def differences(base: Path, head: Path) -> tuple[list[str], int]:
     return found, versions_only
 
 
+# the same, beside the batches: the MinHash signatures ingest stores for the plans of dedup: near
+BUILD_STATE_SUFFIXES = (".minhash.parquet",)
+
+
 def _outputs(storage: Path) -> set[Path]:
     return {p.relative_to(storage) for p in storage.rglob("*")
-            if p.is_file() and p.relative_to(storage).parts[0] not in BUILD_STATE}
+            if p.is_file() and p.relative_to(storage).parts[0] not in BUILD_STATE
+            and not p.name.endswith(BUILD_STATE_SUFFIXES)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", help="the revision to compare the working tree with (e.g. a commit)")
     parser.add_argument("--source", default=str(ROOT.parent / "shared" / "corpus"))
+    parser.add_argument("--config", help="a YAML config both revisions run with (e.g. dedup: near)")
     args = parser.parse_args()
     source = Path(args.source).resolve()
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as work:
@@ -82,8 +91,9 @@ def main() -> int:
         subprocess.run(["git", "worktree", "add", "--detach", str(checkout), args.base], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            run_cli(checkout, source, work / "base-out")
-            run_cli(ROOT, source, work / "head-out")
+            config = str(Path(args.config).resolve()) if args.config else None
+            run_cli(checkout, source, work / "base-out", config)
+            run_cli(ROOT, source, work / "head-out", config)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(checkout)], cwd=ROOT, check=True)
         found, versions_only = differences(work / "base-out", work / "head-out")

@@ -320,6 +320,12 @@ class PipelineConfig(_Section):
     shards: ShardsConfig = ShardsConfig()
     report: ReportConfig = ReportConfig()
 
+    @property
+    def near_dedup(self) -> bool:
+        """Whether a family leaves out near copies (``dedup: near``): ingest then stores each
+        trajectory's MinHash signature beside its batch (``ingest/near_signatures.py``)."""
+        return any(section.dedup == "near" for section in (self.sft, self.dpo, self.grpo))
+
     @model_validator(mode="after")
     def _truncation_needs_a_tokenizer(self) -> "PipelineConfig":
         cutting = [name for name in ("sft", "dpo") if getattr(self, name).over_token_budget == "truncate"]

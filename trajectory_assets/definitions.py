@@ -133,13 +133,13 @@ def _settings(spec: SourceSpec | DatasetSpec, project: Project) -> PipelineSetti
     read by each run, as before. A declaration's config is the one its loading checked (its
     sections, or its ``config_file`` as read then, with benchmark paths made absolute against
     the catalog's folder), so a run uses exactly what was validated; a declared source's also
-    names the benchmark sets of every dataset reading it."""
+    names the benchmark sets of every dataset reading it, and whether one uses ``dedup: near``."""
     if spec.declared_in is None:
         return PipelineSettings(config_file=spec.config_file)
-    benchmark_sets = None
     if isinstance(spec, SourceSpec):
-        benchmark_sets = [found.model_dump_json() for found in project.benchmark_sets(spec)]
-    return PipelineSettings(inline=spec.config.model_dump_json(), benchmark_sets=benchmark_sets)
+        return PipelineSettings(inline=spec.config.model_dump_json(), near_signatures=project.near_dedup(spec),
+                                benchmark_sets=[found.model_dump_json() for found in project.benchmark_sets(spec)])
+    return PipelineSettings(inline=spec.config.model_dump_json())
 
 
 def _config(spec: SourceSpec | DatasetSpec):

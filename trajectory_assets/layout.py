@@ -59,6 +59,12 @@ def batch_tool_use(key: str) -> str:
     return f"trajectories/batches/{key}.tool_use.json"
 
 
+def batch_near_signatures(key: str) -> str:
+    """Each trajectory's MinHash signature, what ``dedup: near`` compares (Parquet; written by
+    ingest only when a dataset reading the batch's source uses it, ``ingest/near_signatures.py``)."""
+    return f"trajectories/batches/{key}.minhash.parquet"
+
+
 def batch_quarantine(key: str) -> str:
     return f"quarantine/batches/{key}.jsonl"
 

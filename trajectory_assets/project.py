@@ -105,6 +105,11 @@ class Project:
                 sets.append(dataset.config.decontamination)
         return sets
 
+    def near_dedup(self, source: SourceSpec) -> bool:
+        """Whether a dataset reading ``source`` uses ``dedup: near`` in a family: ingest then
+        stores its trajectories' MinHash signatures."""
+        return any(dataset.config.near_dedup for dataset in self.readers(source))
+
     def source(self, name: str) -> SourceSpec:
         return next(source for source in self.sources if source.name == name)
 

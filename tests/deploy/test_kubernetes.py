@@ -137,7 +137,7 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (PROJECT_ROOT / source).exists(), source
-    # the image compiles decontamination's pass: the command it runs does compile it
+    # the image compiles decontamination's pass and the shingle hashes: the command it runs does compile them
     precompile = next(line for line in DOCKERFILE.splitlines() if line.startswith('RUN python -c "from trajectory_'))
     image_env = dict(re.findall(r"^ENV (\w+)=(\S+)$", DOCKERFILE, re.M))
     assert image_env.get("NUMBA_CPU_NAME") == "generic"  # a cache compiled anywhere serves every node
@@ -145,7 +145,8 @@ def test_the_code_location_deployment_matches_the_image_and_reads_its_settings(m
     done = subprocess.run([sys.executable, "-c", shlex.split(precompile.removeprefix("RUN "))[2]],
                           capture_output=True, text=True, cwd=PROJECT_ROOT, env=env)
     assert done.returncode == 0, done.stderr
-    assert {path.name.split("-")[0] for path in tmp_path.rglob("*.nbi")} == {"ngram_kernel.scan"}
+    assert {path.name.split("-")[0] for path in tmp_path.rglob("*.nbi")} == {"ngram_kernel.scan",
+                                                                           "shingle_kernel.sha1_words"}
     # a pod's process, later: it loads the pass from that cache, compiling nothing
     loaded = subprocess.run([sys.executable, "-c", "from trajectory_assets.ingest import decontamination as d, "
                              "ngram_kernel as k; d.words('x'); print(*[(sum(f.stats.cache_hits.values()), "

@@ -10,7 +10,8 @@ import pytest
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
 from tests.exports.rendering import build
 from trajectory_assets.config import ConfigError, SftConfig, SplitConfig, load_config
-from trajectory_assets.exports.curation import balance, filter_trajectories, near_duplicates, rank, signature
+from trajectory_assets.exports.curation import balance, filter_trajectories, near_duplicates, rank
+from trajectory_assets.ingest.near_signatures import signature
 
 ALL_TRAIN = SplitConfig(validation_fraction=0.0)
 NO_FILTERS = dict(min_reward=None, exclude_unanswered_tool_calls=False, dedup="none")

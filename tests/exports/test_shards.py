@@ -357,3 +357,57 @@ def test_a_frame_table_reads_a_range_and_gives_buckets_as_the_stored_table_does(
     assert chunk["trajectory_id"].tolist() == [frame["trajectory_id"][1]]
     (chunk,) = table.scan(["trajectory_id"], buckets=(high_bucket, BUCKETS))
     assert chunk["trajectory_id"].tolist() == [frame["trajectory_id"][0]]
+
+
+# ---------- near duplicates from the signatures stored beside the batches
+
+
+def test_the_plan_finds_the_same_near_duplicates_with_or_without_stored_signatures(tmp_path, monkeypatch):
+    """The dataset's two batches in storage, with signatures stored beside both, one, none, or
+    made by other rules: every export of every family with ``dedup: near`` has the same rows
+    and exclusions as the frame table signing every kept conversation; with current
+    signatures beside every batch no conversation is read to sign it."""
+    import pyarrow as pa
+
+    from trajectory_assets import layout
+    from trajectory_assets.chat.trajectory import TRAJECTORY_ARROW_SCHEMA
+    from trajectory_assets.ingest import near_signatures
+    from trajectory_assets.ingest.near_signatures import NearSignatures
+    from trajectory_assets.io.trajectory_table import StoredTrajectories
+
+    frame = dataset()
+    batches = {"a": frame.loc[frame["source_id"] == "a.jsonl"], "b": frame.loc[frame["source_id"] == "b.jsonl"]}
+    configs = {"sft": SftConfig(min_reward=None, dedup="near"), "dpo": DpoConfig(dedup="near"),
+               "grpo": GrpoConfig(dedup="near", zero_variance_groups="keep")}
+    expected = {family: rendered(family, FrameTable(frame), config) for family, config in configs.items()}
+    assert expected["sft"]["sft"][1]["near_duplicate"] > 0
+    signed: list[str] = []
+    signature = near_signatures.signature
+
+    def counting(messages_json):
+        signed.append(messages_json)
+        return signature(messages_json)
+
+    monkeypatch.setattr("trajectory_assets.exports.families.frames.signature", counting)
+    for beside in ((), ("a", "b"), ("b",), ("stale a", "b")):
+        store = Storage(str(tmp_path / "+".join(beside)))
+        for key, rows in batches.items():
+            stored = pa.Table.from_pandas(rows, schema=TRAJECTORY_ARROW_SCHEMA, preserve_index=False)
+            with store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as writer:
+                writer.write_table(stored)
+            store.write_bytes(layout.batch_summary(key), b"{}")
+            if key in beside or f"stale {key}" in beside:
+                recorder = NearSignatures()
+                recorder.add(stored)
+                recorder.save(store, key)
+            if f"stale {key}" in beside:  # made by other rules: its values must not be read
+                table = pq.read_table(tmp_path / "+".join(beside) / layout.batch_near_signatures(key))
+                stale = table.replace_schema_metadata({b"near_signature_rule": b"older"})
+                with store.parquet_writer(layout.batch_near_signatures(key), stale.schema) as writer:
+                    writer.write_table(stale.set_column(1, "minhash", pa.array(
+                        [[0] * 64] * stale.num_rows, stale.schema.field("minhash").type)))
+        table = StoredTrajectories(store, list(batches), chunk_rows=7)
+        for family, config in configs.items():
+            signed.clear()
+            assert rendered(family, table, config) == expected[family], (beside, family)
+            assert bool(signed) == (beside != ("a", "b")), (beside, family)

@@ -18,6 +18,7 @@ from trajectory_assets import layout
 from trajectory_assets.config import ConfigError
 from trajectory_assets.ingest import batch
 from trajectory_assets.ingest.decontamination import ingest_flags
+from trajectory_assets.ingest.near_signatures import NearSignatures
 from trajectory_assets.defs.batches import QUARANTINE, RAW, TRAJECTORIES, asset_key
 from trajectory_assets.defs.batch_events import batches_reported, report_check, report_materialization
 from trajectory_assets.defs.contracts import column_schema, contract_metadata, written_column_schema
@@ -196,7 +197,8 @@ def _batch(context: dg.AssetExecutionContext, keys: IngestKeys, key: str, assets
     if ingested:
         config = settings.load()
         try:
-            batch.ingest_batch(key, store, config, flags=ingest_flags(settings.ingest_benchmarks(config)))
+            batch.ingest_batch(key, store, config, flags=ingest_flags(settings.ingest_benchmarks(config)),
+                               signatures=NearSignatures() if settings.ingest_near_signatures(config) else None)
         except ConfigError as error:  # a redaction rule the redactor cannot use: the same config fails again
             raise dg.Failure(description=str(error), allow_retries=False) from None
     reads_summary = ingested or bool(checks & {keys.nothing_lost, keys.trajectory_contract, keys.source_recognised})

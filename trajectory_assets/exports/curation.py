@@ -10,8 +10,8 @@ Three steps, each counting what it leaves out under a reason code:
    DPO pairs, GRPO tasks), ranked by a hash of the seed and the row's id, so the choice is
    the same on every machine and does not depend on file order.
 
-Plain pandas; no Dagster. Only ``signature`` (for ``near_duplicates``) reads message payloads, and only when
-asked to.
+Plain pandas; no Dagster. Only ``signature`` (for ``near_duplicates``; ``ingest/near_signatures.py``)
+reads message payloads, and only when asked to and no signature stored beside the batch holds it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import orjson
 import pandas as pd
 
 from trajectory_assets.config import Curation
+from trajectory_assets.ingest.near_signatures import MINHASH_PERMUTATIONS
 from trajectory_assets.jsonutil import sha256_hex
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ FILTER_COLUMNS = [
     "content_hash",
 ]
 NO_TASK_TYPE = "(none)"
-SHINGLE_WORDS = 5  # word 5-grams: long enough that shared boilerplate alone does not make two runs similar
-MINHASH_PERMUTATIONS = 64
 LSH_BANDING_THRESHOLD = 0.8
 
 
@@ -142,37 +141,6 @@ def drop_exact_duplicates(trajectories: pd.DataFrame, excluded: Counter) -> pd.D
     if duplicated.any():
         excluded["duplicate_content"] += int(duplicated.sum())
     return trajectories.loc[~duplicated]
-
-
-def conversation_text(messages_json: str) -> str:
-    """What near-duplicate detection compares: every message's text and tool calls."""
-    parts = []
-    for message in orjson.loads(messages_json):
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts += [p.get("text", "") for p in content if isinstance(p, dict)]
-        for call in message.get("tool_calls") or []:
-            parts.append(f"{call['function']['name']} {call['function']['arguments']}")
-    return "\n".join(parts)
-
-
-def _shingles(text: str) -> list[bytes]:
-    words = text.lower().split()
-    if len(words) <= SHINGLE_WORDS:
-        return [" ".join(words).encode()]
-    return [" ".join(words[i:i + SHINGLE_WORDS]).encode() for i in range(len(words) - SHINGLE_WORDS + 1)]
-
-
-def signature(messages_json: str) -> LeanMinHash:
-    """A conversation's MinHash, what near-duplicate detection compares (the lean form: its
-    hash values only, a third of a MinHash's memory, since the plan keeps one per trajectory)."""
-    from datasketch import LeanMinHash, MinHash  # only needed with dedup: near
-
-    minhash = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=1)
-    minhash.update_batch(_shingles(conversation_text(messages_json)))
-    return LeanMinHash(minhash)
 
 
 def near_duplicates(signatures: Iterable[tuple[str, LeanMinHash]], threshold: float) -> set[str]:

@@ -6,7 +6,9 @@ A batch's code version (``defs/code_versions.py``) is this module's and what it 
 Decontamination is not among them: its flags are stored with the fingerprint of the rules
 and benchmarks that made them, one file per benchmark set, and the export steps recompute
 stale ones, so the asset hands the recorders in (``ingest_batch``'s ``flags``) and a change
-to those rules re-ingests nothing.
+to those rules re-ingests nothing. The same holds for near-duplicate signatures
+(``ingest_batch``'s ``signatures``): a side file of other rules is not read, its batch is
+signed from its messages.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.quarantine import QuarantineSchema
@@ -57,12 +60,24 @@ def write_source_record(key: str, store: Storage, source: SourceFile) -> dict:
     return {**record, "fingerprint": fingerprint}
 
 
-def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequence[Recorder] = ()) -> None:
+class RowsRecorder(Protocol):
+    """What ingest computes from the stored rows of a batch, as they are written, and stores
+    beside it (``save``): the MinHash signatures of ``dedup: near`` (``near_signatures.py``)."""
+
+    def add(self, rows: pa.Table) -> None: ...
+
+    def save(self, store: Storage, key: str) -> None: ...
+
+
+def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequence[Recorder] = (),
+                 signatures: RowsRecorder | None = None) -> None:
     """Writes the batch's trajectories, quarantine and summary. A source that cannot be
     opened gives zero records and one ``unreadable_source`` row (`iter_lines`), not an error.
     ``flags``: decontamination's recorders of their benchmark set's matches, one per set
     configured by the datasets reading the batch (``decontamination.ingest_flags``); each
-    sees every valid trajectory once, as it is converted."""
+    sees every valid trajectory once, as it is converted. ``signatures``: with ``dedup: near``
+    in a dataset reading the batch, the recorder of its rows' MinHash signatures
+    (``near_signatures.NearSignatures``), which sees each stored row once, as it is written."""
     redactor = Redactor.from_config(config.redaction) if config.redaction.enabled else None
     recorded = store.read_json(layout.batch_source(key))
     # a side file that could not be read is left out (its error is in the raw record); a batch
@@ -73,12 +88,18 @@ def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequen
     # nor flags found in them, for any benchmark set (one no dataset configures now may be again)
     store.remove_folder(layout.batch_decontamination_folder(key))
     store.remove(layout.batch_decontamination_before_sets(key))
+    store.remove(layout.batch_near_signatures(key))
     with (
         store.parquet_writer(layout.batch_trajectories(key), TRAJECTORY_ARROW_SCHEMA) as parquet,
         # the rows are stored ordered by bucket (written when ingest has handed them all over)
-        bucket_ordered(parquet) as write_trajectories,
+        bucket_ordered(parquet) as write_ordered,
         store.open_write(layout.batch_quarantine(key)) as quarantine,
     ):
+        def write_trajectories(rows):
+            if signatures is not None:  # signed from the very messages strings the file stores
+                signatures.add(rows)
+            write_ordered(rows)
+
         def write_rejections(rows):
             quarantine.write(b"".join(orjson.dumps(row) + b"\n" for row in rows))
 
@@ -96,6 +117,8 @@ def ingest_batch(key: str, store: Storage, config: PipelineConfig, flags: Sequen
                          options=config.conversion, on_trajectory=on_trajectory)
     for recorder in flags:
         store.write_bytes(layout.batch_decontamination(key, recorder.fingerprint), orjson.dumps(recorder.result()))
+    if signatures is not None:
+        signatures.save(store, key)
     store.write_bytes(layout.batch_tool_use(key), orjson.dumps(tools.result()))
     store.write_bytes(layout.batch_summary(key), orjson.dumps(summary.as_dict(), option=orjson.OPT_INDENT_2))
 

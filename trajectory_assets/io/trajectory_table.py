@@ -70,6 +70,17 @@ class StoredTrajectories:
                 found.setdefault(trajectory_id, used)
         return found, stale
 
+    def near_signature_files(self) -> Iterator[tuple[str, pa.Table | None]]:
+        """Each batch's key and the signatures stored beside it (``layout.batch_near_signatures``,
+        with the schema metadata saying which rules made them), None where it has none, in batch order."""
+        for key in self.batches:
+            path = layout.batch_near_signatures(key)
+            if not self.store.exists(path):
+                yield key, None
+                continue
+            with self.store.open_read(path) as handle:
+                yield key, pq.read_table(handle)
+
     def _records_beside(self, paths_of: Callable[[str], tuple[str, ...]],
                         is_current: Callable[[dict], bool]) -> tuple[list[dict], list[str]]:
         """The current records kept beside the batches, in batch order (of a batch's paths,

@@ -52,6 +52,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas.export_row import checked_frame
 from trajectory_assets.buckets import BUCKETS, buckets_of
@@ -65,10 +67,10 @@ from trajectory_assets.exports.curation import (
     drop_exact_duplicates,
     filter_trajectories,
     near_duplicates,
-    signature,
     superseded_copies,
 )
 from trajectory_assets.ingest.decontamination import BenchmarkIndex, contaminated_trajectories, reason
+from trajectory_assets.ingest.near_signatures import is_current, signature, stored_signatures
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 from trajectory_assets.io import trajectory_table
@@ -281,16 +283,46 @@ def curated_trajectories(table: TrajectoryTable, config: Curation, columns: list
             excluded.update(Counter(reason(name) for name in matched.values()))
             kept = kept.loc[~kept["trajectory_id"].isin(matched)]
     if config.dedup == "near" and len(kept) > 1:
-        # signed as the table yields them, compared in the canonical order
-        signatures = {trajectory_id: signature(messages)
-                      for chunk in table.scan(["trajectory_id", "messages"], ids=set(kept["trajectory_id"]))
-                      for trajectory_id, messages in zip(chunk["trajectory_id"], chunk["messages"])}
+        # compared in the canonical order
+        signatures = near_signatures(table, set(kept["trajectory_id"]))
         near = near_duplicates(((trajectory_id, signatures.pop(trajectory_id)) for trajectory_id in kept["trajectory_id"]),
                                config.near_duplicate_threshold)
         if near:
             excluded["near_duplicate"] += len(near)
             kept = kept.loc[~kept["trajectory_id"].isin(near)]
     return Curated(kept, excluded, rows_per_bucket)
+
+
+def near_signatures(table: TrajectoryTable, ids: set[str]) -> dict:
+    """trajectory_id -> MinHash signature (``near_signatures.signature``) of each of ``ids``.
+
+    A table that keeps signatures beside its batches (``StoredTrajectories``) gives those
+    ingest stored under today's rules, a small column read; a batch without them (ingested
+    before, or when no dataset used ``dedup: near``) is signed from its messages, only the
+    rows of ``ids``. Batches are visited in order, so a trajectory stored in two is signed
+    from its first, as ``scan`` yields it. Any other table (``FrameTable``) is signed whole."""
+    files = getattr(table, "near_signature_files", None)
+    if files is None:
+        return _signed(table.scan(["trajectory_id", "messages"], ids=ids))
+    found: dict = {}
+    remaining = set(ids)
+    for key, stored in files():
+        if not remaining:
+            break
+        if stored is not None and is_current(stored.schema):
+            rows = stored.filter(pc.is_in(stored["trajectory_id"], value_set=pa.array(sorted(remaining), pa.string())))
+            signed = dict(zip(rows["trajectory_id"].to_pylist(), stored_signatures(rows)))
+        else:
+            signed = _signed(table.batch(key).scan(["trajectory_id", "messages"], ids=remaining))
+        found.update(signed)
+        remaining.difference_update(signed)
+    return found
+
+
+def _signed(chunks: Iterable[pd.DataFrame]) -> dict:
+    """trajectory_id -> the signature of its messages, over frames of those two columns."""
+    return {trajectory_id: signature(messages) for chunk in chunks
+            for trajectory_id, messages in zip(chunk["trajectory_id"], chunk["messages"])}
 
 
 def payload_columns(family_columns: list[str], exports: dict[str, Export]) -> list[str]:
