@@ -197,10 +197,10 @@ class ExportPart:
 
     tally: ExportTally
     written: list[WrittenShard]
+    scan: ExportScan  # what the report needs of its rows (exports/export_scan.py)
     # the shard's input (``shard_phase.shard_fingerprints``): a later build whose shard has the
     # same one reuses this part and the committed files instead of rendering (None: not reusable)
     fingerprint: str | None = None
-    scan: ExportScan | None = None  # what the report needs of its rows (exports/export_scan.py)
 
     @property
     def rows(self) -> int:
@@ -239,7 +239,7 @@ class PartWriter:
         """The part as written: its files closed in the staging folder, its tally and its scan
         (the rows it picked for the viewer as the files hold them)."""
         self.scan.restore_rows(lambda picked: _as_written([row for _, _, row in picked], self.export))
-        return ExportPart(self.tally, self.files.finish(), scan=self.scan)
+        return ExportPart(self.tally, self.files.finish(), self.scan)
 
     def discard(self) -> None:
         self.files.discard()
@@ -300,7 +300,7 @@ def reused_part(store: Storage, export: Export, run: str, shard: int, fingerprin
         return None
     written = restage_committed_shard(store, export.name, SPLITS, export.file_format, export.arrow_schema,
                                       SCAN_FIELDS, shard, run, kept.written, store.read_json(manifest_path)["files"])
-    return None if written is None else ExportPart(kept.tally, written, fingerprint, kept.scan)
+    return None if written is None else ExportPart(kept.tally, written, kept.scan, fingerprint)
 
 
 def discard_parts(store: Storage, parts: list[ExportPart]) -> None:
