@@ -374,3 +374,47 @@ def test_preloaded_run_launcher_forks_the_project_code_location_only(temporary_i
         gone = f"{socket.gethostname()}:{2**22 + 1}:1"  # above Linux's largest pid: no such process
         instance.add_run_tags(run.run_id, executor_tag(gone, run.run_id))
         assert launcher.check_run_worker_health(instance.get_run_by_id(run.run_id)).status == WorkerStatus.FAILED
+
+
+def test_remember_migration_scripts(tmp_path):
+    """Dagster's storages still look their migration scripts up through
+    ``sql.ScriptDirectory.from_config`` when they check a database's revision, and once
+    remembered, opening an instance's databases again (as each forked step does) reads no
+    script file (a new database is still stamped through Alembic's own command, which reads
+    them); the head revision is the one Dagster reads on its own."""
+    import inspect
+
+    from alembic.script import Script
+    from dagster._core.storage import sql
+
+    assert "ScriptDirectory.from_config(" in inspect.getsource(sql.check_alembic_revision), CHANGED
+    plain_head = sql.ScriptDirectory.from_config(sql.get_alembic_config(sql.__file__.replace(
+        "sql.py", "runs/sqlite/sqlite_run_storage.py"))).get_current_head()
+    internals.remember_migration_scripts()
+    internals.remember_migration_scripts()  # twice is once
+    from alembic.script import ScriptDirectory
+
+    assert sql.ScriptDirectory.__bases__ == (ScriptDirectory,)  # wrapped once
+    loads = []
+    original = Script._from_path.__func__
+
+    def counted(cls, scriptdir, path):
+        loads.append(path)
+        return original(cls, scriptdir, path)
+
+    Script._from_path = classmethod(counted)
+    try:
+        (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
+        with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+            run_id = dg.materialize([fresh_asset], instance=instance).run_id
+        first = len(loads)
+        assert first > 0  # the counting sees the scripts read
+        for _ in range(2):
+            with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+                assert instance.all_logs(run_id), "the run's own database, opened again"
+                assert instance.get_run_by_id(run_id) is not None
+    finally:
+        Script._from_path = classmethod(original)
+    assert len(loads) == first, f"scripts read again: {loads[first:][:3]}"
+    config = sql.get_alembic_config(sql.__file__.replace("sql.py", "runs/sqlite/sqlite_run_storage.py"))
+    assert sql.ScriptDirectory.from_config(config).get_current_head() == plain_head

@@ -105,6 +105,7 @@ def _pooled_storage_classes():
     """The three pooled storages and the unified one, defined on first use so that importing
     this module does not import Dagster's storage modules (SQLAlchemy, Alembic)."""
     dagsters = internals.sqlite_storage_parts()
+    internals.remember_migration_scripts()
 
     class KeptConnections:
         """``connect()`` of Dagster's SQLite run and schedule storages, on a kept engine."""

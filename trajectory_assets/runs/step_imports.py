@@ -32,6 +32,19 @@ def import_what_steps_need() -> None:
     import trajectory_assets.definitions  # noqa: F401  (what the steps run)
     from trajectory_assets.runs.instance import open_instance
 
+    register_contract_backends()
     if os.environ.get("DAGSTER_HOME"):
         with open_instance():  # connects to nothing that stays open
             pass
+
+
+def register_contract_backends() -> None:
+    """Pandera's pandas backends, which it imports and registers at a process's first
+    validation: about 125 modules (its builtin checks import its Hypothesis strategies), 0.19 s
+    of CPU in every forked step that checks a contract (each merge does) when its server had
+    not. Validating a one-row frame against a schema with a column check registers what a
+    ``DataFrameModel``'s validation would (``tests/runs/test_step_imports.py``)."""
+    import pandas as pd
+    import pandera.pandas as pa
+
+    pa.DataFrameSchema({"x": pa.Column(int, pa.Check.ge(0))}).validate(pd.DataFrame({"x": [0]}))
