@@ -1,12 +1,14 @@
 """How batches are grouped into runs: one rule for the sensor, the CLI and UI backfills.
 
-A run pays a fixed start-up (in the UI, a process importing the code location, about 2 s
-here; in the CLI, a fork), so one run per source file spends most of its time starting. A
-run takes a contiguous range of batch partitions instead. The batches of a tick (or of a
-CLI call) go into one run when ingesting them is quick, else into about as many ranges as
-runs may run at once, so every core has one (``ingest_runs``). The batch step reports each
-batch's own events (``batch_events.py``), so grouping changes nothing that the UI shows per
-batch.
+A run pays a fixed start-up (a fork from a preloaded server, in the UI as in the CLI: about
+0.25 s of CPU here), so one run per small file would spend most of its time starting. A run
+takes a contiguous range of batch partitions instead. The batches of a tick (or of a CLI
+call) go into one run when ingesting them is quick, else into ranges of about
+``SECONDS_PER_RUN`` of estimated work each, and never fewer ranges than runs may run at once
+(``ingest_runs``): how many runs there are follows the data, how many run at once follows the
+machine, so a machine or a cluster with more run slots finishes the ingest sooner. The batch
+step reports each batch's own events (``batch_events.py``), so grouping changes nothing that
+the UI shows per batch.
 """
 
 import math
@@ -53,13 +55,28 @@ BATCHES_TAG = "trajectory/batches"  # every run that ingests batches names them
 INGEST_SECONDS_PER_BATCH = 0.05
 INGEST_SECONDS_PER_MB = 0.012
 SPLIT_FROM_SECONDS = 1.5
+# Once split, a run holds about this much estimated work (a 64 MB file of the benchmark
+# corpus is 0.82 s): the runs follow the data, not this machine's run slots, so a machine or a
+# cluster with more slots than this one runs them all at once, and the longest chain of a
+# datasets build starts with one file's ingest. A run's own start costs about 0.25 s of CPU
+# here (forked from the CLI's server): measured in docs/performance.md.
+SECONDS_PER_RUN = 0.8
 
 
 def ingest_runs(batches: int, work_bytes: int, slots: int) -> int:
     """How many runs to spread ``batches`` batches holding ``work_bytes`` bytes of JSON lines
-    over, at most ``slots``: one unless the ingest is long enough for more to pay."""
+    over: one unless the ingest is long enough for more to pay, else one per
+    ``SECONDS_PER_RUN`` of estimated work, and at least one per slot (``slots`` run at once).
+
+    >>> ingest_runs(8, 64 * 10**6, slots=2), ingest_runs(16, 1049 * 10**6, slots=2)
+    (1, 16)
+    >>> ingest_runs(4, 4 * 400 * 10**6, slots=8)  # never more runs than batches
+    4
+    """
     estimate = batches * INGEST_SECONDS_PER_BATCH + work_bytes / 1e6 * INGEST_SECONDS_PER_MB
-    return max(1, min(slots, batches)) if estimate >= SPLIT_FROM_SECONDS else 1
+    if estimate < SPLIT_FROM_SECONDS:
+        return 1
+    return max(1, min(batches, max(slots, math.ceil(estimate / SECONDS_PER_RUN))))
 
 
 def group_batches(order: Sequence[str], wanted: Collection[str], runs: int) -> list[list[str]]:
