@@ -231,6 +231,23 @@ def loads_or_none(value: str | None) -> Any:
     return None if value is None else orjson.loads(value)
 
 
+class SharedJson:
+    """The JSON texts many units of a chunk repeat (the tools of a task set: 13 distinct in
+    the 1 GB benchmark corpus's 44,616 rows), each decoded once: units with equal texts share
+    one value, as the exports of a unit share what it caches (no renderer changes it). Made
+    per chunk, so it holds at most a chunk's distinct texts."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+
+    def __call__(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        if text not in self._values:
+            self._values[text] = orjson.loads(text)
+        return self._values[text]
+
+
 class Curated(NamedTuple):
     kept: pd.DataFrame  # the trajectories an export may use, in the canonical order, with their bucket
     excluded: Counter  # why the others were left out
