@@ -54,3 +54,20 @@ def test_results_in_another_order_than_the_calls_are_refused(name):
         render(messages, None)
     assert error.value.reason == "tool_results_out_of_order"
     render([*messages[:2], messages[3], messages[2], messages[4]], None)  # in call order: written
+
+
+def test_the_prompt_made_once_per_tool_set_is_the_prompt_of_those_tools():
+    """The export formats a tool set's prompt once (``tools_prompt``, by the stored JSON text)
+    and hands it to every conversation offered those tools: the same turns as formatting them
+    for each conversation."""
+    import orjson
+
+    from trajectory_assets.exports.sft_hermes import tools_prompt
+
+    tools = [{"type": "function", "function": {"name": "count", "description": "Count shapes: ✓",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    messages = [USER, {"role": "assistant", "content": "3"}]
+    stored = orjson.dumps(tools).decode()
+    assert render_hermes(messages, None, tools_prompt(stored)) != render_hermes(messages, None)
+    assert render_hermes(messages, None, tools_prompt(stored)) == render_hermes(messages, tools)
+    assert render_hermes(messages, None)[0]["value"] == tools_prompt(None)

@@ -47,7 +47,8 @@ Where a matched response goes:
   ``unmatched_tool_response``. The record stays valid.
 
 >>> turns = write_conversation([{"role": "user", "content": "Hi"},
-...                             {"role": "assistant", "content": "Hello", "reasoning_content": "greet"}], None)
+...                             {"role": "assistant", "content": "Hello", "reasoning_content": "greet"}],
+...                            function_calling_prompt(None))
 >>> turns[1:]
 [{'from': 'human', 'value': 'Hi'}, {'from': 'gpt', 'value': '<think>\\ngreet\\n</think>\\nHello'}]
 >>> read_conversations(turns)
@@ -333,19 +334,31 @@ def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- writing
 
 
-def write_conversation(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, str]]:
-    """Canonical messages -> Hermes ShareGPT turns, normalized as the seed describes. The
-    messages must have a Hermes form (the ``sft_hermes`` export checks it): text content,
-    calls whose arguments are a JSON object, tool results in the order of their calls."""
+# json.dumps(value, ensure_ascii=False), without making an encoder for each value
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def function_calling_prompt(tools: list[dict[str, Any]] | None) -> str:
+    """The Hermes function-calling system prompt, the tools (``{name, description, parameters,
+    required: null}`` each) in its ``<tools>`` block: what :func:`write_conversation` puts in
+    the system turn, after the conversation's own system prompt if it has one."""
     hermes_tools = [
         {"name": t["function"]["name"], "description": t["function"].get("description", ""),
          "parameters": t["function"].get("parameters", {}), "required": None}
         for t in tools or []
     ]
-    system = SYSTEM_TEMPLATE.format(tools=json.dumps(hermes_tools, ensure_ascii=False))
+    return SYSTEM_TEMPLATE.format(tools=_to_json(hermes_tools))
+
+
+def write_conversation(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, str]]:
+    """Canonical messages -> Hermes ShareGPT turns, normalized as the seed describes, with
+    ``prompt`` (:func:`function_calling_prompt` of the conversation's tools: the same for every
+    conversation offered the same tools, so a caller can make it once). The messages must have
+    a Hermes form (the ``sft_hermes`` export checks it): text content, calls whose arguments
+    are a JSON object, tool results in the order of their calls."""
     turns: list[dict[str, str]] = []
     own_system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
-    turns.append({"from": "system", "value": f"{own_system}\n\n{system}" if own_system else system})
+    turns.append({"from": "system", "value": f"{own_system}\n\n{prompt}" if own_system else prompt})
     call_names: dict[str, str] = {}
     pending_responses: list[str] = []
     for message in messages[1:] if own_system else messages:
@@ -363,7 +376,7 @@ def write_conversation(messages: list[dict[str, Any]], tools: list[dict[str, Any
             parsed = _json_or_none(content) if content.lstrip()[:1] in ("{", "[") else None
             response = {"tool_call_id": message["tool_call_id"], "name": call_names.get(message["tool_call_id"], ""),
                         "content": parsed if parsed is not None else content}
-            pending_responses.append(f"<tool_response>\n{json.dumps(response, ensure_ascii=False)}\n</tool_response>")
+            pending_responses.append(f"<tool_response>\n{_to_json(response)}\n</tool_response>")
     if pending_responses:
         turns.append({"from": "tool", "value": "\n".join(pending_responses)})
     return turns
@@ -378,7 +391,7 @@ def _write_assistant(message: dict[str, Any], call_names: dict[str, str]) -> str
         arguments = call["function"]["arguments"]
         body = {"name": call["function"]["name"], "arguments": arguments if isinstance(arguments, dict)
                 else orjson.loads(arguments)}
-        parts.append(f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>")
+        parts.append(f"<tool_call>\n{_to_json(body)}\n</tool_call>")
     return value + "\n".join(parts)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trajectory_assets.chat.training import trains_every_assistant_message, trains_final_assistant_message_only
 from trajectory_assets.exports.families.sft import SftItem
 from trajectory_assets.exports.unrepresentable import Unrepresentable
 
@@ -38,7 +37,7 @@ class GlobalSwitch:
 
     def require(self, item: SftItem) -> None:
         """Raises ``needs_per_message_mask`` for a row the switch would train differently."""
-        reproduced = (trains_final_assistant_message_only if self.uses_final_only(item.train_on)
-                      else trains_every_assistant_message)
-        if not reproduced(item.messages, item.trained):
+        reproduced = (item.trains_final_assistant_message_only if self.uses_final_only(item.train_on)
+                      else item.trains_every_assistant_message)
+        if not reproduced:
             raise Unrepresentable("needs_per_message_mask")

@@ -24,9 +24,9 @@ from trajectory_assets.exports.families.frames import (
     ExportFrame,
     Payloads,
     Plan,
+    SharedJson,
     TrajectoryTable,
     curated_trajectories,
-    loads_or_none,
     render_all,
     unit_chunks,
 )
@@ -153,13 +153,15 @@ def _dominant_pairs(pairs: pd.DataFrame, excluded: Counter) -> pd.DataFrame:
 
 
 class PairItem:
-    """One planned pair with both payloads; the conversations are decoded and split once."""
+    """One planned pair with both payloads; the conversations are decoded and split once (its
+    tools by its chunk's ``shared``)."""
 
     def __init__(self, pair, chosen_payload: tuple[str, str | None], rejected_payload: tuple[str, str | None],
-                 pairing: str) -> None:
+                 pairing: str, shared: SharedJson) -> None:
         self.pair = pair
         self.tools_json = chosen_payload[1]
         self.pairing = pairing
+        self.shared = shared
         self._payloads = (chosen_payload[0], rejected_payload[0])
 
     @property
@@ -179,7 +181,7 @@ class PairItem:
 
     @cached_property
     def tools(self) -> list[dict[str, Any]] | None:
-        return loads_or_none(self.tools_json)
+        return self.shared(self.tools_json)
 
     @cached_property
     def template_parts(self) -> tuple[list, list, list]:
@@ -191,7 +193,7 @@ class PairItem:
         return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **self.scores,
                 **({"tools": tools} if tools is not None else {}), **self.lineage}
 
-    @property
+    @cached_property  # every export of the pair writes it
     def scores(self) -> dict[str, Any]:
         """What every preference row says of the pair's rewards (``columns.PAIR_SCORES``)."""
         pair = self.pair
@@ -199,7 +201,7 @@ class PairItem:
                 "reward_rejected": pair.reward_rejected,
                 "component_margins": margins(pair.objectives_chosen, pair.objectives_rejected)}
 
-    @property
+    @cached_property
     def lineage(self) -> dict[str, Any]:
         """Which rollouts made the pair, and by which rule (``columns.PAIR_LINEAGE``)."""
         pair = self.pair
@@ -210,7 +212,7 @@ class PairItem:
         """The same pair with shorter completions (each still starts with its first assistant turn)."""
         prompt = self.parts[0]
         return PairItem(self.pair, (orjson.dumps(prompt + chosen).decode(), self.tools_json),
-                        (orjson.dumps(prompt + rejected).decode(), self.tools_json), self.pairing)
+                        (orjson.dumps(prompt + rejected).decode(), self.tools_json), self.pairing, self.shared)
 
 
 def render(units: pd.DataFrame, payloads: Payloads, config: DpoConfig, split: SplitConfig,
@@ -219,9 +221,11 @@ def render(units: pd.DataFrame, payloads: Payloads, config: DpoConfig, split: Sp
     fit = None if budget is None else partial(_fit_pair, budget)
     for chunk in unit_chunks(units):
         chosen, rejected = payloads.rows(chunk["chosen_id"]), payloads.rows(chunk["rejected_id"])
-        items = (PairItem(pair, chosen_side, rejected_side, config.pairing) for pair, chosen_side, rejected_side in
-                 zip(chunk.itertuples(index=False), zip(chosen["messages"], chosen["tools"]),
-                     zip(rejected["messages"], rejected["tools"])))
+        shared = SharedJson()
+        sides = zip(chunk.itertuples(index=False), zip(chosen["messages"], chosen["tools"]),
+                    zip(rejected["messages"], rejected["tools"]))
+        items = (PairItem(pair, chosen_side, rejected_side, config.pairing, shared)
+                 for pair, chosen_side, rejected_side in sides)
         yield render_all(items, exports, split, fit)
 
 

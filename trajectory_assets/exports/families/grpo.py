@@ -5,7 +5,7 @@ prompt, and aggregates over all its rollouts, every export of the family rendere
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import cached_property, partial
+from functools import cached_property, lru_cache, partial
 from typing import Any
 
 import orjson
@@ -22,9 +22,9 @@ from trajectory_assets.exports.families.frames import (
     ExportFrame,
     Payloads,
     Plan,
+    SharedJson,
     TrajectoryTable,
     curated_trajectories,
-    loads_or_none,
     render_all,
     split_of,
     unit_chunks,
@@ -111,11 +111,13 @@ def _agent_ref(agent_ref_json: str | None, agent_name: str | None, default_name:
 
 
 class TaskItem:
-    """One planned task with its first rollout's payload; JSON columns decoded once."""
+    """One planned task with its first rollout's payload; JSON columns decoded once (its tools
+    by its chunk's ``shared``)."""
 
-    def __init__(self, task, payload, index: int, split: SplitConfig) -> None:
+    def __init__(self, task, payload, index: int, split: SplitConfig, shared: SharedJson) -> None:
         self.task = task
         self.payload = payload
+        self.shared = shared
         self.index = index  # the task's position in the whole export, every shard's (verl's extra_info.index)
         self.split = split_of(task.prompt_key, split)
 
@@ -139,13 +141,13 @@ class TaskItem:
     def ground_truth(self) -> str | None:
         # the materialized inputs say what the verifier was given; a rollout's own keys may
         # also hold what it produced, so they come second
-        return ground_truth_of(self.task_inputs) or ground_truth_of(orjson.loads(self.payload.metadata))
+        return ground_truth_of(self.task_inputs) or metadata_ground_truth(self.payload.metadata)
 
     @cached_property
     def tools(self) -> list[dict[str, Any]] | None:
-        return loads_or_none(self.payload.tools)
+        return self.shared(self.payload.tools)
 
-    @property
+    @cached_property  # every export of the task writes it
     def summary(self) -> dict[str, Any]:
         """What every export of the task reports of its rollouts."""
         task = self.task
@@ -166,14 +168,22 @@ def render(units: pd.DataFrame, payloads: Payloads, config: GrpoConfig, split: S
     """A shard's tasks (``Plan.units_in``) in every export, a chunk at a time, in plan order."""
     fit = None if budget is None else partial(_fit_task, budget)
     for chunk in unit_chunks(units):
-        firsts = payloads.rows(chunk["trajectory_id"])
-        items = (TaskItem(task, first, task.position, split)
+        firsts, shared = payloads.rows(chunk["trajectory_id"]), SharedJson()
+        items = (TaskItem(task, first, task.position, split, shared)
                  for task, first in zip(chunk.itertuples(index=False), firsts.itertuples(index=False)))
         yield render_all(items, exports, split, fit)
 
 
 def _fit_task(budget: TokenBudget, item: TaskItem) -> tuple[TaskItem, int, bool]:
     return item, budget.prompt(item.prompt, item.tools), False
+
+
+@lru_cache(maxsize=256)
+def metadata_ground_truth(metadata_json: str) -> str | None:
+    """:func:`ground_truth_of` a rollout's stored metadata (its JSON text), decoded once per
+    distinct text: an environment's rollouts often carry the same (183 distinct in the 1 GB
+    benchmark corpus's 44,616 rows)."""
+    return ground_truth_of(orjson.loads(metadata_json))
 
 
 def ground_truth_of(metadata: dict[str, Any]) -> str | None:

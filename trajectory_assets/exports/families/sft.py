@@ -11,7 +11,13 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from trajectory_assets.chat.training import UNTRAINED_MESSAGES, TrainingRule, trained_messages
+from trajectory_assets.chat.training import (
+    UNTRAINED_MESSAGES,
+    TrainingRule,
+    trained_messages,
+    trains_every_assistant_message,
+    trains_final_assistant_message_only,
+)
 from trajectory_assets.config import SftConfig, SplitConfig
 from trajectory_assets.exports.curation import balance, carries_flag
 from trajectory_assets.ingest.decontamination import BenchmarkIndex
@@ -21,9 +27,9 @@ from trajectory_assets.exports.families.frames import (
     ExportFrame,
     Payloads,
     Plan,
+    SharedJson,
     TrajectoryTable,
     curated_trajectories,
-    loads_or_none,
     render_all,
     unit_chunks,
 )
@@ -49,11 +55,13 @@ def plan(table: TrajectoryTable, config: SftConfig,
 
 
 class SftItem:
-    """One planned trajectory's payload; JSON columns are decoded once, on first use."""
+    """One planned trajectory's payload; JSON columns are decoded once, on first use (its
+    tools by its chunk's ``shared``, which every trajectory with the same tools uses)."""
 
-    def __init__(self, row, train_on: TrainingRule = "all_assistant") -> None:
+    def __init__(self, row, train_on: TrainingRule, shared: SharedJson) -> None:
         self.row = row
         self.train_on = train_on
+        self.shared = shared
         self.cut_short = False  # cut to the token budget (see cut)
 
     @cached_property
@@ -62,7 +70,7 @@ class SftItem:
 
     @cached_property
     def tools(self) -> list[dict[str, Any]] | None:
-        return loads_or_none(self.row.tools)
+        return self.shared(self.row.tools)
 
     @property
     def prompt_key(self) -> str:
@@ -78,6 +86,17 @@ class SftItem:
         return trained_messages(self.messages, self.train_on, set(untrained))
 
     @cached_property
+    def trains_every_assistant_message(self) -> bool:
+        """Whether its targets are what a global "every assistant message" switch trains
+        (asked by each trainer form with such a switch: ``exports/training_switch.py``)."""
+        return trains_every_assistant_message(self.messages, self.trained)
+
+    @cached_property
+    def trains_final_assistant_message_only(self) -> bool:
+        """Whether its targets are what a global "final assistant message only" switch trains."""
+        return trains_final_assistant_message_only(self.messages, self.trained)
+
+    @cached_property
     def template_record(self) -> dict[str, Any]:
         """The row in the form chat templates render (TRL and NeMo RL write it), made once."""
         row = self.row
@@ -90,7 +109,7 @@ class SftItem:
         writes more of the trajectory than its messages must check ``cut_short``). Its targets
         stay those the rule picked in the whole conversation: with ``final_assistant`` the last
         turn that fits is not the final answer (a cut that keeps no target trains nothing)."""
-        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode()), self.train_on)
+        item = SftItem(self.row._replace(messages=orjson.dumps(messages).decode()), self.train_on, self.shared)
         item.messages = messages
         item.trained = self.trained[: len(messages)]
         item.cut_short = True
@@ -102,8 +121,9 @@ def render(units: pd.DataFrame, payloads: Payloads, config: SftConfig, split: Sp
     """A shard's units (``Plan.units_in``) in every export, a chunk at a time, in plan order."""
     fit = None if budget is None else partial(_fit_sft, budget)
     for chunk in unit_chunks(units):
-        rows = payloads.rows(chunk["trajectory_id"])
-        yield render_all((SftItem(row, config.train_on) for row in rows.itertuples(index=False)), exports, split, fit)
+        rows, shared = payloads.rows(chunk["trajectory_id"]), SharedJson()
+        yield render_all((SftItem(row, config.train_on, shared) for row in rows.itertuples(index=False)), exports,
+                         split, fit)
 
 
 def _fit_sft(budget: TokenBudget, item: SftItem) -> tuple[SftItem, int, bool]:
