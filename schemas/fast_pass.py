@@ -53,9 +53,9 @@ def passes(model: type[pandera.DataFrameModel], frame: pd.DataFrame) -> bool:
                 return False
             if column.dtype is not None and not _all_true(column.dtype.check(Engine.dtype(series.dtype), series)):
                 return False
-            if not all(_all_true(check(frame, name).check_passed) for check in column.checks):
+            if not all(_holds(check, frame, name) for check in column.checks):
                 return False
-        return all(_all_true(check(frame).check_passed) for check in schema.checks)
+        return all(_holds(check, frame) for check in schema.checks)
     except Exception:  # a check that raises fails in validate too, which reports it
         return False
 
@@ -77,6 +77,27 @@ def _plain(part, defaults: dict) -> bool:
 def _plain_check(check: pandera.Check) -> bool:
     """A check applied to the whole column or frame at once, failing the contract when it fails."""
     return check.groupby is None and not check.element_wise and not check.raise_warning
+
+
+def _holds(check: pandera.Check, frame: pd.DataFrame, column: str | None = None) -> bool:
+    """Whether ``check`` passes on ``frame`` (or its ``column``): its function called as
+    pandera's pandas backend calls it (a column's nulls dropped when the check ignores them),
+    without the failure report pandera builds from every result (for a frame check, a scan of
+    the whole frame for rows of nulls, which would pass it): a frame check whose rows do not
+    all pass is left to ``validate``. About 1 ms a check instead of about 8 in all per block of
+    500 rows. A pandera without these attributes is called as it is."""
+    function, arguments = getattr(check, "_check_fn", None), getattr(check, "_check_kwargs", None)
+    if function is None or arguments is None:
+        result = check(frame) if column is None else check(frame, column)
+        return _all_true(result.check_passed)
+    target = frame if column is None else frame[column]
+    check.get_backend(target)  # registers pandera's pandas functions of the built-in checks, once
+    name = getattr(function, "__name__", None)
+    if name is not None and check.is_builtin_check(name):
+        function = check.get_builtin_check_fn(name)  # as Check.__call__ looks it up again
+    if column is not None and check.ignore_na and target.hasnans:
+        target = target.dropna()
+    return _all_true(function(target, **arguments))
 
 
 def _all_true(result) -> bool:

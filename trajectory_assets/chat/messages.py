@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from trajectory_assets.jsonutil import canonical, sha256_hex
 
 
@@ -78,9 +80,12 @@ def tool_result_failed(content: str) -> bool:
     result = None
     if text[:1] in "{[":
         try:
-            result = json.loads(text)
-        except ValueError:
-            return False
+            result = orjson.loads(text)  # the same value where it reads the text, several times faster
+        except orjson.JSONDecodeError:  # NaN, Infinity, integers past 64 bits: the standard library's
+            try:
+                result = json.loads(text)
+            except ValueError:
+                return False
     if isinstance(result, dict):
         if result.get("error") is not None or result.get("success") is False:
             return True

@@ -48,7 +48,9 @@ BATCH_ROWS = 500
 
 
 def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: SourceFile, line: int) -> dict[str, Any]:
-    messages_json = dumps(trajectory.messages).decode()
+    # the JSON columns stay UTF-8 bytes: Arrow stores them as they are in a string column, and
+    # the hashes read them (a str of each cost a decode, then Arrow's encode back)
+    messages_json = dumps(trajectory.messages)
     tools_json = _dumps_or_none(trajectory.tools)
     agent_ref = trajectory.metadata.pop("agent_ref", None)
     tool_results, tool_errors = tool_result_counts(trajectory.messages)
@@ -67,7 +69,7 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "rollout_index": trajectory.rollout_index,
         "rollout_id": trajectory.rollout_id,
         "agent_name": trajectory.agent_name,
-        "agent_ref": None if agent_ref is None else dumps(agent_ref).decode(),
+        "agent_ref": None if agent_ref is None else dumps(agent_ref),
         "model": trajectory.model,
         "task_type": trajectory.task_type,
         "reward": trajectory.reward,
@@ -89,16 +91,16 @@ def trajectory_row(trajectory: Trajectory, *, trajectory_id: str, source: Source
         "input_tokens": trajectory.input_tokens,
         "output_tokens": trajectory.output_tokens,
         "total_tokens": trajectory.total_tokens,
-        "messages_chars": len(messages_json),
+        "messages_chars": _characters(messages_json),
         # what exact de-duplication compares: the conversation and its tools, not the raw
         # line (two rollouts with the same conversation differ in ids and rewards)
-        "content_hash": sha256_hex(f"{messages_json}\n{tools_json or ''}".encode()),
+        "content_hash": sha256_hex(messages_json + b"\n" + (tools_json or b"")),
         "unknown_items": trajectory.unknown_items,
         "quality_flags": ",".join(trajectory.quality_flags),
         "request": _dumps_or_none(trajectory.request),
         "task_inputs": _dumps_or_none(trajectory.task_inputs),
         "token_data": trajectory.token_data,
-        "metadata": dumps(trajectory.metadata).decode(),
+        "metadata": dumps(trajectory.metadata),
         "reward_provenance": _dumps_or_none(trajectory.reward_provenance),
     }
 
@@ -316,5 +318,10 @@ def read_inputs(uri: str, scrub: Callable[[bytes, str], bytes]) -> tuple[dict[Ha
     return inputs, skipped + (stats.partial_record is not None)
 
 
-def _dumps_or_none(value: Any) -> str | None:
-    return None if value is None else dumps(value).decode()
+def _dumps_or_none(value: Any) -> bytes | None:
+    return None if value is None else dumps(value)
+
+
+def _characters(utf8: bytes) -> int:
+    """The length of the text that UTF-8 bytes hold, in characters (``len`` of the str)."""
+    return len(utf8) if utf8.isascii() else len(utf8.decode())

@@ -556,12 +556,17 @@ class _HashingReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:  # type: ignore[override]
-        data = self._inner.read(len(buffer))
-        size = len(data)
-        buffer[:size] = data
-        self._stats.hasher.update(data)
+        # read straight into the buffer where the file can (a local file): no copy of each block
+        size = self._inner.readinto(buffer) if hasattr(self._inner, "readinto") else self._read_into(buffer)
+        size = size or 0
+        self._stats.hasher.update(memoryview(buffer)[:size])
         self._stats.bytes_read += size
         return size
+
+    def _read_into(self, buffer) -> int:
+        data = self._inner.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
 
 
 def _protocol_prefix(path: str) -> str:
