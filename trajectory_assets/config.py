@@ -222,9 +222,10 @@ class ShardsConfig(_Section):
     """How the export phase divides a dataset: shards of contiguous prompt buckets
     (``trajectory_assets/buckets.py``), each read once and rendered in every export."""
 
-    # provisional (issue 42): the default is to be chosen by measurement. 5,000 trajectories
-    # hold about 90 MB of payloads at the 1 GB benchmark corpus's mean (about 17 KB each) and
-    # cut that corpus into about 12 shards
+    # 5,000 trajectories hold about 90 MB of payloads at the 1 GB benchmark corpus's mean
+    # (about 17 KB each) and cut that corpus into 12 shards. Measured there against 2,500 (24
+    # shards): 11% less CPU for the whole run, for a longest shard step of 3.3 s of CPU
+    # instead of 2.2 s (docs/performance.md, "the third round")
     target_trajectories: int = Field(
         5000, ge=1,
         description="trajectories per shard of the exports (a bucket is never cut, so a shard may hold more); "
