@@ -225,8 +225,7 @@ class PartWriter:
             self.tally.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
             if not records:
                 continue
-            for record in records:  # positions in this part's split: the merge shifts them
-                self.scan.add(split, self.scan.rows[split], record)
+            self.scan.add_rows(split, self.scan.rows[split], records)  # positions in this part's split: the merge shifts them
             line_chars = self.files.write(split, records)
             if line_chars is not None:
                 self.tally.measured["line_chars"].append(np.array(line_chars, dtype=float))
