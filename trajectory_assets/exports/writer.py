@@ -219,10 +219,12 @@ class PartWriter:
     def add(self, frame: ExportFrame) -> None:
         self.tally.add(frame, self.export, self.config)
         rows = frame.rows
+        # compared as a NumPy array: pandas' comparison and .loc cost about 1.5 ms per chunk and split
+        splits, prompt_keys = rows["split"].to_numpy(dtype=object), rows["prompt_key"]
         for split in SPLITS:
-            in_split = (rows["split"] == split).to_numpy(dtype=bool)
+            in_split = splits == split
             records = [frame.records[i] for i in np.flatnonzero(in_split)]
-            self.tally.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
+            self.tally.prompts_by_split[split].append(prompt_keys[in_split])
             if not records:
                 continue
             self.scan.add_rows(split, self.scan.rows[split], records)  # positions in this part's split: the merge shifts them

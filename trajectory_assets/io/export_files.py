@@ -78,8 +78,10 @@ class StoredExport:
 
 
 # bytes gathered before a write to the staged file: Parquet's writer hands over every page
-# and header on its own, and each write goes through fsspec's file object
-WRITE_BUFFER_BYTES = 1 << 20
+# and header on its own (about 40 writes per row group), and each write goes through fsspec's
+# file object. A shard step holds one buffer per split file (26 with every export): 256 KiB
+# each bounds them to 6.5 MiB, and a row group is still about one write
+WRITE_BUFFER_BYTES = 1 << 18
 
 
 class _HashingWriter:
