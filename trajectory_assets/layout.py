@@ -106,15 +106,9 @@ def split_files_glob(split: str, file_format: str) -> str:
     return f"{split}-*.{file_format}"
 
 
-def export_row_index(export: str, file_name: str) -> str:
-    """What the report scans of a JSON-lines file instead of parsing every line (its rows'
-    trajectory references): one per data file, named after it. Outside the export's folder,
-    which stays the dataset trainers load."""
-    return f"{export_row_indexes(export)}/{file_name.rsplit('.', 1)[0]}.parquet"
-
-
-def export_row_indexes(export: str) -> str:
-    """The folder of an export's row indexes (each commit leaves only its own files' there)."""
+def legacy_row_indexes(export: str) -> str:
+    """Where builds before summaries kept each JSON-lines file's row index (what the report
+    scanned instead of the lines): nothing reads it now, and a commit removes it."""
     return f"indexes/{export}"
 
 

@@ -11,7 +11,6 @@ from trajectory_assets.definitions import INGEST_JOB, MAIN_JOB, RunSettings, bui
 from trajectory_assets.exports.registry import EXPORTS, EXPORTS_BY_NAME
 from trajectory_assets.runs.run_plan import batch_run_tags
 from trajectory_assets.runs.runner import sync_batches
-from trajectory_assets.io.export_files import StoredExport
 from trajectory_assets.io.source_files import batch_key, discover
 from trajectory_assets.sources import INPUTS_SUFFIXES
 from trajectory_assets.io.storage import Storage
@@ -79,10 +78,9 @@ def test_sample_materializes_every_asset_with_every_check_passing(tmp_path):
     assert stats["records_read"] == stats["records_valid"] + stats["records_rejected"] == 14
     for export in EXPORTS:
         assert sum(stats["exports"][export.name].values()) > 0, f"the bundled sample must yield {export.name} rows"
-        # every JSON-lines export has a row index of the files it wrote, so the report reads no line whole
-        manifest = json.loads((tmp_path / "exports" / export.name / "manifest.json").read_text())
-        stored = StoredExport(Storage(str(tmp_path)), export.name, manifest)
-        assert stored.indexed is (export.file_format == "jsonl") and not stored.whole_rows, export.name
+        # the report read every export's summary: no row index is written beside the files
+        assert (tmp_path / "summaries" / f"{export.name}.json").exists(), export.name
+    assert not (tmp_path / "indexes").exists()
 
 
 def test_a_datasets_run_over_unchanged_batches_reuses_every_shard_and_writes_the_same_exports(tmp_path):

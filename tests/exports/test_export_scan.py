@@ -15,7 +15,7 @@ from tests.exports.test_shards import dataset
 from trajectory_assets import layout
 from trajectory_assets.buckets import BUCKETS, shard_ranges
 from trajectory_assets.config import PipelineConfig, ReportConfig, SplitConfig
-from trajectory_assets.exports.export_scan import ExportScan, stored_scan
+from trajectory_assets.exports.export_scan import ExportScan, rank, stored_scan, trajectory_refs
 from trajectory_assets.exports.families.frames import FrameTable, bucket_column
 from trajectory_assets.exports.registry import EXPORTS
 from trajectory_assets.exports.shard_phase import write_exports
@@ -68,6 +68,30 @@ def test_shards_scans_absorbed_in_order_are_the_scan_of_every_row(cuts):
         merged.absorb(later)
     assert described(merged) == described(whole)
     assert len(whole.picked()) == 4 and len(whole.pairs) and len(whole.tasks)  # the rows exercised it
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 50])
+def test_rows_added_a_chunk_at_a_time_are_scanned_as_one_by_one(chunk):
+    """A shard step hands each chunk's rows at once: the same scan, sample included, as
+    adding them one by one (rows sharing a trajectory share a rank: ties exercised too)."""
+    rows = rows_of(40) + [("train", {"trajectory_id": "t0"})] * 3 + [("train", {"text": "no reference"})]
+    one_by_one, chunked = (ExportScan("x", "dpo", samples=5, seed="s", shard=2) for _ in range(2))
+    for start in range(0, len(rows), chunk):
+        for split in ("train", "validation"):  # as PartWriter hands them: each split of a chunk in turn
+            of_split = [row for row_split, row in rows[start:start + chunk] if row_split == split]
+            for row in of_split:
+                one_by_one.add(split, one_by_one.rows[split], row)
+            if of_split:
+                chunked.add_rows(split, chunked.rows[split], of_split)
+    assert orjson.dumps(chunked.to_json()) == orjson.dumps(one_by_one.to_json())
+    # the sample is the rows of lowest seeded rank (the later place breaks a tie, as the heap does)
+    ranked = []
+    for split in ("train", "validation"):
+        for position, row in enumerate(row for row_split, row in rows if row_split == split):
+            ids = [trajectory_id for _, trajectory_id in trajectory_refs(row)]
+            key = "|".join(ids) if ids else f"x:{split}:2:{position}"
+            ranked.append((int(rank("s", key)[:16], 16), tuple(-ord(c) for c in split), -position, (split, position)))
+    assert {(split, position) for split, position, _ in chunked.picked()} == {place for *_, place in sorted(ranked)[:5]}
 
 
 def test_a_row_naming_no_trajectory_is_ranked_by_its_shard_and_place():

@@ -89,17 +89,15 @@ def build(store, batches, config, exports=EXPORTS):
 
 
 def outputs(root, exports=EXPORTS):
-    """Every file a build of ``exports`` leaves for loaders and the report: the exports and
-    their row indexes."""
+    """Every file a build of ``exports`` leaves for loaders: the exports."""
     return {str(path.relative_to(root)): path.read_bytes()
-            for folder in ("exports", "indexes") for export in exports
-            for path in sorted((root / folder / export.name).rglob("*")) if path.is_file()}
+            for export in exports for path in sorted((root / "exports" / export.name).rglob("*")) if path.is_file()}
 
 
 def from_scratch(store, root, batches, config, exports=EXPORTS):
     """What a build with no earlier build beside it writes, in the same storage (the same
     batch files, so the same fingerprints)."""
-    for folder in ("exports", "indexes", "parts"):
+    for folder in ("exports", "parts"):
         store.remove_folder(folder)
     ranges, _ = build(store, batches, config, exports)
     return outputs(root, exports), ranges

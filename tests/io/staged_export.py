@@ -5,7 +5,6 @@ the merge of a run do (``exports/writer.py``)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
 from typing import Any
 
 import pyarrow as pa
@@ -16,8 +15,7 @@ from trajectory_assets.io.storage import Storage
 
 
 def commit_export(store: Storage, name: str, splits: tuple[str, ...], file_format: str, arrow_schema: pa.Schema,
-                  rows: dict[int, dict[str, list[dict[str, Any]]]], index_fields: Collection[str] = (),
-                  shards: int = 1) -> dict[str, dict]:
+                  rows: dict[int, dict[str, list[dict[str, Any]]]], shards: int = 1) -> dict[str, dict]:
     """Shards ``0 .. shards - 1`` of the export written (``rows``: shard -> split -> its
     records; a shard or split not there is written empty) and committed; returns the
     manifest's ``files``. Nothing is left in the staging folder, whatever happens."""
@@ -27,7 +25,7 @@ def commit_export(store: Storage, name: str, splits: tuple[str, ...], file_forma
     written: list[WrittenShard] = []
     try:
         for shard in range(shards):
-            writer = ShardWriter(store, name, splits, file_format, arrow_schema, index_fields, shard, run)
+            writer = ShardWriter(store, name, splits, file_format, arrow_schema, shard, run)
             try:
                 for split, records in rows.get(shard, {}).items():
                     writer.write(split, records)

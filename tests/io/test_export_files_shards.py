@@ -22,7 +22,6 @@ from trajectory_assets.io.storage import Storage
 
 SPLITS = ("train", "validation")
 SFT_SCHEMA = EXPORTS_BY_NAME["sft"].arrow_schema
-INDEX_FIELDS = ("trajectory_id",)
 
 
 def sft_row(name: str) -> dict:
@@ -40,8 +39,7 @@ SHARDED = {0: {"train": rows_named("a0", "a1")}, 1: {"validation": rows_named("v
 
 def staged(store: Storage, rows_by_shard: dict, file_format: str = "jsonl", name: str = "sft",
            shards: int = 3) -> dict:
-    files = commit_export(store, name, SPLITS, file_format, EXPORTS_BY_NAME[name].arrow_schema, rows_by_shard,
-                          INDEX_FIELDS, shards)
+    files = commit_export(store, name, SPLITS, file_format, EXPORTS_BY_NAME[name].arrow_schema, rows_by_shard, shards)
     return {"format": file_format, "files": files}
 
 
@@ -61,9 +59,6 @@ def test_each_split_is_its_shards_with_rows_in_order_named_as_the_hub_names_them
     for name, described in manifest["files"].items():
         data = (tmp_path / "exports" / "sft" / name).read_bytes()
         assert described["sha256"] == hashlib.sha256(data).hexdigest() and described["bytes"] == len(data)
-    # one row index per data file, named after it
-    assert sorted(path.name for path in (tmp_path / "indexes" / "sft").iterdir()) == [
-        "train-00000-of-00002.parquet", "train-00001-of-00002.parquet", "validation-00000-of-00001.parquet"]
     assert not [path for path in (tmp_path / "staging").rglob("*") if path.is_file()]
 
 
@@ -87,7 +82,8 @@ def test_a_commit_leaves_nothing_of_an_earlier_build(tmp_path):
     folder, indexes = tmp_path / "exports" / "sft", tmp_path / "indexes" / "sft"
     folder.mkdir(parents=True)
     indexes.mkdir(parents=True)
-    # a build before shards, one of seven shards, and another run's build in its staging folder
+    # a build before shards, one of seven shards (with the row indexes builds kept before
+    # summaries), and another run's build in its staging folder
     earlier = ["train.jsonl", "validation.jsonl", "train.parquet",
                *(f"train-{i:05d}-of-00007.jsonl" for i in range(7))]
     for name in earlier:
@@ -102,8 +98,7 @@ def test_a_commit_leaves_nothing_of_an_earlier_build(tmp_path):
     staged(store, SHARDED)
     assert export_files(tmp_path) == ["README.md", "dataset_info.json", "manifest.json", "train-00000-of-00002.jsonl",
                                       "train-00001-of-00002.jsonl", "validation-00000-of-00001.jsonl"]
-    assert sorted(path.name for path in indexes.iterdir()) == [
-        "train-00000-of-00002.parquet", "train-00001-of-00002.parquet", "validation-00000-of-00001.parquet"]
+    assert not indexes.exists()
     # the commit's own staging is gone; another run's is not its to remove (that run may be live:
     # a later run's plan step removes the staging of runs that are over, defs/staging.py)
     assert [path for path in (tmp_path / "staging").rglob("*") if path.is_file()] == [other_run / "train-00000.jsonl"]
@@ -114,7 +109,7 @@ def test_a_commit_leaves_nothing_of_an_earlier_build(tmp_path):
 
 def write_shard(root: str, shard: int, run: str) -> list[dict]:
     """One shard written by a process of its own; what it hands the committing process (JSON)."""
-    writer = ShardWriter(Storage(root), "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, shard, run)
+    writer = ShardWriter(Storage(root), "sft", SPLITS, "jsonl", SFT_SCHEMA, shard, run)
     for split, records in SHARDED.get(shard, {}).items():
         writer.write(split, records)
     return [orjson.loads(orjson.dumps(written.to_json())) for written in writer.finish()]
@@ -130,7 +125,6 @@ def test_shards_written_by_separate_processes_are_committed_by_another(tmp_path)
     assert files == staged(Storage(str(single_process)), SHARDED)["files"]
     for name in files:
         assert (tmp_path / "exports" / "sft" / name).read_bytes() == (single_process / "exports" / "sft" / name).read_bytes()
-    assert StoredExport(Storage(str(tmp_path)), "sft", {"format": "jsonl", "files": files}).indexed
 
 
 def test_a_commit_missing_a_shard_is_an_error_and_changes_nothing(tmp_path):
@@ -146,10 +140,10 @@ def test_a_discard_leaves_the_previous_export_as_it_was(tmp_path):
     store = Storage(str(tmp_path))
     before = staged(store, SHARDED)
     contents = {name: (tmp_path / "exports" / "sft" / name).read_bytes() for name in before["files"]}
-    first = ShardWriter(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, 0, "r")
+    first = ShardWriter(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, 0, "r")
     first.write("train", rows_named("new"))
     written = first.finish()  # shard 0 is whole in the staging folder
-    second = ShardWriter(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, INDEX_FIELDS, 1, "r")
+    second = ShardWriter(store, "sft", SPLITS, "jsonl", SFT_SCHEMA, 1, "r")
     second.write("train", rows_named("newer"))
     second.discard()
     discard_shards(store, written)
@@ -157,20 +151,14 @@ def test_a_discard_leaves_the_previous_export_as_it_was(tmp_path):
     assert not [path for path in (tmp_path / "staging").rglob("*") if path.is_file()]
 
 
-@pytest.mark.parametrize("file_format, indexed", [("jsonl", True), ("jsonl", False), ("parquet", False)])
-def test_a_split_of_several_files_reads_as_one(tmp_path, file_format, indexed):
+@pytest.mark.parametrize("file_format", ["jsonl", "parquet"])
+def test_a_split_of_several_files_reads_as_one(tmp_path, file_format):
     name = "sft" if file_format == "jsonl" else "trl_sft"
     store = Storage(str(tmp_path))
     manifest = staged(store, SHARDED, file_format, name)
-    if file_format == "jsonl" and not indexed:
-        for index in (tmp_path / "indexes" / name).iterdir():
-            index.unlink()
-    export = StoredExport(store, name, manifest)
-    assert export.indexed == indexed
-    scanned = [(split, position, row["trajectory_id"]) for split, position, row in export.scan(("trajectory_id",))]
-    assert scanned == [("train", 0, "a0"), ("train", 1, "a1"), ("train", 2, "c0"), ("train", 3, "c1"),
-                       ("train", 4, "c2"), ("validation", 0, "v0")]
+    rows = list(StoredExport(store, name, manifest).rows())
     # positions across the files: the second file's rows follow the first's
-    picked = [(split, position, row["trajectory_id"]) for split, position, row in
-              export.rows_at({"train": {1, 2, 4, 99}, "validation": {0}})]
-    assert picked == [("train", 1, "a1"), ("train", 2, "c0"), ("train", 4, "c2"), ("validation", 0, "v0")]
+    assert [(split, position, row["trajectory_id"]) for split, position, row in rows] == [
+        ("train", 0, "a0"), ("train", 1, "a1"), ("train", 2, "c0"), ("train", 3, "c1"), ("train", 4, "c2"),
+        ("validation", 0, "v0")]
+    assert rows[2][2]["messages"][0]["content"] == "c0"  # whole rows

@@ -116,7 +116,7 @@ def sharded_exports(sample_exports, tmp_path_factory) -> Path:
     from tests.split_files import split_paths
     from trajectory_assets.exports.families.frames import SPLITS
     from trajectory_assets.exports.registry import EXPORTS
-    from trajectory_assets.exports.writer import SCAN_FIELDS, write_beside_files
+    from trajectory_assets.exports.writer import write_beside_files
     from trajectory_assets.io.storage import Storage
 
     storage = tmp_path_factory.mktemp("sharded")
@@ -135,6 +135,6 @@ def sharded_exports(sample_exports, tmp_path_factory) -> Path:
                 if len(part):
                     rows_by_shard.setdefault(shard, {})[split] = [rows[i] for i in part]
         manifest["files"] = commit_export(store, export.name, SPLITS, export.file_format, export.arrow_schema,
-                                          rows_by_shard, SCAN_FIELDS, SHARDS)
+                                          rows_by_shard, SHARDS)
         write_beside_files(store, export, manifest)
     return storage / "exports"

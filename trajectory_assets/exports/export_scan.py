@@ -54,12 +54,14 @@ def trajectory_refs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     [('chosen', 'a'), ('rejected', 'b')]
     """
     refs: list[tuple[str, str]] = []
-    for holder in (row, row.get("extra_info")):
+    extra = row.get("extra_info")
+    for holder in (row,) if extra is None else (row, extra):
         # (dict first: an ABC's isinstance is slow, and every row written is scanned)
-        if holder is None or not (isinstance(holder, dict) or isinstance(holder, Mapping)):
+        if not (isinstance(holder, dict) or isinstance(holder, Mapping)):
             continue
+        get = holder.get
         for name, role in REFERENCE_FIELDS:
-            value = holder.get(name)
+            value = get(name)
             if value is None:
                 continue
             if isinstance(value, str):
@@ -68,6 +70,26 @@ def trajectory_refs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
             elif isinstance(value, (list, tuple)):
                 refs += [(role, v) for v in value if isinstance(v, str) and v]
     return list(dict.fromkeys(refs)) if len(refs) > 1 else refs
+
+
+def _pair_and_task(row: Mapping[str, Any], refs: list[tuple[str, str]], pairs: dict, tasks: dict) -> None:
+    """A DPO row's (chosen, rejected) pair with its margin, a GRPO row's task with its rollouts."""
+    chosen = rejected = None  # each the first of its role
+    rollouts = []
+    for role, trajectory_id in refs:
+        if role == "rollout":
+            rollouts.append(trajectory_id)
+        elif role == "chosen":
+            chosen = trajectory_id if chosen is None else chosen
+        elif role == "rejected":
+            rejected = trajectory_id if rejected is None else rejected
+    if chosen is not None or rejected is not None:
+        pairs[(chosen or "", rejected or "")] = margin_of(row)
+    if rollouts:
+        rollouts = tuple(rollouts)
+        extra = row.get("extra_info")
+        task = row.get("task_key") or (extra.get("task_key") if isinstance(extra, Mapping) else None)
+        tasks[str(task or "|".join(rollouts))] = rollouts
 
 
 def margin_of(row: Mapping[str, Any]) -> float | None:
@@ -95,28 +117,34 @@ class ExportScan:
     _picked: list[tuple[int, str, int, Mapping[str, Any]]] = field(default_factory=list)
 
     def add(self, split: str, position: int, row: Mapping[str, Any]) -> None:
-        self.rows[split] += 1
-        refs = trajectory_refs(row)
-        ids = [trajectory_id for _, trajectory_id in refs]
+        """One row, at ``position`` in its split."""
+        self.add_rows(split, position, [row])
+
+    def add_rows(self, split: str, first: int, rows: list[Mapping[str, Any]]) -> None:
+        """Rows of one split, the first at position ``first`` and the others after it. (One
+        call per chunk: a shard step scans every row it writes, 228k rows at 1 GB.)"""
+        self.rows[split] += len(rows)
+        pairs, tasks, picked, samples = self.pairs, self.tasks, self._picked, self.samples
+        place = f"{self.name}:{split}:" if self.shard is None else f"{self.name}:{split}:{self.shard}:"
+        seed = f"{self.seed}:".encode()
+        ids: list[str] = []
+        for position, row in enumerate(rows, first):
+            refs = trajectory_refs(row)
+            if len(refs) == 1 and refs[0][0] == "trajectory":  # an SFT row: no pair, no task
+                key = refs[0][1]
+                ids.append(key)
+            else:
+                row_ids = [trajectory_id for _, trajectory_id in refs]
+                ids += row_ids
+                key = "|".join(row_ids) if row_ids else f"{place}{position}"
+                _pair_and_task(row, refs, pairs, tasks)
+            if samples:
+                # rank(seed, key)'s first 16 hex digits, as a number
+                negative_rank = -int.from_bytes(hashlib.sha256(seed + key.encode()).digest()[:8], "big")
+                # a row that cannot enter a full heap is not pushed: heappushpop would hand it back
+                if len(picked) < samples or picked[0][0] <= negative_rank:
+                    self._keep((negative_rank, split, position, row))
         self.trajectory_ids.update(ids)
-        if len(refs) == 1 and refs[0][0] == "trajectory":  # an SFT row: no pair, no task
-            rollouts = ()
-        else:
-            roles = dict(refs)
-            if "chosen" in roles or "rejected" in roles:
-                chosen = next((i for role, i in refs if role == "chosen"), "")
-                rejected = next((i for role, i in refs if role == "rejected"), "")
-                self.pairs[(chosen, rejected)] = margin_of(row)
-            rollouts = tuple(i for role, i in refs if role == "rollout")
-        if rollouts:
-            extra = row.get("extra_info")
-            task = row.get("task_key") or (extra.get("task_key") if isinstance(extra, Mapping) else None)
-            task = str(task or "|".join(rollouts))
-            self.tasks[task] = rollouts
-        if self.samples:
-            place = f"{split}:{position}" if self.shard is None else f"{split}:{self.shard}:{position}"
-            key = "|".join(ids) if ids else f"{self.name}:{place}"
-            self._keep((-int(rank(self.seed, key)[:16], 16), split, position, row))
 
     def _keep(self, entry: tuple[int, str, int, Mapping[str, Any]]) -> None:
         if len(self._picked) < self.samples:

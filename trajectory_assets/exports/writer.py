@@ -42,9 +42,6 @@ from trajectory_assets.io.export_files import (
 )
 from trajectory_assets.io.storage import Storage
 
-# the fields the report scans every row for, indexed beside each JSON-lines split
-SCAN_FIELDS = ("trajectory_id", "chosen_id", "rejected_id", "trajectory_ids", "extra_info", "task_key",
-               "quality_difference")
 # export rows checked per pandera call: the flat columns only (a few MB), and the files are
 # staged until every check passed, so they need not be checked chunk by chunk as they are written
 CONTRACT_BLOCK_ROWS = 20_000
@@ -217,19 +214,20 @@ class PartWriter:
         self.scan = ExportScan(export.name, export.family, config.report.samples_per_export, config.report.seed,
                                shard=shard)
         self.files = ShardWriter(store, export.name, SPLITS, export.file_format, export.arrow_schema,
-                                 index_fields=SCAN_FIELDS, shard=shard, run=run)
+                                 shard=shard, run=run)
 
     def add(self, frame: ExportFrame) -> None:
         self.tally.add(frame, self.export, self.config)
         rows = frame.rows
+        # compared as a NumPy array: pandas' comparison and .loc cost about 1.5 ms per chunk and split
+        splits, prompt_keys = rows["split"].to_numpy(dtype=object), rows["prompt_key"]
         for split in SPLITS:
-            in_split = (rows["split"] == split).to_numpy(dtype=bool)
+            in_split = splits == split
             records = [frame.records[i] for i in np.flatnonzero(in_split)]
-            self.tally.prompts_by_split[split].append(rows.loc[in_split, "prompt_key"])
+            self.tally.prompts_by_split[split].append(prompt_keys[in_split])
             if not records:
                 continue
-            for record in records:  # positions in this part's split: the merge shifts them
-                self.scan.add(split, self.scan.rows[split], record)
+            self.scan.add_rows(split, self.scan.rows[split], records)  # positions in this part's split: the merge shifts them
             line_chars = self.files.write(split, records)
             if line_chars is not None:
                 self.tally.measured["line_chars"].append(np.array(line_chars, dtype=float))
@@ -248,7 +246,7 @@ class PartWriter:
 # The shape of a stored part: ExportPart and all it holds (ExportTally, WrittenShard, ExportScan), pickled.
 # Raise it with any change to them. It heads the file and is read before anything is unpickled,
 # so a part kept by other code is rendered again, never loaded into classes that changed.
-PART_FORMAT = 2  # 2: a part holds its rows' scan for the report
+PART_FORMAT = 3  # 2: a part holds its rows' scan for the report; 3: no row index in WrittenShard
 _PART_HEADER = b"trajectory-assets export part %d\n" % PART_FORMAT
 
 
@@ -299,7 +297,7 @@ def reused_part(store: Storage, export: Export, run: str, shard: int, fingerprin
     if kept.fingerprint != fingerprint:
         return None
     written = restage_committed_shard(store, export.name, SPLITS, export.file_format, export.arrow_schema,
-                                      SCAN_FIELDS, shard, run, kept.written, store.read_json(manifest_path)["files"])
+                                      shard, run, kept.written, store.read_json(manifest_path)["files"])
     return None if written is None else ExportPart(kept.tally, written, kept.scan, fingerprint)
 
 

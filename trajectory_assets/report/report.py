@@ -6,8 +6,7 @@ beside each batch (``report/tool_use.py``); the messages of the trajectories who
 is shown; and what each export's shards gathered of its rows as they wrote them (the
 summary its merge wrote, ``exports/export_scan.py``: rows per split, the trajectories,
 pairs and tasks they were made from, the rows the viewer shows). Only an export written
-without a summary is read here: its rows once, only the fields naming its trajectories,
-then the few rows the viewer shows. The Dagster asset (``defs/reports.py``) hands in the readers and
+without a summary is read here: its rows once, whole. The Dagster asset (``defs/reports.py``) hands in the readers and
 writes the result.
 """
 
@@ -36,7 +35,6 @@ from trajectory_assets.report.report_data import (
 )
 from trajectory_assets.report.page import ExportSection, Figure, Page, render_page
 from trajectory_assets.report.stats import STATS_COLUMNS, compute_stats, render_markdown, source_section, task_stats
-from trajectory_assets.exports.writer import SCAN_FIELDS
 from trajectory_assets.report.viewer import TEXT_LIMIT, clip, view_sample
 from trajectory_assets.sources import REPORT_SECTIONS
 
@@ -47,14 +45,8 @@ MAIN_PLOTS = ("rewards", "pass_rate", "lengths", "tools")
 class ExportRows(Protocol):
     """One export's rows: (split, position in the split (its files one after the other), row)."""
 
-    whole_rows: bool  # scan() gives every field of a row (JSON lines are parsed whole anyway)
-
-    def scan(self, fields: tuple[str, ...]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Every row, with at least ``fields`` (those it has)."""
-        ...
-
-    def rows_at(self, wanted: dict[str, set[int]]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        """Whole rows at these positions of each split."""
+    def rows(self) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """Every row, whole, each split's in order."""
         ...
 
 
@@ -133,21 +125,12 @@ def build_report(
 
 
 def scan_stored_export(name: str, manifest: dict[str, Any], rows: ExportRows, config: PipelineConfig) -> ExportScan:
-    """The scan of an export written without a summary: its rows read once (only the fields
-    naming its trajectories where the files allow), then the picked rows read whole."""
+    """The scan of an export written without a summary (or with other sample settings): its
+    rows read once, whole, so the rows it picks are as the files hold them."""
     scan = ExportScan(name, manifest.get("config_section", "sft"), config.report.samples_per_export,
                       config.report.seed)
-    for split, position, row in rows.scan(SCAN_FIELDS):
+    for split, position, row in rows.rows():
         scan.add(split, position, row)
-    if not rows.whole_rows:
-        def whole(picked):
-            wanted: dict[str, set[int]] = {}
-            for split, position, _ in picked:
-                wanted.setdefault(split, set()).add(position)
-            read = {(split, position): row for split, position, row in rows.rows_at(wanted)}
-            return [read.get((split, position)) for split, position, _ in picked]
-
-        scan.restore_rows(whole)
     return scan
 
 

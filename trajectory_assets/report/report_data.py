@@ -3,8 +3,8 @@
 Everything the page shows is bounded whatever the corpus size: plots get aggregated
 tables (bins, quantiles, the top tools, a sample of tasks), the viewer a fixed number of
 rows per export, the quarantine a few examples per reason. The aggregates themselves are
-exact: every export row is scanned once, reading only the fields that say which
-trajectories it was made from (``exports/writer.SCAN_FIELDS``).
+exact: every export row is scanned once, as its shard writes it, for the trajectories it
+was made from (``exports/export_scan.py``).
 
 Samples are picked by a seeded hash of what a row refers to (its trajectory ids), so the
 exports of one family show the same trajectories: the same rollout as an SFT row, a
