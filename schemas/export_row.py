@@ -64,7 +64,7 @@ def checked_frame(model: type[ExportRowSchema], records: Sequence[Mapping[str, A
     reports (:func:`schemas.validation.cast_column`)."""
     values = model.columns(records)
     columns = {name: cast_column(values[name], dtype) for name, dtype in row_dtypes(model).items()}
-    columns["prompt_key"] = pd.array(prompt_keys, dtype=ARROW_STRING)
-    columns["split"] = pd.array(splits, dtype=ARROW_STRING)
-    columns["fields"] = pd.array([",".join(record) for record in records], dtype=ARROW_STRING)
+    columns["prompt_key"] = cast_column(list(prompt_keys), ARROW_STRING)
+    columns["split"] = cast_column(list(splits), ARROW_STRING)
+    columns["fields"] = cast_column([",".join(record) for record in records], ARROW_STRING)
     return pd.DataFrame(columns, index=pd.RangeIndex(len(records)))
