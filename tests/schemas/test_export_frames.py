@@ -31,11 +31,12 @@ def stacked(model, records):
     return pd.concat([frame_of(model, [record]) for record in records], ignore_index=True)
 
 
-@pytest.mark.parametrize("export", EXPORTS, ids=lambda export: export.name)
+# every export with rows in the fixture (it carries no token data)
+@pytest.mark.parametrize("export", [export for export in EXPORTS if export.name != "on_policy_tokens"],
+                         ids=lambda export: export.name)
 def test_a_frame_of_rows_is_each_row_alone_stacked(export):
     records = built(export).records
-    if not records:  # the fixtures carry no token data
-        pytest.skip("no rows of this export in the fixture")
+    assert records
     frame = frame_of(export.contract, records)
     pd.testing.assert_frame_equal(frame, stacked(export.contract, records), check_exact=True)
     assert len(frame_of(export.contract, [])) == 0 and validate(export.contract, frame_of(export.contract, [])).passed
