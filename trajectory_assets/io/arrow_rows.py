@@ -181,30 +181,37 @@ def _conformity_of(schema: pa.Schema) -> Callable[[Any], bool] | None:
     >>> _conformity_of(pa.schema([("calls", pa.list_(pa.struct([("arguments", JSON)])))]))({"calls": [{"arguments": {"a": [1]}}]})
     True
     """
-    fields = _field_conformities(schema)
-    if fields is None:
-        return None
-
-    def conforms(record: Any) -> bool:
-        if type(record) is not dict:
-            return False
-        for name, check in fields:
-            value = record.get(name)
-            if value is not None and not check(value):
-                return False
-        return True
-
-    return conforms
+    return _fields_conformity(schema, closed=False)  # a record's fields beyond the schema are its own
 
 
-def _field_conformities(fields: Any) -> list[tuple[str, Callable[[Any], bool]]] | None:
+def _fields_conformity(fields: pa.Schema | pa.StructType, closed: bool) -> Callable[[Any], bool] | None:
+    """Whether a dict surely holds ``fields`` of their types (see :func:`_conformity_of`) and,
+    when ``closed`` (a struct), no other key. None when a field's type is not one it knows."""
     checks = []
     for f in fields:
         check = _conformity(f.type)
         if check is None or not f.nullable:
             return None
         checks.append((f.name, check))
-    return checks
+    names = frozenset(f.name for f in fields)
+    # text fields checked in the loop itself (a message is mostly text): no call per value
+    strings = tuple(f.name for f in fields if f.type == pa.string())
+    checks = [(name, check) for name, check in checks if name not in strings]
+
+    def conforms(value: Any) -> bool:
+        if type(value) is not dict or (closed and not names.issuperset(value)):
+            return False
+        for name in strings:
+            child = value.get(name)
+            if child is not None and type(child) is not str:
+                return False
+        for name, check in checks:
+            child = value.get(name)
+            if child is not None and not check(child):
+                return False
+        return True
+
+    return conforms
 
 
 def _conformity(arrow_type: pa.DataType) -> Callable[[Any], bool] | None:
@@ -234,28 +241,7 @@ def _conformity(arrow_type: pa.DataType) -> Callable[[Any], bool] | None:
 
         return list_conforms
     if pa.types.is_struct(arrow_type):
-        fields = _field_conformities(arrow_type)
-        if fields is None:
-            return None
-        names = frozenset(f.name for f in arrow_type)
-        # text fields checked in the loop itself (a message is mostly text): no call per value
-        strings = tuple(f.name for f in arrow_type if f.type == pa.string())
-        fields = [(name, check) for name, check in fields if name not in strings]
-
-        def struct_conforms(value: Any) -> bool:
-            if type(value) is not dict or not names.issuperset(value):
-                return False
-            for name in strings:
-                child = value.get(name)
-                if child is not None and type(child) is not str:
-                    return False
-            for name, check in fields:
-                child = value.get(name)
-                if child is not None and not check(child):
-                    return False
-            return True
-
-        return struct_conforms
+        return _fields_conformity(arrow_type, closed=True)
     return None
 
 
