@@ -21,12 +21,14 @@ class AxolotlSchema(TrlSftSchema):
     every_message_flagged: Series[bool] = pandera.Field(eq=True)
 
     @classmethod
-    def row(cls, record):
-        messages = record["messages"]
-        trained = [message for message in messages if message.get("train") is True]
-        return {**super().row(record),
-                "trained_roles": role_shape(trained).replace("c", "a"),  # an assistant turn with calls is one
-                "every_message_flagged": all(isinstance(message.get("train"), bool) for message in messages)}
+    def columns(cls, records):
+        conversations = [record["messages"] for record in records]
+        return {**super().columns(records),
+                # an assistant turn with calls is one
+                "trained_roles": [role_shape([message for message in messages if message.get("train") is True])
+                                  .replace("c", "a") for messages in conversations],
+                "every_message_flagged": [all(isinstance(message.get("train"), bool) for message in messages)
+                                          for messages in conversations]}
 
     class Config:
         strict = True

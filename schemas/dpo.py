@@ -8,7 +8,7 @@ model's turn (the pair diverges there); the margin is the rewards' gap.
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.export_row import ExportRowSchema, number
+from schemas.export_row import ExportRowSchema, field_values, numbers
 from schemas.shapes import ROLE_SHAPE_PATTERN, role_shape
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
@@ -16,12 +16,16 @@ from schemas.validation import ArrowString, leading_field
 STARTS_WITH_ASSISTANT = r"^[ac]"
 
 
-def pair_shapes(prompt, chosen, rejected) -> dict[str, str]:
-    """The role shapes of a pair's prompt and sides: each side read after the prompt (a tool
-    message answers a call only in context)."""
-    chosen_shape, rejected_shape = role_shape([*prompt, *chosen]), role_shape([*prompt, *rejected])
-    return {"prompt_shape": chosen_shape[: len(prompt)], "chosen_shape": chosen_shape[len(prompt):],
-            "rejected_shape": rejected_shape[len(prompt):]}
+def pair_shapes(pairs) -> dict[str, list[str]]:
+    """The role shapes of pairs' prompts and sides (``pairs``: prompt, chosen, rejected each):
+    each side read after the prompt (a tool message answers a call only in context)."""
+    columns: dict[str, list[str]] = {"prompt_shape": [], "chosen_shape": [], "rejected_shape": []}
+    for prompt, chosen, rejected in pairs:
+        chosen_shape, rejected_shape = role_shape([*prompt, *chosen]), role_shape([*prompt, *rejected])
+        columns["prompt_shape"].append(chosen_shape[: len(prompt)])
+        columns["chosen_shape"].append(chosen_shape[len(prompt):])
+        columns["rejected_shape"].append(rejected_shape[len(prompt):])
+    return columns
 
 
 def dominant(component_margins) -> bool:
@@ -63,17 +67,20 @@ class DpoSchema(ExportRowSchema):
         return (df["prompt_shape"] + df["rejected_shape"]).str.match(ROLE_SHAPE_PATTERN)
 
     @classmethod
-    def pair_columns(cls, record) -> dict:
-        """The pair's scores and lineage, as every preference row holds them."""
-        return {"task_key": record.get("task_key"), "chosen_id": record.get("chosen_id"),
-                "rejected_id": record.get("rejected_id"), "reward_chosen": number(record.get("reward_chosen")),
-                "reward_rejected": number(record.get("reward_rejected")),
-                "quality_difference": number(record.get("quality_difference")),
-                "dominance_holds": record.get("pairing") != "dominance" or dominant(record.get("component_margins"))}
+    def pair_columns(cls, records) -> dict[str, list]:
+        """The pairs' scores and lineage, as every preference row holds them."""
+        return {"task_key": field_values(records, "task_key"), "chosen_id": field_values(records, "chosen_id"),
+                "rejected_id": field_values(records, "rejected_id"),
+                "reward_chosen": numbers(field_values(records, "reward_chosen")),
+                "reward_rejected": numbers(field_values(records, "reward_rejected")),
+                "quality_difference": numbers(field_values(records, "quality_difference")),
+                "dominance_holds": [record.get("pairing") != "dominance" or dominant(record.get("component_margins"))
+                                    for record in records]}
 
     @classmethod
-    def row(cls, record):
-        return {**cls.pair_columns(record), **pair_shapes(record["prompt"], record["chosen"], record["rejected"])}
+    def columns(cls, records):
+        return {**cls.pair_columns(records),
+                **pair_shapes((record["prompt"], record["chosen"], record["rejected"]) for record in records)}
 
     class Config:
         strict = True

@@ -1,14 +1,15 @@
 """What every export contract checks beside a row's own fields, and how it sees a row.
 
-Each export contract is a Pandera model over the **written rows**: its ``row(record)``
-gives, for one row exactly as it is written, the row's scalar fields and one shape per
-nested field (``schemas/shapes.py``), so the rules over whole conversations are one
-vectorized regex per column. The writer builds the checked frame from the written rows with
-it, and adds what says where a row goes: its ``split`` (from ``prompt_key``, the prompt it
+Each export contract is a Pandera model over the **written rows**: its ``columns(records)``
+gives, for rows exactly as they are written, one list per checked column: the rows' scalar
+fields and one shape per nested field (``schemas/shapes.py``), so the rules over whole
+conversations are one vectorized regex per column (read column by column, as the frame is
+built: no dict per row). The writer builds the checked frame from the written rows with it,
+and adds what says where a row goes: its ``split`` (from ``prompt_key``, the prompt it
 holds) and ``fields`` (its top-level fields, in written order).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -17,7 +18,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.trajectory import HEX_ID
-from schemas.validation import ARROW_STRING, ArrowString, cast_columns, declared_dtypes
+from schemas.validation import ARROW_STRING, ArrowString, cast_column, declared_dtypes
 
 SPLITS = ["train", "validation"]
 # the columns the writer adds to a contract's frame (not read from the row)
@@ -29,29 +30,41 @@ class ExportRowSchema(pandera.DataFrameModel):
     split: Series[ArrowString] = pandera.Field(isin=SPLITS)
 
     @classmethod
-    def row(cls, record: Mapping[str, Any]) -> dict[str, Any]:
-        """The checked columns of one written row (every column but :data:`PLACEMENT_COLUMNS`)."""
+    def columns(cls, records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+        """The checked columns of these written rows (every column but
+        :data:`PLACEMENT_COLUMNS`), each a list in row order."""
         raise NotImplementedError
 
 
-def number(value: Any) -> float:
-    """A nullable numeric field as the float column checks it (null: NaN)."""
-    return float("nan") if value is None else value
+def field_values(records: Sequence[Mapping[str, Any]], name: str) -> list[Any]:
+    """Each record's field ``name`` (None where it has none)."""
+    return [record.get(name) for record in records]
+
+
+def numbers(values: Iterable[Any]) -> list[Any]:
+    """Nullable numeric values as the float column checks them (null: NaN)."""
+    return [NAN if value is None else value for value in values]
+
+
+NAN = float("nan")
 
 
 @cache
 def row_dtypes(model: type[ExportRowSchema]) -> dict[str, Any]:
-    """The dtypes of the columns ``model.row`` reads, as the contract declares them."""
+    """The dtypes of the columns ``model.columns`` reads, as the contract declares them."""
     return {name: dtype for name, dtype in declared_dtypes(model).items() if name not in PLACEMENT_COLUMNS}
 
 
 def checked_frame(model: type[ExportRowSchema], records: Sequence[Mapping[str, Any]],
                   prompt_keys: Sequence[str], splits: Sequence[str]) -> pd.DataFrame:
-    """The frame ``model`` checks for these written rows, each with its prompt and split."""
-    dtypes = row_dtypes(model)
-    rows = cast_columns(pd.DataFrame.from_records([model.row(record) for record in records], columns=list(dtypes)),
-                        dtypes)
-    rows["prompt_key"] = pd.array(prompt_keys, dtype=ARROW_STRING)
-    rows["split"] = pd.array(splits, dtype=ARROW_STRING)
-    rows["fields"] = pd.array([",".join(record) for record in records], dtype=ARROW_STRING)
-    return rows
+    """The frame ``model`` checks for these written rows, each with its prompt and split.
+
+    Built from the columns ``model.columns`` gives: each column is the dtype the contract
+    declares where its values allow it, else the type pandas infers, which the contract then
+    reports (:func:`schemas.validation.cast_column`)."""
+    values = model.columns(records)
+    columns = {name: cast_column(values[name], dtype) for name, dtype in row_dtypes(model).items()}
+    columns["prompt_key"] = cast_column(list(prompt_keys), ARROW_STRING)
+    columns["split"] = cast_column(list(splits), ARROW_STRING)
+    columns["fields"] = cast_column([",".join(record) for record in records], ARROW_STRING)
+    return pd.DataFrame(columns, index=pd.RangeIndex(len(records)))

@@ -5,7 +5,7 @@ per task."""
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.export_row import ExportRowSchema, number
+from schemas.export_row import ExportRowSchema, field_values, numbers
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
 
@@ -20,13 +20,14 @@ class GrpoSchema(ExportRowSchema):
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("responses_create_params"))
 
     @classmethod
-    def row(cls, record):
-        request_input = (record.get("responses_create_params") or {}).get("input")
-        agent_ref = record.get("agent_ref") or {}
-        return {"task_key": record.get("task_key"), "agent_type": agent_ref.get("type"),
-                "agent_name": agent_ref.get("name"),
-                "input_items": len(request_input) if isinstance(request_input, list) else int(bool(request_input)),
-                "num_rollouts": record.get("num_rollouts"), "mean_reward": number(record.get("mean_reward"))}
+    def columns(cls, records):
+        inputs = [(record.get("responses_create_params") or {}).get("input") for record in records]
+        agent_refs = [record.get("agent_ref") or {} for record in records]
+        return {"task_key": field_values(records, "task_key"), "agent_type": [ref.get("type") for ref in agent_refs],
+                "agent_name": [ref.get("name") for ref in agent_refs],
+                "input_items": [len(given) if isinstance(given, list) else int(bool(given)) for given in inputs],
+                "num_rollouts": field_values(records, "num_rollouts"),
+                "mean_reward": numbers(field_values(records, "mean_reward"))}
 
     class Config:
         strict = True

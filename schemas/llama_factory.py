@@ -21,9 +21,11 @@ class LlamaFactorySchema(TrajectoryRowSchema):
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("conversations"))
 
     @classmethod
-    def row(cls, record):
-        return {**cls.lineage(record), "turn_shape": turn_shape(record["conversations"], LLAMA_FACTORY_LETTER),
-                "system_type": type_name(record.get("system")), "tools_type": type_name(record.get("tools"))}
+    def columns(cls, records):
+        return {**cls.lineage(records),
+                "turn_shape": [turn_shape(record["conversations"], LLAMA_FACTORY_LETTER) for record in records],
+                "system_type": [type_name(record.get("system")) for record in records],
+                "tools_type": [type_name(record.get("tools")) for record in records]}
 
     class Config:
         strict = True

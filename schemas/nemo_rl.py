@@ -34,15 +34,16 @@ class NemoRlDpoSchema(TrlDpoSchema):
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("context"))
 
     @classmethod
-    def row(cls, record):
-        completions = record["completions"]
-        context = record["context"]
-        sides = [completion["completion"] for completion in completions]
-        chosen, rejected = (sides + [[], []])[:2]
-        return {**cls.pair_columns(record), **pair_shapes(context, chosen, rejected),
-                "ranks": ",".join(str(completion["rank"]) for completion in completions),
-                "tools_type": type_name(record.get("tools")),
-                "value_types": value_types([*context, *chosen, *rejected])}
+    def columns(cls, records):
+        pairs = []  # context, chosen, rejected (a missing completion: none)
+        for record in records:
+            sides = [completion["completion"] for completion in record["completions"]]
+            pairs.append((record["context"], *(sides + [[], []])[:2]))
+        return {**cls.pair_columns(records), **pair_shapes(pairs),
+                "ranks": [",".join(str(completion["rank"]) for completion in record["completions"])
+                          for record in records],
+                "tools_type": [type_name(record.get("tools")) for record in records],
+                "value_types": [value_types([*context, *chosen, *rejected]) for context, chosen, rejected in pairs]}
 
     class Config:
         strict = True

@@ -8,7 +8,7 @@ message answers a call of the assistant turn before it, at least one assistant t
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.export_row import ExportRowSchema, number
+from schemas.export_row import ExportRowSchema, field_values, numbers
 from schemas.shapes import HAS_ASSISTANT_PATTERN, ROLE_SHAPE_PATTERN, role_shape, type_name
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
@@ -24,8 +24,8 @@ class TrajectoryRowSchema(ExportRowSchema):
     task_key: Series[ArrowString] = pandera.Field(str_matches=HEX_ID)
 
     @classmethod
-    def lineage(cls, record) -> dict:
-        return {"trajectory_id": record.get("trajectory_id"), "task_key": record.get("task_key")}
+    def lineage(cls, records) -> dict[str, list]:
+        return {"trajectory_id": field_values(records, "trajectory_id"), "task_key": field_values(records, "task_key")}
 
 
 class SftSchema(TrajectoryRowSchema):
@@ -39,9 +39,10 @@ class SftSchema(TrajectoryRowSchema):
         return shape.str.contains(HAS_ASSISTANT_PATTERN, regex=True)
 
     @classmethod
-    def row(cls, record):
-        return {**cls.lineage(record), "role_shape": role_shape(record["messages"]),
-                "reward": number(record.get("reward")), "tools_type": type_name(record.get("tools"))}
+    def columns(cls, records):
+        return {**cls.lineage(records), "role_shape": [role_shape(record["messages"]) for record in records],
+                "reward": numbers(field_values(records, "reward")),
+                "tools_type": [type_name(record.get("tools")) for record in records]}
 
     class Config:
         strict = True

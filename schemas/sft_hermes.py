@@ -22,8 +22,9 @@ class SftHermesSchema(TrajectoryRowSchema):
         return shape.str.contains("g", regex=False)
 
     @classmethod
-    def row(cls, record):
-        return {**cls.lineage(record), "from_shape": turn_shape(record["conversations"], HERMES_LETTER)}
+    def columns(cls, records):
+        return {**cls.lineage(records),
+                "from_shape": [turn_shape(record["conversations"], HERMES_LETTER) for record in records]}
 
     class Config:
         strict = True

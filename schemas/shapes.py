@@ -10,6 +10,7 @@ row the contract accepts are the same thing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 # Role shape of chat messages: s system, u user, a assistant, c assistant with tool calls,
@@ -42,26 +43,35 @@ def role_shape(messages: Iterable[Mapping[str, Any]]) -> str:
     ...             {"role": "tool", "tool_call_id": "1"}, {"role": "tool", "tool_call_id": "9"}])
     'uctx'
     """
+    # called for every written row of every export: one pass, the last letter kept aside
     letters: list[str] = []
-    open_calls: set[str] = set()
+    last = ""
+    open_calls: set = _NO_CALLS
     for message in messages:
         role = message.get("role")
         if role == "assistant":
-            calls = message.get("tool_calls") or []
-            open_calls = {call.get("id") for call in calls}
-            letters.append("c" if calls else "a")
+            calls = message.get("tool_calls")
+            if calls:
+                open_calls = {call.get("id") for call in calls}
+                last = "c"
+            else:
+                open_calls = _NO_CALLS
+                last = "a"
         elif role == "tool":
             call_id = message.get("tool_call_id")
-            inside_call_run = bool(letters) and letters[-1] in "ct"
-            if inside_call_run and call_id in open_calls:
+            if (last == "c" or last == "t") and call_id in open_calls:  # inside the run of a call's answers
                 open_calls.discard(call_id)
-                letters.append("t")
+                last = "t"
             else:
-                letters.append("x")
+                last = "x"
         else:
-            open_calls = set()
-            letters.append(ROLE_LETTER.get(role, "?"))
+            open_calls = _NO_CALLS
+            last = ROLE_LETTER.get(role, "?")
+        letters.append(last)
     return "".join(letters)
+
+
+_NO_CALLS: frozenset = frozenset()  # no open call (never changed: a set of calls is made per call turn)
 
 
 def value_types(messages: Iterable[Mapping[str, Any]]) -> str:
@@ -71,13 +81,19 @@ def value_types(messages: Iterable[Mapping[str, Any]]) -> str:
     >>> value_types([{"content": "hi"}, {"content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}])
     'arguments:str,content:str'
     """
-    types = {f"content:{type(message.get('content')).__name__}" for message in messages}
-    types |= {
-        f"arguments:{type((call.get('function') or {}).get('arguments')).__name__}"
-        for message in messages
-        for call in message.get("tool_calls") or []
-    }
-    return ",".join(sorted(types))
+    contents, arguments = set(), set()  # the types themselves: named once, not once per value
+    for message in messages:
+        contents.add(type(message.get("content")))
+        calls = message.get("tool_calls")
+        if calls:
+            arguments.update(type((call.get("function") or {}).get("arguments")) for call in calls)
+    return _type_tokens(frozenset(contents), frozenset(arguments))
+
+
+@lru_cache(maxsize=256)
+def _type_tokens(contents: frozenset, arguments: frozenset) -> str:
+    tokens = {f"content:{kind.__name__}" for kind in contents} | {f"arguments:{kind.__name__}" for kind in arguments}
+    return ",".join(sorted(tokens))
 
 
 def turn_shape(turns: Iterable[Mapping[str, Any]], letters: Mapping[str, str]) -> str:
@@ -86,7 +102,7 @@ def turn_shape(turns: Iterable[Mapping[str, Any]], letters: Mapping[str, str]) -
     >>> turn_shape([{"from": "human"}, {"from": "gpt"}, {"from": "robot"}], LLAMA_FACTORY_LETTER)
     'hg?'
     """
-    return "".join(letters.get(turn.get("from"), "?") for turn in turns)
+    return "".join([letters.get(turn.get("from"), "?") for turn in turns])
 
 
 def type_name(value: Any) -> str:

@@ -4,7 +4,7 @@ probabilities of its model calls (``chat/token_data.py``), checked on the writte
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.export_row import number
+from schemas.export_row import field_values, numbers
 from schemas.sft import TrajectoryRowSchema
 from schemas.validation import ArrowString, leading_field
 
@@ -19,15 +19,16 @@ class TokensSchema(TrajectoryRowSchema):
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("trajectory_id"))
 
     @classmethod
-    def row(cls, record):
-        calls = record["calls"]
+    def columns(cls, records):
+        calls = [record["calls"] for record in records]
         return {
-            **cls.lineage(record),
-            "reward": number(record.get("reward")),
-            "calls": len(calls),
-            "generated_tokens": sum(len(call["generation_token_ids"]) for call in calls),
-            "aligned": all(len(call["generation_log_probs"]) == len(call["generation_token_ids"]) for call in calls),
-            "contiguous": record["contiguous"],
+            **cls.lineage(records),
+            "reward": numbers(field_values(records, "reward")),
+            "calls": [len(made) for made in calls],
+            "generated_tokens": [sum(len(call["generation_token_ids"]) for call in made) for made in calls],
+            "aligned": [all(len(call["generation_log_probs"]) == len(call["generation_token_ids"]) for call in made)
+                        for made in calls],
+            "contiguous": [record["contiguous"] for record in records],
         }
 
     class Config:

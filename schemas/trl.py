@@ -11,7 +11,7 @@ import pandera.pandas as pandera
 from pandera.typing import Series
 
 from schemas.dpo import DpoSchema
-from schemas.export_row import ExportRowSchema, number
+from schemas.export_row import ExportRowSchema, field_values, numbers
 from schemas.sft import TOOLS_TYPES, SftSchema
 from schemas.shapes import (
     HAS_ASSISTANT_PATTERN,
@@ -31,8 +31,8 @@ class TrlSftSchema(SftSchema):
     value_types: Series[ArrowString] = pandera.Field(str_matches=TEMPLATE_VALUE_TYPES)
 
     @classmethod
-    def row(cls, record):
-        return {**super().row(record), "value_types": value_types(record["messages"])}
+    def columns(cls, records):
+        return {**super().columns(records), "value_types": [value_types(record["messages"]) for record in records]}
 
     class Config:
         strict = True
@@ -43,9 +43,10 @@ class TrlDpoSchema(DpoSchema):
     tools_type: Series[ArrowString] = pandera.Field(isin=TOOLS_TYPES)
 
     @classmethod
-    def row(cls, record):
-        return {**super().row(record), "tools_type": type_name(record.get("tools")),
-                "value_types": value_types([*record["prompt"], *record["chosen"], *record["rejected"]])}
+    def columns(cls, records):
+        return {**super().columns(records), "tools_type": [type_name(record.get("tools")) for record in records],
+                "value_types": [value_types([*record["prompt"], *record["chosen"], *record["rejected"]])
+                                for record in records]}
 
     class Config:
         strict = True
@@ -61,10 +62,12 @@ class TrlGrpoSchema(ExportRowSchema):
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("prompt"))
 
     @classmethod
-    def row(cls, record):
-        return {"task_key": record.get("task_key"), "prompt_shape": role_shape(record["prompt"]),
-                "mean_reward": number(record.get("mean_reward")), "value_types": value_types(record["prompt"]),
-                "tools_type": type_name(record.get("tools"))}
+    def columns(cls, records):
+        prompts = [record["prompt"] for record in records]
+        return {"task_key": field_values(records, "task_key"), "prompt_shape": [role_shape(prompt) for prompt in prompts],
+                "mean_reward": numbers(field_values(records, "mean_reward")),
+                "value_types": [value_types(prompt) for prompt in prompts],
+                "tools_type": [type_name(record.get("tools")) for record in records]}
 
     class Config:
         strict = True

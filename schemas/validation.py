@@ -49,11 +49,8 @@ def declared_dtypes(model: type[pandera.DataFrameModel]) -> dict[str, Any]:
 
 
 def cast_columns(frame: pd.DataFrame, dtypes: dict[str, Any]) -> pd.DataFrame:
-    """``frame`` with the columns named in ``dtypes`` cast to them, for a contract to check.
-
-    Strings are cast strictly: a column holding anything but strings and nulls stays as it
-    is, so the contract reports it (``astype`` would quietly write ``1`` as ``"1"``); so does
-    a column that cannot be cast to its dtype (text in a float column).
+    """``frame`` with the columns named in ``dtypes`` cast to them, for a contract to check
+    (strictly, see :func:`cast_column`).
 
     >>> frame = cast_columns(pd.DataFrame({"a": ["x", None], "b": [1, "y"]}), {"a": ARROW_STRING, "b": ARROW_STRING})
     >>> str(frame["a"].dtype), str(frame["b"].dtype)
@@ -66,17 +63,38 @@ def cast_columns(frame: pd.DataFrame, dtypes: dict[str, Any]) -> pd.DataFrame:
         current = frame[name].dtype
         if type(current) is type(dtype) and current == dtype:  # numpy's int64 == pandas' Int64, yet they differ
             continue
-        if dtype == ARROW_STRING:
-            try:
-                cast[name] = pd.arrays.ArrowStringArray(pa.array(frame[name], type=pa.string(), from_pandas=True))
-            except (pa.ArrowTypeError, pa.ArrowInvalid):
-                continue
-        else:
-            try:
-                cast[name] = frame[name].astype(dtype)
-            except (ValueError, TypeError):  # e.g. text in a float column: the contract reports its dtype
-                continue
+        column = cast_column(frame[name], dtype)
+        if column is not frame[name]:
+            cast[name] = column
     return frame.assign(**cast) if cast else frame
+
+
+def cast_column(values: pd.Series | list[Any], dtype: Any) -> pd.Series | pd.api.extensions.ExtensionArray:
+    """A column (a series, or the Python values of one) cast to ``dtype``, or as it is when it
+    cannot be (values given as a list: as pandas infers them, as a frame of records does).
+
+    Strings are cast strictly: a column holding anything but strings and nulls stays as it
+    is, so the contract reports it (``astype`` would quietly write ``1`` as ``"1"``); so does
+    a column that cannot be cast to its dtype (text in a float column). A list of strings goes
+    to Arrow once, straight from the values.
+
+    >>> str(cast_column(["x", None], ARROW_STRING).dtype), str(cast_column(["x", 1], ARROW_STRING).dtype)
+    ('string', 'object')
+    >>> str(cast_column([1.5, None], float).dtype), str(cast_column([1.5, "x"], float).dtype)
+    ('float64', 'object')
+    """
+    if dtype == ARROW_STRING:
+        try:
+            return pd.arrays.ArrowStringArray(pa.array(values, type=pa.string(), from_pandas=True))
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            pass
+    column = values if isinstance(values, pd.Series) else pd.Series(values, dtype=None if values else object)
+    if dtype == ARROW_STRING:
+        return column
+    try:
+        return column.astype(dtype)
+    except (ValueError, TypeError):  # e.g. text in a float column: the contract reports its dtype
+        return values if isinstance(values, pd.Series) else column
 
 
 @dataclass

@@ -10,7 +10,7 @@ at least one user turn (``prompt_shape``, the written prompt's role letters). ``
 import pandera.pandas as pandera
 from pandera.typing import Series
 
-from schemas.export_row import ExportRowSchema, number
+from schemas.export_row import ExportRowSchema, field_values, numbers
 from schemas.shapes import TEMPLATE_VALUE_TYPES, role_shape, value_types
 from schemas.trajectory import HEX_ID
 from schemas.validation import ArrowString, leading_field
@@ -31,13 +31,15 @@ class VerlSchema(ExportRowSchema):
     fields: Series[ArrowString] = pandera.Field(str_matches=leading_field("data_source"))
 
     @classmethod
-    def row(cls, record):
-        extra = record["extra_info"]
-        return {"task_key": extra.get("task_key"), "data_source": record.get("data_source"),
-                "agent_name": record.get("agent_name"), "ability": record.get("ability"),
-                "reward_style": (record.get("reward_model") or {}).get("style"),
-                "prompt_shape": role_shape(record["prompt"]), "index": extra.get("index"),
-                "mean_reward": number(extra.get("mean_reward")), "value_types": value_types(record["prompt"])}
+    def columns(cls, records):
+        extras = [record["extra_info"] for record in records]
+        prompts = [record["prompt"] for record in records]
+        return {"task_key": field_values(extras, "task_key"), "data_source": field_values(records, "data_source"),
+                "agent_name": field_values(records, "agent_name"), "ability": field_values(records, "ability"),
+                "reward_style": [(record.get("reward_model") or {}).get("style") for record in records],
+                "prompt_shape": [role_shape(prompt) for prompt in prompts], "index": field_values(extras, "index"),
+                "mean_reward": numbers(field_values(extras, "mean_reward")),
+                "value_types": [value_types(prompt) for prompt in prompts]}
 
     class Config:
         strict = True

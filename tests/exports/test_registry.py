@@ -29,8 +29,10 @@ def test_every_contract_reads_its_columns_from_the_written_row(export):
     columns = export.contract.to_schema().columns
     assert set(PLACEMENT_COLUMNS) <= set(columns)  # every export is split and checks its rows' fields
     assert set(row_dtypes(export.contract)) == set(columns) - set(PLACEMENT_COLUMNS)
-    for record in built(export).records:
-        assert set(export.contract.row(record)) == set(row_dtypes(export.contract))
+    records = built(export).records
+    columns = export.contract.columns(records)
+    assert set(columns) == set(row_dtypes(export.contract))
+    assert all(len(values) == len(records) for values in columns.values())
 
 
 def built(export):

@@ -434,8 +434,8 @@ def test_axolotl_contract_rejects(change, check):
 def test_dpo_contract_checks_that_a_dominance_pair_dominates(margins, holds):
     from schemas.dpo import DpoSchema as Schema
 
-    assert Schema.pair_columns({"pairing": "dominance", "component_margins": margins})["dominance_holds"] is holds
-    assert Schema.pair_columns({"pairing": "best_vs_worst", "component_margins": margins})["dominance_holds"] is True
+    assert Schema.pair_columns([{"pairing": "dominance", "component_margins": margins}])["dominance_holds"] == [holds]
+    assert Schema.pair_columns([{"pairing": "best_vs_worst", "component_margins": margins}])["dominance_holds"] == [True]
     rows = dpo_frame()
     rows["dominance_holds"] = holds
     assert validate(DpoSchema, rows).passed is holds

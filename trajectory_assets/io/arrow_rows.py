@@ -81,6 +81,8 @@ def schema_violations(records: list[dict[str, Any]], schema: pa.Schema, limit: i
     # key a struct does not declare; the key check knows the JSON fields), so no JSON field is
     # encoded only to be checked (a third of the check's time for the NeMo RL and Axolotl rows)
     checked, nested = _checks_of(schema)
+    if nested and (conforms := _conformity_of(schema)) is not None and all(map(conforms, records)):
+        return 0, []  # every value plainly of its type, no key beyond a struct's: nothing to look for
     problems: dict[int, list[str]] = {}
     for position, record in enumerate(records):
         for name, checker in nested:
@@ -154,6 +156,95 @@ def _key_checker(arrow_type: pa.DataType) -> Callable[[Any], tuple | None] | Non
     return None
 
 
+# the widest int Arrow takes for a double exactly, and the range of an int64
+_EXACT_IN_DOUBLE = 2**53
+_INT64 = range(-(2**63), 2**63)
+
+
+@lru_cache(maxsize=64)
+def _conformity_of(schema: pa.Schema) -> Callable[[Any], bool] | None:
+    """A plain walk telling that a record surely has the types of ``schema`` and no key a
+    struct lacks: every value exactly of the Python type Arrow takes for its field (``str``,
+    ``bool``, ``float``, an ``int`` in range, ``list``, ``dict``) or null; a JSON field any.
+    False says only "not surely": :func:`schema_violations` then asks Arrow, which names the
+    problem. None for a schema of other types. Rows of nested values are checked this way in
+    one pass (Arrow would copy every string into a table only to find nothing). The one value
+    of a type Arrow refuses that this does not look for is a ``str`` holding a lone surrogate
+    (not UTF-8): no export row holds one (its payloads are Arrow strings, valid UTF-8, decoded
+    by orjson, which refuses one) and a JSON line could not be written with one.
+
+    >>> conforms = _conformity_of(pa.schema([("turns", pa.list_(pa.struct([("from", pa.string())]))), ("n", pa.int64())]))
+    >>> conforms({"turns": [{"from": "h"}, None], "n": 1, "other": {1}}), conforms({"turns": [{"from": "h", "to": "g"}]})
+    (True, False)
+    >>> conforms({"turns": [{"from": 1}]}), conforms({"n": True}), conforms({"n": 2**63})
+    (False, False, False)
+    >>> _conformity_of(pa.schema([("calls", pa.list_(pa.struct([("arguments", JSON)])))]))({"calls": [{"arguments": {"a": [1]}}]})
+    True
+    """
+    return _fields_conformity(schema, closed=False)  # a record's fields beyond the schema are its own
+
+
+def _fields_conformity(fields: pa.Schema | pa.StructType, closed: bool) -> Callable[[Any], bool] | None:
+    """Whether a dict surely holds ``fields`` of their types (see :func:`_conformity_of`) and,
+    when ``closed`` (a struct), no other key. None when a field's type is not one it knows."""
+    checks = []
+    for f in fields:
+        check = _conformity(f.type)
+        if check is None or not f.nullable:
+            return None
+        checks.append((f.name, check))
+    names = frozenset(f.name for f in fields)
+    # text fields checked in the loop itself (a message is mostly text): no call per value
+    strings = tuple(f.name for f in fields if f.type == pa.string())
+    checks = [(name, check) for name, check in checks if name not in strings]
+
+    def conforms(value: Any) -> bool:
+        if type(value) is not dict or (closed and not names.issuperset(value)):
+            return False
+        for name in strings:
+            child = value.get(name)
+            if child is not None and type(child) is not str:
+                return False
+        for name, check in checks:
+            child = value.get(name)
+            if child is not None and not check(child):
+                return False
+        return True
+
+    return conforms
+
+
+def _conformity(arrow_type: pa.DataType) -> Callable[[Any], bool] | None:
+    """Whether a non-null value is surely of ``arrow_type`` (see :func:`_conformity_of`)."""
+    if _without_json(arrow_type) is None:  # JSON, or a list of it: any value
+        return lambda value: True
+    if arrow_type == pa.string():
+        return lambda value: type(value) is str
+    if arrow_type == pa.bool_():
+        return lambda value: type(value) is bool
+    if arrow_type == pa.int64():
+        return lambda value: type(value) is int and value in _INT64
+    if arrow_type == pa.float64():
+        return lambda value: type(value) is float or (type(value) is int and -_EXACT_IN_DOUBLE <= value <= _EXACT_IN_DOUBLE)
+    if pa.types.is_list(arrow_type):
+        item = _conformity(arrow_type.value_type)
+        if item is None:
+            return None
+
+        def list_conforms(value: Any) -> bool:
+            if type(value) is not list:
+                return False
+            for v in value:
+                if v is not None and not item(v):
+                    return False
+            return True
+
+        return list_conforms
+    if pa.types.is_struct(arrow_type):
+        return _fields_conformity(arrow_type, closed=True)
+    return None
+
+
 def _without_json(arrow_type: pa.DataType) -> pa.DataType | None:
     """``arrow_type`` with every JSON field left out; None for a JSON type (or a list of one).
 
@@ -221,11 +312,21 @@ def _encoder(arrow_type: pa.DataType) -> Callable[[Any], Any]:
                         break
                 else:
                     return value  # nothing to encode: Arrow reads it as it is
-            return {**value, **{name: None if (child := value.get(name)) is None else encode(child)
-                                for name, encode in fields}}
+            encoded = {**value}
+            for name, encode in fields:
+                child = value.get(name)
+                encoded[name] = None if child is None else encode(child)
+            return encoded
 
         return encode_struct
-    item = _encoder(arrow_type.value_type)  # a list of values holding JSON
+    item_type = arrow_type.value_type  # a list of values holding JSON
+    item = _encoder(item_type)
+    if pa.types.is_struct(item_type) and sum(_holds_json(f.type) for f in item_type) == 1:
+        # a list of structs with one field holding JSON (a message's tool calls): most items
+        # hold none there and are taken as they are, without a call each (messages are many)
+        (name,) = [f.name for f in item_type if _holds_json(f.type)]
+        return lambda value: [v if type(v) is dict and v.get(name) is None else None if v is None else item(v)
+                              for v in value]
     return lambda value: [None if v is None else item(v) for v in value]
 
 
