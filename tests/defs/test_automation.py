@@ -166,11 +166,13 @@ def test_a_batch_reruns_when_its_materialized_inputs_change(tmp_path):
         assert rerun.partition_key == first.partition_key and rerun.run_key != first.run_key
 
 
-def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tmp_path):
-    """47 files landing at once become as many runs as may run at once (here two), each a
-    range of partitions that Dagster resolves to exactly its batches."""
+def test_a_burst_of_new_files_is_ingested_in_partition_ranges_that_follow_the_work(tmp_path):
+    """47 files landing at once become runs of about ``SECONDS_PER_RUN`` of estimated work,
+    never fewer than may run at once (here two), each a range of partitions that Dagster
+    resolves to exactly its batches."""
     from trajectory_assets.dagster_internals import partition_keys_in_range
     from trajectory_assets.defs.ingest import ingest_batches
+    from trajectory_assets.runs.run_plan import ingest_runs
 
     rollout_batches = ingest_batches.partitions_def
 
@@ -182,7 +184,8 @@ def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tm
                                          "run_coordinator": {"module": "dagster.core.run_coordinator",
                                                              "class": "QueuedRunCoordinator"}}) as instance:
         tick = evaluate(defs, instance)
-        assert len(tick.run_requests) == 2
+        # 47 batches of one record: about 47 x 0.05 s = 2.35 s of estimated work, three runs
+        assert len(tick.run_requests) == 3 == ingest_runs(47, 0, slots=2)
         covered = []
         for request in tick.run_requests:
             assert request.job_name == "ingest_rollout_batch" and request.partition_key is None
@@ -190,7 +193,7 @@ def test_a_burst_of_new_files_is_ingested_in_one_partition_range_per_run_slot(tm
             assert keys == request.tags[BATCHES_TAG].split(",")
             covered += keys
         assert sorted(covered) == sorted(instance.get_dynamic_partitions(layout.BATCH_PARTITIONS))
-        assert len(covered) == 47 and len({r.run_key for r in tick.run_requests}) == 2
+        assert len(covered) == 47 and len({r.run_key for r in tick.run_requests}) == 3
 
         # one changed file among unchanged ones: a run of that batch alone
         changed = source / "f20.jsonl"

@@ -1,4 +1,5 @@
-"""How batches are grouped into runs: contiguous partition ranges, one per run slot."""
+"""How batches are grouped into runs: contiguous partition ranges, as many as the work needs
+and at least one per run slot."""
 
 import shutil
 
