@@ -25,16 +25,15 @@ def set_arrow_purge_delay() -> None:
 
 
 def import_what_steps_need() -> None:
-    """The code location and the report's plots, pandera's backends, and the instance's
+    """The code location, pandera's backends, the default redactor, and the instance's
     storage modules: each step connects to the instance (``DagsterInstance.from_ref``), which
     imports several hundred of them (SQLAlchemy, Alembic and Dagster's storages), 1.5 to 3 s
     of CPU per step when its server had not. Opening and closing the instance of
     ``DAGSTER_HOME`` imports exactly the ones it needs."""
+    # Not the report's plots: Altair and vl-convert would take 0.2-0.5 s of CPU off the report
+    # step (one per datasets run), but add 32 MiB to the memory of the whole tree, which the
+    # 1 GB benchmark then took past 1 GiB (docs/performance.md).
     import trajectory_assets.definitions  # noqa: F401  (what the steps run)
-    # the report step's plots (Altair, vl-convert: about 170 modules, 0.2-0.5 s of CPU), which
-    # the code location imports only when a report is drawn; every datasets run draws one, and
-    # its step is the last of the run's longest chain. Importing vl-convert starts no renderer.
-    import trajectory_assets.report.plots  # noqa: F401
     from trajectory_assets.runs.instance import open_instance
 
     register_contract_backends()
