@@ -384,16 +384,15 @@ def test_remember_migration_scripts(tmp_path):
     them); the head revision is the one Dagster reads on its own."""
     import inspect
 
-    from alembic.script import Script
+    from alembic.script import Script, ScriptDirectory
     from dagster._core.storage import sql
 
     assert "ScriptDirectory.from_config(" in inspect.getsource(sql.check_alembic_revision), CHANGED
-    plain_head = sql.ScriptDirectory.from_config(sql.get_alembic_config(sql.__file__.replace(
+    # Alembic's own class (an earlier test in this process may have opened the project's instance)
+    plain_head = ScriptDirectory.from_config(sql.get_alembic_config(sql.__file__.replace(
         "sql.py", "runs/sqlite/sqlite_run_storage.py"))).get_current_head()
     internals.remember_migration_scripts()
     internals.remember_migration_scripts()  # twice is once
-    from alembic.script import ScriptDirectory
-
     assert sql.ScriptDirectory.__bases__ == (ScriptDirectory,)  # wrapped once
     loads = []
     original = Script._from_path.__func__

@@ -416,7 +416,7 @@ def remember_migration_scripts() -> None:
     times in a forked step (the runs, schedules, index and run databases), 0.11 s of the 0.28 s
     of CPU a step costs before it does anything (docs/performance.md). The scripts are the
     installed package's, so one ``ScriptDirectory`` per script location answers every check.
-    Public alternative: none; ``storage: postgres`` checks once per process already."""
+    Public alternative: none."""
     from dagster._core.storage import sql
 
     if getattr(sql.ScriptDirectory, "remembered", False):
