@@ -46,3 +46,20 @@ def test_a_home_where_the_lock_cannot_be_written_is_opened_without_it(tmp_path, 
     with open_instance() as instance:
         assert instance.get_runs() == []
     assert (tmp_path / "history" / "runs.db").is_file()
+
+
+def test_an_index_left_empty_by_a_killed_process_is_made_ready_by_the_next(tmp_path):
+    """A process killed after SQLite created the event log's index file and before Dagster
+    created its tables leaves an empty file, which Dagster's start-up does not initialize (it
+    exists): the next process must still register and read dynamic partitions."""
+    import shutil
+
+    import dagster as dg
+
+    home = tmp_path / "home"
+    (home / "history" / "runs").mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    (home / "history" / "runs" / "index.db").touch()  # what the killed process left
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("batches", ["a", "b"])
+        assert instance.get_dynamic_partitions("batches") == ["a", "b"]

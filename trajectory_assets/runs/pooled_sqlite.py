@@ -148,8 +148,16 @@ def _pooled_storage_classes():
                     yield conn
 
         def has_table(self, table_name: str) -> bool:
-            # asked of the index at every tagged asset event
-            engine = self._pooled_engines.get(self.conn_string_for_shard(dagsters.index_shard))
+            # Asked of the index at every tagged asset event. The index is made ready first, as
+            # a connection to it is: a process killed after SQLite created the file and before
+            # Dagster created its tables leaves an empty index, which Dagster's start-up skips
+            # (the file exists), so every later process would be told "no dynamic partitions
+            # table" (tests/runs/test_instance.py). Not under the lock, which the caller may hold.
+            index = dagsters.index_shard
+            engine = self._pooled_engines.get(self.conn_string_for_shard(index))
+            if index not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(index)
             with engine.connect() as conn:
                 return bool(engine.dialect.has_table(conn, table_name))
 
