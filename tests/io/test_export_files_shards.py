@@ -116,8 +116,14 @@ def write_shard(root: str, shard: int, run: str) -> list[dict]:
 
 
 def test_shards_written_by_separate_processes_are_committed_by_another(tmp_path):
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    # fresh interpreters, as shard steps on other machines are. A fork of the test worker
+    # inherits its signal handlers: after an in-process Dagster run SIGTERM raises
+    # KeyboardInterrupt (dagster._utils.interrupts), so the pool's SIGTERM at exit raised it
+    # in copies of the worker, and CI once lost the worker here as "keyboard-interrupt"
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
         reported = pool.starmap(write_shard, [(str(tmp_path), shard, "run-1") for shard in (2, 0, 1)])
+        pool.close()
+        pool.join()  # every worker ends on its own: nothing is sent SIGTERM
     written = [WrittenShard.from_json(record) for records in reported for record in records]
     assert not (tmp_path / "exports" / "sft").exists()  # nothing is visible before the commit
     files = commit_shards(Storage(str(tmp_path)), "sft", SPLITS, "jsonl", 3, written)
