@@ -328,6 +328,9 @@ def test_every_export_has_the_same_rows_in_the_same_order_for_1_2_and_7_shards(t
         ranges_read = [buckets for _, buckets in table.scans if buckets is not None]
         # each shard's range read once, for every family at once (one shard reads the whole table, no range)
         assert len(ranges_read) == len(set(ranges_read)) == (0 if shards == 1 else shards)
+        # the plan's flat columns read once for the three families (one shard reads the whole
+        # table once more, with no range)
+        assert table.scans.count((None, None)) == (2 if shards == 1 else 1)
         assert not list((folder / "staging").glob("*"))  # the run's staging folder is gone
         outputs[shards] = {export.name: read_back(folder, export)
                            for family in FAMILIES for export in family_exports(family)}

@@ -41,6 +41,7 @@ from trajectory_assets.exports.families.frames import (
     TrajectoryTable,
     payload_columns,
     read_shard,
+    scan_candidates,
 )
 from trajectory_assets.exports.token_budget import TokenBudget
 from trajectory_assets.exports.writer import (
@@ -97,9 +98,11 @@ def plan_exports(store: Storage, table: TrajectoryTable, batches: dict[str, str]
     are given and the table can say which batches a shard reads. Staging folders of earlier
     runs are the caller's to remove (it knows which runs are over)."""
     families = tuple(dict.fromkeys(export.family for export in exports))
+    candidates = scan_candidates(table, [column for family in families for column in FAMILIES[family].plan_columns])
     plans = {}
     for family in families:
-        plan = plans[family] = FAMILIES[family].plan(table, getattr(config, family), budgets.get(family), benchmarks)
+        plan = plans[family] = FAMILIES[family].plan(table, getattr(config, family), budgets.get(family), benchmarks,
+                                                     candidates)
         # the manifest's decontamination block, from the plan's counts: the index stays in this step
         kept = {"plan": plan, "decontamination": None if benchmarks is None else manifest_block(benchmarks, plan.excluded)}
         store.write_bytes(layout.staging_plan(run, family), pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))

@@ -14,15 +14,19 @@ from trajectory_assets.exports.families.frames import ExportFrame, Plan
 
 
 class Family(NamedTuple):
-    # (table, its config section, budget, benchmarks) -> the plan: every decision, global and exact
+    # (table, its config section, budget, benchmarks, candidates) -> the plan: every decision,
+    # global and exact
     plan: Callable[..., Plan]
     # (a shard's units, its payloads, the config section, split, exports, budget) -> frames per chunk
     render: Callable[..., Iterator[dict[str, ExportFrame]]]
+    # the flat columns its plan reads: a plan step scans the union of its families' once
+    # (``frames.scan_candidates``) and hands it to each plan
+    plan_columns: list[str]
 
 
 # family (also its config section) -> its plan and its render
 FAMILIES: dict[str, Family] = {
-    "sft": Family(sft.plan, sft.render),
-    "dpo": Family(dpo.plan, dpo.render),
-    "grpo": Family(grpo.plan, grpo.render),
+    "sft": Family(sft.plan, sft.render, sft.PLAN_COLUMNS),
+    "dpo": Family(dpo.plan, dpo.render, dpo.PLAN),
+    "grpo": Family(grpo.plan, grpo.render, grpo.PLAN),
 }

@@ -21,6 +21,7 @@ from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
+    Candidates,
     ExportFrame,
     Payloads,
     Plan,
@@ -48,10 +49,11 @@ READS = (("chosen_id", "chosen_bucket"), ("rejected_id", "rejected_bucket"))
 
 def plan(table: TrajectoryTable, config: DpoConfig,
          budget: TokenBudget | None = None,
-         benchmarks: BenchmarkIndex | None = None) -> Plan:
+         benchmarks: BenchmarkIndex | None = None,
+         candidates: Candidates | None = None) -> Plan:
     """Pairs (PAIR_COLUMNS + quality_difference), tasks in order of first appearance in the
     canonical order."""
-    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN, budget, benchmarks)
+    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN, budget, benchmarks, candidates)
     rewarded = kept["reward"].notna()
     skipped = carries_flag(kept["quality_flags"], "verification_skipped")
     for reason, dropped in (("verification_skipped", ~rewarded & skipped), ("no_reward", ~rewarded & ~skipped)):

@@ -19,6 +19,7 @@ from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
+    Candidates,
     ExportFrame,
     Payloads,
     Plan,
@@ -39,11 +40,12 @@ PAYLOAD_COLUMNS = ["trajectory_id", "request", "messages", "prompt_length", "too
 
 def plan(table: TrajectoryTable, config: GrpoConfig,
          budget: TokenBudget | None = None,
-         benchmarks: BenchmarkIndex | None = None) -> Plan:
+         benchmarks: BenchmarkIndex | None = None,
+         candidates: Candidates | None = None) -> Plan:
     """One row per task: its first rollout (in the canonical order: the task's bucket is that
     rollout's, and the only payload the task reads), aggregates over all of them, and its
     ``position`` in the export."""
-    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN, budget, benchmarks)
+    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN, budget, benchmarks, candidates)
     passed = (kept["reward"] >= config.pass_threshold).where(kept["reward"].notna())
     by_task = kept.assign(passed=passed.astype(float)).groupby("task_key", sort=False)
     # built-in aggregations only: a Python function per task cost 0.8 s of a 1 GB GRPO step

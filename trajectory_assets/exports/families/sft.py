@@ -24,6 +24,7 @@ from trajectory_assets.ingest.decontamination import BenchmarkIndex
 from trajectory_assets.exports.export import Export
 from trajectory_assets.exports.families.frames import (
     PLAN_COLUMNS,
+    Candidates,
     ExportFrame,
     Payloads,
     Plan,
@@ -43,9 +44,10 @@ PAYLOAD_COLUMNS = [
 
 def plan(table: TrajectoryTable, config: SftConfig,
          budget: TokenBudget | None = None,
-         benchmarks: BenchmarkIndex | None = None) -> Plan:
+         benchmarks: BenchmarkIndex | None = None,
+         candidates: Candidates | None = None) -> Plan:
     """One unit per curated trajectory, in the canonical order."""
-    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN_COLUMNS, budget, benchmarks)
+    kept, excluded, rows_per_bucket = curated_trajectories(table, config, PLAN_COLUMNS, budget, benchmarks, candidates)
     rows = balance(kept, config, "trajectory_id", excluded)
     # the metadata is read only when some row's source listed messages that are no targets
     lists_untrained = bool(carries_flag(rows["quality_flags"], UNTRAINED_MESSAGES).any())
