@@ -46,6 +46,16 @@ def rank(seed: str, key: str) -> str:
     return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
 
 
+def rank_number(seed: str, key: str) -> int:
+    """``rank(seed, key)``'s first 16 hex digits as a number: how the viewer's sample
+    compares rows, every row a shard writes, without a round-trip through hex.
+
+    >>> rank_number("s", "a0") == int(rank("s", "a0")[:16], 16)
+    True
+    """
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big")
+
+
 def trajectory_refs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(role, trajectory_id) of every validated trajectory a row was made from, in order:
     top-level fields first, then the same fields inside ``extra_info`` (verl).
@@ -126,7 +136,6 @@ class ExportScan:
         self.rows[split] += len(rows)
         pairs, tasks, picked, samples = self.pairs, self.tasks, self._picked, self.samples
         place = f"{self.name}:{split}:" if self.shard is None else f"{self.name}:{split}:{self.shard}:"
-        seed = f"{self.seed}:".encode()
         ids: list[str] = []
         for position, row in enumerate(rows, first):
             refs = trajectory_refs(row)
@@ -139,8 +148,7 @@ class ExportScan:
                 key = "|".join(row_ids) if row_ids else f"{place}{position}"
                 _pair_and_task(row, refs, pairs, tasks)
             if samples:
-                # rank(seed, key)'s first 16 hex digits, as a number
-                negative_rank = -int.from_bytes(hashlib.sha256(seed + key.encode()).digest()[:8], "big")
+                negative_rank = -rank_number(self.seed, key)
                 # a row that cannot enter a full heap is not pushed: heappushpop would hand it back
                 if len(picked) < samples or picked[0][0] <= negative_rank:
                     self._keep((negative_rank, split, position, row))
