@@ -1,6 +1,8 @@
 """Each asset's code version follows the code and config it is computed with: an edit to one
 module changes the versions of the assets whose computation imports it, and no other."""
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -115,3 +117,44 @@ def test_imports_are_statements_not_text_that_looks_like_one(tmp_path):
         "def f():\n    from trajectory_assets import (\n        c,  # a module of the package\n        d,\n    )\n")
     assert imported_modules(tmp_path, "trajectory_assets.main") == {
         "trajectory_assets", "trajectory_assets.b", "trajectory_assets.c", "trajectory_assets.d"}
+
+
+def test_a_source_read_before_is_not_parsed_again_and_an_edited_one_is(tmp_path, monkeypatch):
+    from trajectory_assets import code_versions
+
+    cache = tmp_path / "cache" / "import_names.json"
+    monkeypatch.setattr(code_versions, "IMPORT_NAMES_CACHE", cache)
+    monkeypatch.setattr(code_versions, "_known_names", None)  # as a new process starts
+    package = tmp_path / "trajectory_assets"
+    package.mkdir()
+    for name in ("__init__", "a", "b"):
+        (package / f"{name}.py").write_text("")
+    main = package / "main.py"
+    main.write_text("import trajectory_assets.a\n")
+
+    def closure_of_main() -> list[str]:
+        return closure(tmp_path, ["trajectory_assets.main"])
+
+    assert closure_of_main() == ["trajectory_assets", "trajectory_assets.a", "trajectory_assets.main"]
+    key = hashlib.sha256(main.read_bytes()).hexdigest()
+    assert json.loads(cache.read_text())[key] == ["trajectory_assets.a"]  # written once the closure is known
+    # the next process takes the names from the cache, by the source's bytes: a cache that
+    # says b proves it was not parsed
+    cache.write_text(json.dumps({key: ["trajectory_assets.b"]}))
+    monkeypatch.setattr(code_versions, "_known_names", None)
+    assert closure_of_main() == ["trajectory_assets", "trajectory_assets.b", "trajectory_assets.main"]
+    main.write_text("import trajectory_assets.a\nimport os\n")  # an edit: parsed again
+    assert closure_of_main() == ["trajectory_assets", "trajectory_assets.a", "trajectory_assets.main"]
+
+
+def test_a_cache_that_cannot_be_read_or_written_is_parsed_around(tmp_path, monkeypatch):
+    from trajectory_assets import code_versions
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(code_versions, "IMPORT_NAMES_CACHE", blocker / "import_names.json")
+    monkeypatch.setattr(code_versions, "_known_names", None)
+    assert "trajectory_assets.redaction.redactor" in closure(PROJECT_ROOT, ["trajectory_assets.cli"])
+    monkeypatch.setattr(code_versions, "IMPORT_NAMES_CACHE", blocker)  # not JSON
+    monkeypatch.setattr(code_versions, "_known_names", None)
+    assert "trajectory_assets.redaction.redactor" in closure(PROJECT_ROOT, ["trajectory_assets.cli"])

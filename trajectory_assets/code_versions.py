@@ -24,7 +24,10 @@ in the UI (the CLI loads it on every call).
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
+import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -33,6 +36,16 @@ import orjson
 from trajectory_assets import PROJECT_ROOT, __version__
 
 PACKAGES = ("trajectory_assets", "schemas")
+
+# The import statements' names of each source, by its SHA-256: parsing the ~106 modules with
+# ``ast`` cost 0.33 s of CPU in every process that loads the code location (each CLI call).
+# In the user's cache folder, as Hugging Face's and uv's caches are (a source is keyed by its
+# bytes, so checkouts share it); a process that cannot write there parses. The number in
+# the name is the rule's (``import_names``): a new rule starts a new file.
+IMPORT_NAMES_CACHE = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                      / "trajectory-assets" / "import_names-1.json")
+# sources kept beyond those of the process that writes it (the edits of a working day)
+CACHE_ENTRIES = 4096
 
 
 def module_file(root: Path, module: str) -> Path | None:
@@ -49,17 +62,73 @@ def imported_modules(root: Path, module: str) -> set[str]:
     path = module_file(root, module)
     if path is None:
         return set()
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    return {name for name in _import_names(path) if module_file(root, name)}
+
+
+def import_names(source: bytes, filename: str = "<source>") -> list[str]:
+    r"""The names in the import statements of ``source`` (function-level ones included) that
+    are in our packages, whether or not each is a module: ``from a.b import c`` names ``a.b``
+    and ``a.b.c``, as ``c`` may be a module of package ``a.b``. Relative imports are not used
+    here.
+
+    >>> import_names(b"import os, schemas.sft\ndef f():\n    from trajectory_assets import cli as c")
+    ['schemas.sft', 'trajectory_assets', 'trajectory_assets.cli']
+    """
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):  # import a.b, c
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            # from a.b import c, d: c may be a module of package a.b
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:  # the package imports nothing relatively
+        else:
             continue
-        found.update(name for name in names if name.split(".")[0] in PACKAGES and module_file(root, name))
+        found += [name for name in names if name.split(".")[0] in PACKAGES]
     return found
+
+
+_known_names: dict[str, list[str]] | None = None  # IMPORT_NAMES_CACHE, once read
+_used: set[str] = set()  # the sources this process read
+_unsaved = False
+
+
+def _import_names(path: Path) -> list[str]:
+    """``import_names`` of the file, from the cache when its source is one seen before."""
+    global _known_names, _unsaved
+    if _known_names is None:
+        try:
+            _known_names = orjson.loads(IMPORT_NAMES_CACHE.read_bytes())
+        except (OSError, ValueError):  # none yet, or not JSON
+            _known_names = {}
+        if not isinstance(_known_names, dict):  # a file that is not ours
+            _known_names = {}
+    source = path.read_bytes()
+    key = hashlib.sha256(source).hexdigest()
+    _used.add(key)
+    if key not in _known_names:
+        _known_names[key] = import_names(source, str(path))
+        _unsaved = True
+    return _known_names[key]
+
+
+def _save_import_names() -> None:
+    """Writes the cache when it learnt a source, whole or not at all (a process writing it
+    meanwhile leaves one complete file or the other)."""
+    global _known_names, _unsaved
+    if not _unsaved or _known_names is None:
+        return
+    _unsaved = False
+    if len(_known_names) > CACHE_ENTRIES:
+        _known_names = {key: names for key, names in _known_names.items() if key in _used}
+    with contextlib.suppress(OSError):
+        IMPORT_NAMES_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=IMPORT_NAMES_CACHE.parent, prefix=".import_names-")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(orjson.dumps(_known_names))
+            os.replace(temporary, IMPORT_NAMES_CACHE)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
 
 
 def closure(root: Path, modules: Iterable[str], imports: dict[str, set[str]] | None = None) -> list[str]:
@@ -75,6 +144,7 @@ def closure(root: Path, modules: Iterable[str], imports: dict[str, set[str]] | N
             if module not in imports:
                 imports[module] = imported_modules(root, module)
             pending += imports[module]
+    _save_import_names()
     packages = {".".join(m.split(".")[:i]) for m in followed for i in range(1, m.count(".") + 1)}
     return sorted(followed | {p for p in packages if module_file(root, p)})
 
