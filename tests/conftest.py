@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,18 @@ def temporary_instance(tmp_path_factory, monkeypatch) -> Path:
     home = temporary_dagster_home(tmp_path_factory.mktemp("dagster_home"))
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def default_sigterm() -> Iterator[None]:
+    """SIGTERM kills the test worker again after each test. A Dagster run in this process
+    leaves SIGTERM raising KeyboardInterrupt (``dagster._utils.interrupts`` maps it to SIGINT's
+    handler), and a process the worker forks later inherits that: a forked pool's workers then
+    raised KeyboardInterrupt on the pool's SIGTERM, in copies of the worker, and CI lost a
+    worker to it as "keyboard-interrupt"."""
+    yield
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager
