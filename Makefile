@@ -89,7 +89,8 @@ run: setup
 test: dev browser postgres trainers
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
-# The inner loop: the unit and contract tests alone (no Dagster instance), under a minute
+# The inner loop: the unit and contract tests alone (no Dagster instance): about 7 minutes on
+# this shared 2-core machine, most of it the export phase's refresh and shard tests
 test-fast: dev
 	$(BIN)/python -m pytest -m "not e2e and not system"
 
