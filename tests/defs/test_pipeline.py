@@ -130,6 +130,28 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
     assert "data:image/png;base64," in report.metadata["report"].value
 
 
+def test_the_report_sums_up_the_trajectories_beside_the_export_phase_and_writes_after_the_merges(tmp_path,
+                                                                                                   monkeypatch):
+    """The report's step over the trajectories needs only the batches: with the export phase
+    failing at its first step, it still runs (in a run of forked steps it starts beside the
+    plan) and keeps its part in the run's staging folder. Its step over the exports waits for
+    every merge, so it does not run, and no report is written."""
+    from trajectory_assets.defs import exports as export_defs
+
+    def failing_plan(*args, **kwargs):
+        raise dg.Failure(description="no plan this time", allow_retries=False)
+
+    monkeypatch.setattr(export_defs, "plan_exports", failing_plan)
+    run, _, materialized, _ = run_job([SAMPLE], tmp_path)
+    datasets = run.results[1]
+    assert not datasets.success
+    ended = {event.step_key: event.event_type_value for event in datasets.all_events
+             if event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE")}
+    assert ended == {"exports.plan_exports": "STEP_FAILURE", "stats_report.report_trajectories": "STEP_SUCCESS"}
+    assert "stats_report" not in materialized and not (tmp_path / "reports").exists()
+    assert (tmp_path / "staging" / datasets.run_id / "report" / "part.json").exists()
+
+
 def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import ingest_batches
