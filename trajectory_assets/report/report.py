@@ -70,7 +70,7 @@ class ExportRows(Protocol):
 @dataclass
 class Report:
     stats: dict[str, Any]
-    tasks: list[dict[str, Any]]
+    tasks_jsonl: bytes  # tasks.jsonl: every task, a line each
     markdown: str  # links its plots as plots/<name>.png
     pngs: dict[str, bytes]  # plots/<name>.png -> image
     html: str
@@ -107,7 +107,7 @@ class TrajectoryPart:
 
     trajectories: pd.DataFrame  # EXPORT_PART_COLUMNS of every trajectory
     stats: dict[str, Any]  # stats.json without the exports (stats.trajectory_stats)
-    tasks: list[dict[str, Any]]  # tasks.jsonl
+    tasks_jsonl: bytes  # tasks.jsonl as written (the second step only copies it)
     failing_tasks: list[dict[str, Any]]  # failing_tasks, each with its prompt (a Text)
     quarantine: dict[str, list[dict[str, Any]]]  # QuarantineExamples.examples
     with_tool_calls: int  # trajectories that called a tool
@@ -119,11 +119,12 @@ class TrajectoryPart:
         sink = pa.BufferOutputStream()
         pq.write_table(pa.Table.from_pandas(self.trajectories, preserve_index=False), sink)
         store.write_bytes(f"{folder}/trajectories.parquet", sink.getvalue().to_pybytes())
+        store.write_bytes(f"{folder}/tasks.jsonl", self.tasks_jsonl)
         for drawn in self.figures:
             if drawn.png is not None:
                 store.write_bytes(f"{folder}/plots/{drawn.name}.png", drawn.png)
         store.write_bytes(f"{folder}/part.json", orjson.dumps({
-            "stats": self.stats, "tasks": self.tasks, "failing_tasks": self.failing_tasks,
+            "stats": self.stats, "failing_tasks": self.failing_tasks,
             "quarantine": self.quarantine, "with_tool_calls": self.with_tool_calls,
             "figures": [{"name": drawn.name, "title": drawn.title, "svg": drawn.svg, "png": drawn.png is not None}
                         for drawn in self.figures],
@@ -135,7 +136,7 @@ class TrajectoryPart:
         return cls(
             trajectories=pq.read_table(pa.BufferReader(store.read_bytes(f"{folder}/trajectories.parquet"))).to_pandas(),
             stats=part["stats"],
-            tasks=part["tasks"],
+            tasks_jsonl=store.read_bytes(f"{folder}/tasks.jsonl"),
             failing_tasks=[{**task, "prompt": Text(**task["prompt"])} for task in part["failing_tasks"]],
             quarantine={reason: [{**example, "detail": Text(**example["detail"]), "raw": Text(**example["raw"])}
                                  for example in examples] for reason, examples in part["quarantine"].items()},
@@ -178,7 +179,7 @@ def summarize_trajectories(
     return TrajectoryPart(
         trajectories=trajectories[EXPORT_PART_COLUMNS],
         stats=stats,
-        tasks=per_task,
+        tasks_jsonl=b"".join(orjson.dumps(task) + b"\n" for task in per_task),
         failing_tasks=[{**task, "prompt": clip(facts.prompts.get(first_of_task[task["task_key"]], ""), TEXT_LIMIT)}
                        for task in failing],
         quarantine=quarantine.examples,
@@ -231,7 +232,7 @@ def build_report(
         settings={"samples_per_export": config.report.samples_per_export, "seed": config.report.seed,
                   "with_tool_calls": part.with_tool_calls},
     )
-    return Report(stats, part.tasks, markdown, pngs, render_page(page))
+    return Report(stats, part.tasks_jsonl, markdown, pngs, render_page(page))
 
 
 def scan_stored_export(name: str, manifest: dict[str, Any], rows: ExportRows, config: PipelineConfig) -> ExportScan:

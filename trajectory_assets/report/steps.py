@@ -59,7 +59,7 @@ def write_stored_report(store: Storage, config: PipelineConfig, folder: str) -> 
             store.remove(layout.report_file(f"plots/{name}.png"))
     for name, png in report.pngs.items():
         store.write_bytes(layout.report_file(name), png)
-    store.write_bytes(layout.TASKS, b"".join(orjson.dumps(task) + b"\n" for task in report.tasks))
+    store.write_bytes(layout.TASKS, report.tasks_jsonl)
     store.write_bytes(layout.REPORT_PAGE, report.html.encode())
     return report
 
