@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pandas as pd
@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from trajectory_assets.config import PipelineConfig
 from trajectory_assets.exports.families.frames import TrajectoryTable
 from trajectory_assets.exports.export_scan import ExportScan, trajectory_refs
+from trajectory_assets.io.storage import Storage
 from trajectory_assets.report.report_data import (
     QuarantineExamples,
     dpo_margins,
@@ -43,7 +44,6 @@ from trajectory_assets.report.report_data import (
     trajectory_infos,
 )
 from trajectory_assets.report.page import ExportSection, Figure, Page, render_page
-from trajectory_assets.io.storage import Storage
 from trajectory_assets.report.stats import (
     STATS_COLUMNS,
     render_markdown,
@@ -54,6 +54,9 @@ from trajectory_assets.report.stats import (
 )
 from trajectory_assets.report.viewer import TEXT_LIMIT, Text, clip, view_sample
 from trajectory_assets.sources import REPORT_SECTIONS
+
+if TYPE_CHECKING:  # plots.py imports Altair, which only the drawing imports (summarize_trajectories)
+    from trajectory_assets.report.plots import Plot
 
 # shown in the Markdown (and so inside Dagster's UI) as well as on the page
 MAIN_PLOTS = ("rewards", "pass_rate", "lengths", "tools")
@@ -90,8 +93,8 @@ class Drawn:
     png: bytes | None
 
 
-def draw(plot: Any) -> Drawn:
-    """``plot`` (``plots.Plot``) drawn, as SVG and, when the Markdown shows it, as PNG."""
+def draw(plot: Plot) -> Drawn:
+    """``plot`` drawn, as SVG and, when the Markdown shows it, as PNG."""
     return Drawn(plot.name, plot.title, plot.svg, plot.png() if plot.name in MAIN_PLOTS else None)
 
 
@@ -103,7 +106,8 @@ EXPORT_PART_COLUMNS = ["trajectory_id", "reward", "total_tokens", "num_assistant
 
 @dataclass
 class TrajectoryPart:
-    """What the report takes from the trajectories, the ingest summary and the quarantine alone."""
+    """What the report takes from the trajectories, the ingest summary and the quarantine alone:
+    computed by its first step, kept in the run's staging folder for the second (``save``, ``load``)."""
 
     trajectories: pd.DataFrame  # EXPORT_PART_COLUMNS of every trajectory
     stats: dict[str, Any]  # stats.json without the exports (stats.trajectory_stats)
@@ -198,7 +202,7 @@ def build_report(
     every export present in the storage, by name; an export is given by the scan its merge
     wrote (``exports/export_scan.py``: its picked rows are whole) or, without one, by its
     rows, read once here."""
-    stats = with_exports(part.stats, dict(manifests))
+    stats = with_exports(part.stats, manifests)
     trajectories = part.trajectories
     scans = [rows if isinstance(rows, ExportScan) else scan_stored_export(name, manifests[name], rows, config)
              for name, rows in exports.items()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -213,7 +214,7 @@ def trajectory_stats(
     return stats
 
 
-def export_stats(manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def export_stats(manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """What the statistics take from each export's manifest: rows, exclusions, token lengths,
     DPO pairs."""
     dpo = manifests.get("dpo")
@@ -231,14 +232,16 @@ def export_stats(manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def with_exports(stats: dict[str, Any], manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def with_exports(stats: dict[str, Any], manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """``stats`` of the trajectories (``trajectory_stats``) completed by the exports' ``manifests``:
     their keys filled in where ``stats`` holds them, so stats.json's keys keep one order.
 
     >>> manifest = {"rows": {"train": 2, "validation": 0}, "excluded": {}, "token_budget": {},
     ...             "distributions": {"tokens": {"count": 0}}}
-    >>> list(with_exports({"sources": 1, "exports": {}, "tasks": {}}, {"sft": manifest}).items())[:2]
-    [('sources', 1), ('exports', {'sft': {'train': 2, 'validation': 0}})]
+    >>> stats = {"sources": 1, **export_stats({}), "tasks": {"tasks": 0}}
+    >>> completed = with_exports(stats, {"sft": manifest})
+    >>> list(completed) == list(stats), completed["exports"]
+    (True, {'sft': {'train': 2, 'validation': 0}})
     """
     completed = {**stats, **export_stats(manifests)}
     decontamination = decontamination_stats(manifests)
@@ -247,7 +250,7 @@ def with_exports(stats: dict[str, Any], manifests: dict[str, dict[str, Any]]) ->
     return completed
 
 
-def decontamination_stats(manifests: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def decontamination_stats(manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The evaluation sets the exports were checked against and, per export, the trajectories
     each left out (from the manifests' ``decontamination`` blocks); None when none is configured.
 
