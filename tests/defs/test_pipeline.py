@@ -152,6 +152,25 @@ def test_the_report_sums_up_the_trajectories_beside_the_export_phase_and_writes_
     assert (tmp_path / "staging" / datasets.run_id / "report" / "part.json").exists()
 
 
+def test_the_report_materialized_alone_runs_its_two_steps_and_writes_the_same_report(tmp_path):
+    """What the UI's Materialize of the report alone runs (the implicit asset job, one asset
+    selected): both its steps, the second reading the first's part, over the exports in the storage."""
+    defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
+    with dg.instance_for_test() as instance:
+        sync_batches(instance, batches)
+        assert defs.resolve_job_def(INGEST_JOB).execute_in_process(instance=instance, tags=batch_run_tags(batches)).success
+        assert defs.resolve_job_def(MAIN_JOB).execute_in_process(instance=instance).success
+        built = {path: path.read_bytes() for path in sorted((tmp_path / "reports").rglob("*")) if path.is_file()}
+        alone = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, asset_selection=[dg.AssetKey("stats_report")])
+    assert alone.success
+    assert {event.step_key for event in alone.all_events if event.event_type_value == "STEP_SUCCESS"} == {
+        "stats_report.report_trajectories", "stats_report.report_exports"}
+    assert [event.asset_key for event in alone.get_asset_materialization_events()] == [dg.AssetKey("stats_report")]
+    assert {path: path.read_bytes() for path in sorted((tmp_path / "reports").rglob("*")) if path.is_file()} == built
+
+
 def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import ingest_batches
