@@ -70,7 +70,7 @@ def write_report(store: Storage, batches: list[str], config: PipelineConfig, run
     folder = layout.staging_report(run)
     summarize_stored_trajectories(store, batches, config, folder)
     report = write_stored_report(store, config, folder)
-    store.remove_folder(folder)
+    store.remove_folder(layout.staging_run(run))
     return report
 
 
