@@ -14,8 +14,8 @@ counting them in every process) of its processes are summed; the peak of each su
 Reports the median wall time, CPU time, MB/s, peak RSS (tree), peak PSS (tree) and each run
 variant's ratios to the recipe and the floor, as JSON and as a Markdown table in bench/out/.
 (The JSON also keeps ``os.wait4``'s ru_maxrss as ``max_single_rss_mib``: the largest single
-process, not the tree.) Then the stats_report step runs again, alone, on the last ``run``'s
-output (bench/report.py, a fresh process per repeat): its time, the part the report page
+process, not the tree.) Then the stats_report's two steps run again, alone, on the last
+``run``'s output (bench/report.py, a fresh process per repeat): their time, the part the report page
 takes, its share of the run, and the size of ``reports/index.html`` and of the Markdown the
 UI stores, as a second table. A third says what held the peak PSS of each run variant at the
 largest size: the PSS of each process of the tree at that sample, by role (the CLI, its fork
@@ -27,11 +27,13 @@ A fifth says what the cores allow there: how much two recipes at once get done a
 alone, and the ratio to the recipe each run variant would reach if its CPU time kept every
 core busy from start to end. A sixth gives the parallelism bound, which holds on any
 machine: the CPU of each step of this checkout's runs (each ingest run, the export phase's
-plan, shard and merge steps, the report step: the CPU of the process that executed it, the
-pid of its STEP_START event in the run's event log, its CPU time sampled from /proc with the
-tree's memory; a process's last ~50 ms before it exits are lost), the longest chain of
-dependent steps (the longest ingest run, the plan, the longest shard, the longest merge, the
-report) and the total CPU over that chain, beside the cores the run kept busy here (CPU ÷ wall). A seventh times a run of the bundled
+plan, shard and merge steps, the report's two steps: the CPU of the process that executed it,
+the pid of its STEP_START event in the run's event log, its CPU time sampled from /proc with
+the tree's memory; a process's last ~50 ms before it exits are lost), the longest chain of
+dependent steps (the longest path through ``STAGES``, taking the longest step of each stage
+on it: today the longest ingest run, the plan, the longest shard, the longest merge, the
+report's step over the exports) and the total CPU over that chain, beside the cores the run
+kept busy here (CPU ÷ wall). A seventh times a run of the bundled
 sample (14 records, so almost nothing but what every run pays) against importing the code
 location, interleaved.
 
@@ -51,8 +53,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from bench.corpus import build_corpus
 
@@ -284,45 +288,83 @@ def measure(command: list[str], cwd: Path = ROOT, steps: bool = False) -> dict:
     }
 
 
-def parallelism_bound(total_cpu_s: float, stages: list[list[float]]) -> tuple[float, float]:
-    """(total CPU ÷ CPU of the longest chain of dependent steps, that chain's CPU). ``stages``
-    run one after the other, each step of a stage depending on the whole previous stage and
-    on no step of its own, so the longest chain takes the largest step of each stage. No
-    number of cores can run the whole faster than this ratio of its CPU time:
+def longest_chain(stages: dict[str, list[float]], after: dict[str, Sequence[str]]) -> tuple[float, list[str]]:
+    """(CPU, stages) of the longest chain of dependent steps. ``stages``: the CPU of each
+    stage's steps; ``after``: the stages each stage depends on (each of its steps waits for
+    every step of those, and for no step of its own stage). The chain is the longest path
+    through them, taking the largest step of each stage on it."""
+    ending: dict[str, tuple[float, list[str]]] = {}  # the longest chain ending with each stage
 
-    >>> parallelism_bound(30.0, [[4.0, 5.0], [6.0, 3.0, 2.0], [1.0]])
+    def ending_with(stage: str) -> tuple[float, list[str]]:
+        if stage not in ending:
+            cpu, path = max((ending_with(before) for before in after.get(stage, ())), key=lambda chain: chain[0],
+                            default=(0.0, []))
+            ending[stage] = (cpu + max(stages[stage]), [*path, stage])
+        return ending[stage]
+
+    return max((ending_with(stage) for stage in stages), key=lambda chain: chain[0])
+
+
+def parallelism_bound(total_cpu_s: float, stages: dict[str, list[float]],
+                      after: dict[str, Sequence[str]]) -> tuple[float, float]:
+    """(total CPU ÷ CPU of the longest chain of dependent steps, that chain's CPU), the chain as
+    ``longest_chain`` finds it. No number of cores can run the whole faster than this ratio of
+    its CPU time. Stages one after the other:
+
+    >>> parallelism_bound(30.0, {"a": [4.0, 5.0], "b": [6.0, 3.0, 2.0], "c": [1.0]}, {"b": ["a"], "c": ["b"]})
     (2.5, 12.0)
+
+    A side branch (d beside b and c, after a) is on the chain only when it is the longer way:
+
+    >>> after = {"b": ["a"], "c": ["b"], "d": ["a"], "e": ["c", "d"]}
+    >>> parallelism_bound(40.0, {"a": [5.0], "b": [6.0, 3.0], "c": [1.0], "d": [2.5], "e": [4.0]}, after)
+    (2.5, 16.0)
+    >>> parallelism_bound(40.0, {"a": [5.0], "b": [6.0, 3.0], "c": [1.0], "d": [9.0], "e": [4.0]}, after)
+    (2.2222222222222223, 18.0)
     """
-    chain = sum(max(stage) for stage in stages)
+    chain, _ = longest_chain(stages, after)
     return total_cpu_s / chain, chain
 
 
-# a `trajectory-assets run`'s stages: every ingest run, then the export phase's plan step, its
-# shard steps, its merge steps (one per export), then the report (what each stage's steps are,
+class Stage(NamedTuple):
+    after: tuple[str, ...]  # the stages whose every step this stage's steps wait for
+    belongs: Callable[[dict], bool]  # whether a step (its job and step names) is one of this stage's
+
+
+# a `trajectory-assets run`'s stages: every ingest run; then, in the datasets run, the export
+# phase's plan step, its shard steps, its merge steps (one per export), and the report's two
+# steps, the one over the trajectories beside the export phase (what each stage's steps are,
 # from their job and step names: `exports.plan_exports`, `exports.render_shard[shard_00003]`,
-# `exports.merge_sft`; an ad hoc call's step keys carry its prefix, adhoc_<hash>_)
+# `exports.merge_sft`, `stats_report.report_trajectories`; an ad hoc call's step keys carry its
+# prefix, adhoc_<hash>_)
 STAGES = {
-    "ingest run": lambda step: step["job"].startswith("ingest_"),
-    "plan step": lambda step: step["step"].endswith("plan_exports"),
-    "shard step": lambda step: "render_shard[" in step["step"],
-    "merge step": lambda step: "merge_" in step["step"].rsplit(".", 1)[-1],
-    "report step": lambda step: step["step"].endswith("stats_report"),
+    "ingest run": Stage((), lambda step: step["job"].startswith("ingest_")),
+    "plan step": Stage(("ingest run",), lambda step: step["step"].endswith("plan_exports")),
+    "shard step": Stage(("plan step",), lambda step: "render_shard[" in step["step"]),
+    "merge step": Stage(("shard step",), lambda step: "merge_" in step["step"].rsplit(".", 1)[-1]),
+    "report step over the trajectories": Stage(("ingest run",),
+                                               lambda step: step["step"].endswith("report_trajectories")),
+    "report step over the exports": Stage(("merge step", "report step over the trajectories"),
+                                          lambda step: step["step"].endswith("report_exports")),
 }
 # the stages with a step per shard or per export: one line each in the table, not one per step
 MANY_STEPS = ("shard step", "merge step")
 
 
 def parallelism(steps: list[dict], total_cpu_s: float) -> dict:
-    """The steps of a run (``step_cpu``) by stage (``STAGES``), the longest chain's CPU and the
-    bound (``parallelism_bound``) over ``total_cpu_s``; the bound is None when a stage has no
-    step or a step's CPU is unknown, a lower bound when a step's process did other work too."""
+    """The steps of a run (``step_cpu``) by stage (``STAGES``), the longest chain's CPU and
+    stages (``longest_chain``) and the bound over ``total_cpu_s``; the bound is None when a
+    stage has no step or a step's CPU is unknown, a lower bound when a step's process did other
+    work too."""
     stages = {stage: sorted((step for step in steps if belongs(step)), key=lambda step: -(step["cpu_s"] or 0))
-              for stage, belongs in STAGES.items()}
+              for stage, (_, belongs) in STAGES.items()}
     known = all(stages.values()) and all(step["cpu_s"] is not None for members in stages.values() for step in members)
-    bound, chain = (parallelism_bound(total_cpu_s, [[step["cpu_s"] for step in members] for members in stages.values()])
-                    if known else (None, None))
+    chain, path = (longest_chain({stage: [step["cpu_s"] for step in members] for stage, members in stages.items()},
+                                 {stage: after for stage, (after, _) in STAGES.items()})
+                   if known else (None, None))
     return {"stages": stages, "total_cpu_s": round(total_cpu_s, 2), "chain_cpu_s": chain and round(chain, 2),
-            "bound": bound and round(bound, 2), "shared": any(step["shared"] for step in steps)}
+            "chain": path, "bound": chain and round(total_cpu_s / chain, 2),
+            "shared": any(step["shared"] for step in steps)}
 
 
 def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = None) -> dict:
@@ -396,20 +438,20 @@ def median_parallelism(runs: list[dict]) -> dict:
 
 
 def bench_report(storage: Path, repeats: int, run_wall_s: float) -> dict:
-    """The stats_report step again on the last ``run``'s storage (bench/report.py), each time
+    """The stats_report's two steps again on the last ``run``'s storage (bench/report.py), each time
     in a fresh process: its time, the page's part of it, the page's size."""
     runs = []
     for repeat in range(repeats):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             measure([sys.executable, "-m", "bench.report", str(storage), out.name])
             runs.append(json.loads(Path(out.name).read_text()))
-        print(f"  report step {runs[-1]['step_s']:6.2f} s (page {runs[-1]['page_s']:.2f} s), "
+        print(f"  report steps {runs[-1]['step_s']:6.2f} s (page {runs[-1]['page_s']:.2f} s), "
               f"page {runs[-1]['page_bytes'] / 1e3:.0f} kB", flush=True)
     step = statistics.median(r["step_s"] for r in runs)
     return {
         "step_s": step,
         "page_s": statistics.median(r["page_s"] for r in runs),
-        "over_run": round(step / run_wall_s, 3),  # the report step's share of a whole run's wall time
+        "over_run": round(step / run_wall_s, 3),  # the report steps' share of a whole run's wall time
         "parts_s": runs[0]["parts_s"],
         "page_bytes": runs[-1]["page_bytes"],
         "plots_png_bytes": runs[-1]["plots_png_bytes"],
@@ -420,7 +462,7 @@ def bench_report(storage: Path, repeats: int, run_wall_s: float) -> dict:
 
 def report_markdown(results: list[dict]) -> str:
     lines = [
-        "| corpus | report step (median) | of which the page | / run | index.html | Markdown in the UI (with plots) |",
+        "| corpus | report's two steps (median) | of which the page | / run | index.html | Markdown in the UI (with plots) |",
         "|---|---|---|---|---|---|",
     ]
     for result in results:
@@ -521,8 +563,8 @@ def parallelism_markdown(results: list[dict], cpus: int) -> str:
                 shown = "?" if step["cpu_s"] is None else f"{step['cpu_s']:.1f} s"
                 cells.setdefault(label, {})[name] = shown + (" (shared)" if step["shared"] else "")
         chain, bound = measured["chain_cpu_s"], measured["bound"]
-        cells.setdefault("longest chain: ingest run 1 + plan + the longest shard + the longest merge + report",
-                         {})[name] = "n/a" if chain is None else f"{chain:.1f} s"
+        cells.setdefault("longest chain of dependent steps (the longest step of each stage on it)", {})[name] = (
+            "n/a" if chain is None else f"{chain:.1f} s: {' + '.join(measured['chain'])}")
         steps_cpu = sum(step["cpu_s"] or 0 for steps in measured["stages"].values() for step in steps)
         cells.setdefault("the rest, on no chain: the CLI, the fork server, log capture", {})[name] = (
             f"{measured['total_cpu_s'] - steps_cpu:.1f} s")

@@ -204,7 +204,9 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     from bench.run import parallelism, parallelism_bound, parallelism_markdown
 
     assert doctest.testmod(run).failed == 0  # parallelism_bound's and largest_step_pss's examples
-    assert parallelism_bound(20.0, [[5.0], [2.0, 3.0], [2.0]]) == (2.0, 10.0)
+    assert parallelism_bound(20.0, {"a": [5.0], "b": [2.0, 3.0], "c": [2.0]}, {"b": ["a"], "c": ["b"]}) == (2.0, 10.0)
+    # stages that depend on nothing run side by side: the chain is the longest of them
+    assert parallelism_bound(20.0, {"a": [5.0], "b": [2.0, 3.0], "c": [2.0]}, {}) == (4.0, 5.0)
 
     def step(job, key, cpu, pid, shared=False):
         return {"job": job, "step": key, "cpu_s": cpu, "pid": pid, "shared": shared}
@@ -216,21 +218,31 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
              step(build, phase + "render_shard[shard_00000]", 4.0, 14),
              step(build, phase + "render_shard[shard_00001]", 5.0, 15),
              step(build, phase + "merge_sft", 1.0, 16), step(build, phase + "merge_trl_dpo", 0.5, 17),
-             step(build, "adhoc_1f__stats_report", 3.0, 18)]
-    measured = parallelism(steps, 38.0)
-    assert (measured["chain_cpu_s"], measured["bound"], measured["shared"]) == (19.0, 2.0, False)
+             step(build, "adhoc_1f__stats_report.adhoc_1f_report_trajectories", 2.5, 18),
+             step(build, "adhoc_1f__stats_report.adhoc_1f_report_exports", 1.5, 19)]
+    measured = parallelism(steps, 35.0)
+    # the report's step over the trajectories (after the ingest runs only) is off the chain
+    assert (measured["chain_cpu_s"], measured["bound"], measured["shared"]) == (17.5, 2.0, False)
+    assert measured["chain"] == ["ingest run", "plan step", "shard step", "merge step", "report step over the exports"]
     assert [one["cpu_s"] for one in measured["stages"]["ingest run"]] == [8.0, 6.0]  # the longest first
-    assert [len(members) for members in measured["stages"].values()] == [2, 1, 2, 2, 1]
+    assert [len(members) for members in measured["stages"].values()] == [2, 1, 2, 2, 1, 1]
+    # ... until it is longer than the export phase: then the chain goes through it
+    slow = [dict(one, cpu_s=9.0) if one["step"].endswith("report_trajectories") else one for one in steps]
+    assert parallelism(slow, 35.0)["chain"] == ["ingest run", "report step over the trajectories",
+                                                "report step over the exports"]
+    assert parallelism(slow, 35.0)["chain_cpu_s"] == 18.5
     made = result(1000, recipe=16.0, run=32.0, run_seed=24.0, floor=2.0, pss=800.0)
     made["variants"]["run"].update(cpu_s=48.0, parallelism=measured)
     table = parallelism_markdown([made], cpus=2).splitlines()
     assert table[0] == "| at 1000 MB, CPU of each step's process | run |"
     assert table[2:] == ["| ingest run 1 | 8.0 s |", "| ingest run 2 | 6.0 s |", "| plan step | 2.0 s |",
                          "| shard steps: how many, the longest, all | 2, 5.0 s, 9.0 s |",
-                         "| merge steps: how many, the longest, all | 2, 1.0 s, 1.5 s |", "| report step | 3.0 s |",
-                         "| longest chain: ingest run 1 + plan + the longest shard + the longest merge + report | 19.0 s |",
-                         "| the rest, on no chain: the CLI, the fork server, log capture | 8.5 s |",
-                         "| total CPU (every process, last samples) | 38.0 s |",
+                         "| merge steps: how many, the longest, all | 2, 1.0 s, 1.5 s |",
+                         "| report step over the trajectories | 2.5 s |", "| report step over the exports | 1.5 s |",
+                         "| longest chain of dependent steps (the longest step of each stage on it) | 17.5 s: ingest run "
+                         "+ plan step + shard step + merge step + report step over the exports |",
+                         "| the rest, on no chain: the CLI, the fork server, log capture | 4.5 s |",
+                         "| total CPU (every process, last samples) | 35.0 s |",
                          "| **bound: total ÷ chain** | **2.00** |",
                          "| on these 2 vCPUs: CPU (tree) ÷ wall | 1.50 |",
                          "| peak PSS of the largest step | n/a |"]
@@ -238,9 +250,9 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     assert parallelism_markdown([made], cpus=2).splitlines()[-1] == "| peak PSS of the largest step | 412 MiB |"
     # one ingest run in the CLI's process: its CPU is the CLI's too, so the bound is a lower one
     steps[:2] = [step(ingest, "adhoc_1f_ingest_batches", 10.0, 1, shared=True)]
-    assert parallelism(steps, 40.0)["bound"] == 1.9 and parallelism(steps, 40.0)["shared"]
-    made["variants"]["run"]["parallelism"] = parallelism(steps, 40.0)
-    assert "| **bound: total ÷ chain** | **1.90** or more |" in parallelism_markdown([made], cpus=2)
+    assert parallelism(steps, 39.0)["bound"] == 2.0 and parallelism(steps, 39.0)["shared"]
+    made["variants"]["run"]["parallelism"] = parallelism(steps, 39.0)
+    assert "| **bound: total ÷ chain** | **2.00** or more |" in parallelism_markdown([made], cpus=2)
     # a step whose process was never sampled (it ended within one period): no bound, rather than a wrong one
     steps[-1]["cpu_s"] = None
     assert parallelism(steps, 40.0)["bound"] is None

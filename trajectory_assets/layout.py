@@ -143,8 +143,9 @@ def export_extra(export: str, name: str) -> str:
 
 
 def staging_run(run: str) -> str:
-    """What one run's export steps hand each other (plans, each shard's part of each export,
-    its staged files, the steps' small outputs), under the dataset's root: removed once the
+    """What one run's export and report steps hand each other (plans, each shard's part of each
+    export, its staged files, the report's part over the trajectories, the steps' small
+    outputs), under the dataset's root: removed once the
     run is over (``defs/staging.py``)."""
     return f"staging/{run}"
 
@@ -156,6 +157,11 @@ def staging_plan(run: str, family: str) -> str:
 def staging_part(run: str, export: str, shard: int) -> str:
     """What the checks and the manifest need of one shard's rows of an export (``writer.ShardPart``)."""
     return f"{staging_run(run)}/parts/{export}/{shard:05d}.pickle"
+
+
+def staging_report(run: str) -> str:
+    """The report's part over the trajectories, for its part over the exports (``report/report.py``)."""
+    return f"{staging_run(run)}/report"
 
 
 def staging_value(run: str, step: str, output: str) -> str:

@@ -130,6 +130,47 @@ def test_materialization_metadata_carries_counts_uris_and_data_versions(tmp_path
     assert "data:image/png;base64," in report.metadata["report"].value
 
 
+def test_the_report_sums_up_the_trajectories_beside_the_export_phase_and_writes_after_the_merges(tmp_path,
+                                                                                                   monkeypatch):
+    """The report's step over the trajectories needs only the batches: with the export phase
+    failing at its first step, it still runs (in a run of forked steps it starts beside the
+    plan) and keeps its part in the run's staging folder. Its step over the exports waits for
+    every merge, so it does not run, and no report is written."""
+    from trajectory_assets.defs import exports as export_defs
+
+    def failing_plan(*args, **kwargs):
+        raise dg.Failure(description="no plan this time", allow_retries=False)
+
+    monkeypatch.setattr(export_defs, "plan_exports", failing_plan)
+    run, _, materialized, _ = run_job([SAMPLE], tmp_path)
+    datasets = run.results[1]
+    assert not datasets.success
+    ended = {event.step_key: event.event_type_value for event in datasets.all_events
+             if event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE")}
+    assert ended == {"exports.plan_exports": "STEP_FAILURE", "stats_report.report_trajectories": "STEP_SUCCESS"}
+    assert "stats_report" not in materialized and not (tmp_path / "reports").exists()
+    assert (tmp_path / "staging" / datasets.run_id / "report" / "part.json").exists()
+
+
+def test_the_report_materialized_alone_runs_its_two_steps_and_writes_the_same_report(tmp_path):
+    """What the UI's Materialize of the report alone runs (the implicit asset job, one asset
+    selected): both its steps, the second reading the first's part, over the exports in the storage."""
+    defs = build_definitions(RunSettings(sources=[str(SAMPLE)], storage=str(tmp_path)))
+    batches = sorted({batch_key(s.source_id) for s in discover([str(SAMPLE)], INPUTS_SUFFIXES)})
+    with dg.instance_for_test() as instance:
+        sync_batches(instance, batches)
+        assert defs.resolve_job_def(INGEST_JOB).execute_in_process(instance=instance, tags=batch_run_tags(batches)).success
+        assert defs.resolve_job_def(MAIN_JOB).execute_in_process(instance=instance).success
+        built = {path: path.read_bytes() for path in sorted((tmp_path / "reports").rglob("*")) if path.is_file()}
+        alone = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, asset_selection=[dg.AssetKey("stats_report")])
+    assert alone.success
+    assert {event.step_key for event in alone.all_events if event.event_type_value == "STEP_SUCCESS"} == {
+        "stats_report.report_trajectories", "stats_report.report_exports"}
+    assert [event.asset_key for event in alone.get_asset_materialization_events()] == [dg.AssetKey("stats_report")]
+    assert {path: path.read_bytes() for path in sorted((tmp_path / "reports").rglob("*")) if path.is_file()} == built
+
+
 def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import ingest_batches

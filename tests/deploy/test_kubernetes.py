@@ -109,7 +109,7 @@ def test_the_definitions_build_with_the_k8s_executor_for_the_datasets_steps():
     assert name == "k8s_job_executor" and executor["max_concurrent"] == K8S_STEPS["max_concurrent"] == 16
     # a pod per step: the plan, each shard (a dynamic step per bucket range), each export's merge
     ops = {op.name for op in datasets.graph.iterate_op_defs()}
-    assert {"plan_exports", "render_shard", "merge_sft", "merge_verl", "stats_report"} <= ops
+    assert {"plan_exports", "render_shard", "merge_sft", "merge_verl", "report_trajectories", "report_exports"} <= ops
     (plan,) = [node for node in datasets.graph.iterate_op_defs() if node.name == "plan_exports"]
     assert plan.output_defs[0].is_dynamic
     assert executor["step_k8s_config"]["container_config"] == K8S_STEPS["step_k8s_config"]["container_config"]

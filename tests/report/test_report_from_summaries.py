@@ -4,20 +4,24 @@ that reads the rows of exports written without summaries."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from trajectory_assets import layout
 from trajectory_assets.config import PipelineConfig
-from trajectory_assets.defs.reports import write_report
-from trajectory_assets.defs.resources import PipelineSettings
 from trajectory_assets.exports.registry import EXPORTS
 from trajectory_assets.exports.shard_phase import write_exports
 from trajectory_assets.ingest.batch import ingest_batch, write_source_record
 from trajectory_assets.io.source_files import batch_key
 from trajectory_assets.io.storage import Storage
+from trajectory_assets.io.batch_summary import read_summary
 from trajectory_assets.io.trajectory_table import StoredTrajectories
+from trajectory_assets.report.report import TrajectoryPart, summarize_trajectories
+from trajectory_assets.report.report_data import QuarantineExamples
+from trajectory_assets.report.steps import write_report
 from trajectory_assets.sources import discover_sources
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "rollouts"
@@ -25,7 +29,7 @@ OUTPUTS = (layout.STATS_JSON, layout.STATS_MARKDOWN, layout.REPORT_PAGE, layout.
 
 
 def report(store: Storage, batches: list[str]) -> dict[str, bytes]:
-    write_report(store, batches, PipelineSettings())
+    write_report(store, batches, PipelineConfig())
     return {path: store.read_bytes(path) for path in OUTPUTS}
 
 
@@ -70,3 +74,21 @@ def test_the_report_is_the_same_without_the_exports_rows_and_without_summaries(b
     for path in data_files:
         path.unlink()
     assert report(store, batches) == with_summaries
+
+
+def test_the_part_over_the_trajectories_comes_back_from_the_storage_as_it_was(built):
+    """The report's first step hands its part to the second through the storage (Parquet, JSON,
+    PNG): what the second reads is what the first computed, the frame's dtypes included."""
+    store, batches, _ = built
+    config = PipelineConfig(grpo={"pass_threshold": 10.0})  # no rollout passes: every task is listed as failing
+    summary = read_summary(store, batches)
+    examples = QuarantineExamples(config.report.quarantine_examples, summary["rejected_by_reason"])
+    for key in batches:
+        examples.add_lines(store.read_bytes(layout.batch_quarantine(key)))
+    part = summarize_trajectories(StoredTrajectories(store, batches), summary, examples, config)
+    # what a round trip could lose: cut texts (quarantine examples, failing tasks' prompts), PNGs
+    assert part.quarantine and part.failing_tasks and any(drawn.png for drawn in part.figures)
+    part.save(store, "staging/run/report")
+    back = TrajectoryPart.load(store, "staging/run/report")
+    pd.testing.assert_frame_equal(back.trajectories, part.trajectories, check_exact=True)
+    assert dataclasses.replace(back, trajectories=None) == dataclasses.replace(part, trajectories=None)

@@ -1,9 +1,11 @@
-"""Statistics report: computed from the trajectory table, the ingest summary and export counts."""
+"""Statistics report: computed from the trajectory table and the ingest summary (``trajectory_stats``),
+then completed by the exports' manifests (``with_exports``)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -148,9 +150,23 @@ def compute_stats(
     tools: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``manifests``: each export's manifest (rows, exclusions and distributions come from it);
-    ``sections``: the source formats' own sections by name (``source_section``); ``tools``:
-    calls, failed results and error rate per tool, every source format."""
-    dpo = manifests.get("dpo")
+    the rest as ``trajectory_stats`` takes it."""
+    return with_exports(trajectory_stats(trajectories, ingest_summary, sections, duplicates_across_batches, tasks,
+                                         tools), manifests)
+
+
+def trajectory_stats(
+    trajectories: pd.DataFrame,
+    ingest_summary: dict[str, Any],
+    sections: dict[str, dict[str, Any]] | None = None,
+    duplicates_across_batches: int = 0,
+    tasks: dict[str, Any] | None = None,
+    tools: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The statistics of the trajectories and the ingest summary, with no export yet (its keys
+    are in their places, empty, for ``with_exports``). ``sections``: the source formats' own
+    sections by name (``source_section``); ``tools``: calls, failed results and error rate per
+    tool, every source format."""
     stats = {
         "records_read": int(ingest_summary["records_read"]),
         "records_valid": int(ingest_summary["records_valid"]),
@@ -169,16 +185,7 @@ def compute_stats(
         "non_finite_values": int(ingest_summary.get("non_finite_values", 0)),
         # valid in two batches (files) at once: kept once in every dataset, counted here
         "duplicates_across_batches": duplicates_across_batches,
-        "exports": {name: manifest["rows"] for name, manifest in manifests.items()},
-        "excluded_by_export": {name: manifest["excluded"] for name, manifest in manifests.items()},
-        # each export's rows measured with the configured tokenizer's chat template (count 0: not measured)
-        "tokens_by_export": {name: {**manifest["token_budget"], **manifest["distributions"]["tokens"]}
-                             for name, manifest in manifests.items()},
-        "dpo_pairs": None if dpo is None else {
-            "pairing": dpo["config"]["dpo"]["pairing"],
-            "pairs": sum(dpo["rows"].values()),
-            "quality_difference": dpo["distributions"].get("quality_difference", {"count": 0}),
-        },
+        **export_stats({}),
         "tasks": tasks or {"tasks": 0},
         "reward": _describe(trajectories["reward"]),
         "reward_components": component_stats(trajectories["reward_components"]),
@@ -204,13 +211,46 @@ def compute_stats(
                   for source in ingest_summary["sources"] if source.get("reward_provenance")]
     if provenance:  # only where a format said where its rewards came from (NeMo Gym)
         stats["reward_provenance"] = provenance
-    decontamination = decontamination_stats(manifests)
-    if decontamination is not None:  # only when benchmarks are configured: otherwise stats.json is as it was
-        stats["decontamination"] = decontamination
     return stats
 
 
-def decontamination_stats(manifests: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def export_stats(manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the statistics take from each export's manifest: rows, exclusions, token lengths,
+    DPO pairs."""
+    dpo = manifests.get("dpo")
+    return {
+        "exports": {name: manifest["rows"] for name, manifest in manifests.items()},
+        "excluded_by_export": {name: manifest["excluded"] for name, manifest in manifests.items()},
+        # each export's rows measured with the configured tokenizer's chat template (count 0: not measured)
+        "tokens_by_export": {name: {**manifest["token_budget"], **manifest["distributions"]["tokens"]}
+                             for name, manifest in manifests.items()},
+        "dpo_pairs": None if dpo is None else {
+            "pairing": dpo["config"]["dpo"]["pairing"],
+            "pairs": sum(dpo["rows"].values()),
+            "quality_difference": dpo["distributions"].get("quality_difference", {"count": 0}),
+        },
+    }
+
+
+def with_exports(stats: dict[str, Any], manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """``stats`` of the trajectories (``trajectory_stats``) completed by the exports' ``manifests``:
+    their keys filled in where ``stats`` holds them, so stats.json's keys keep one order.
+
+    >>> manifest = {"rows": {"train": 2, "validation": 0}, "excluded": {}, "token_budget": {},
+    ...             "distributions": {"tokens": {"count": 0}}}
+    >>> stats = {"sources": 1, **export_stats({}), "tasks": {"tasks": 0}}
+    >>> completed = with_exports(stats, {"sft": manifest})
+    >>> list(completed) == list(stats), completed["exports"]
+    (True, {'sft': {'train': 2, 'validation': 0}})
+    """
+    completed = {**stats, **export_stats(manifests)}
+    decontamination = decontamination_stats(manifests)
+    if decontamination is not None:  # only when benchmarks are configured: otherwise stats.json is as it was
+        completed["decontamination"] = decontamination
+    return completed
+
+
+def decontamination_stats(manifests: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The evaluation sets the exports were checked against and, per export, the trajectories
     each left out (from the manifests' ``decontamination`` blocks); None when none is configured.
 
