@@ -145,8 +145,7 @@ def export_extra(export: str, name: str) -> str:
 def staging_run(run: str) -> str:
     """What one run's export and report steps hand each other (plans, each shard's part of each
     export, its staged files, the report's part over the trajectories, the steps' small
-    outputs), under the dataset's root: removed once the
-    run is over (``defs/staging.py``)."""
+    outputs), under the dataset's root: removed once the run is over (``defs/staging.py``)."""
     return f"staging/{run}"
 
 
