@@ -26,8 +26,8 @@ CORPUS = SHARED / "corpus"
 
 
 # The tiers of `make test` (docs/testing.md). Every test not named here is a unit or contract
-# test: it needs no Dagster instance (a fixture below makes creating one fail), and they all
-# run in under a minute with `make test-fast`. End-to-end tests run the graph through Dagster
+# test: it needs no Dagster instance (a fixture below makes creating one fail), and `make
+# test-fast` runs them alone (about 7 minutes here). End-to-end tests run the graph through Dagster
 # (the CLI, jobs in process); system tests start real servers and processes (`dagster dev`,
 # PostgreSQL, moto's S3, Chromium, the trainers, killed runs).
 E2E = {

@@ -171,6 +171,32 @@ def test_the_report_materialized_alone_runs_its_two_steps_and_writes_the_same_re
     assert {path: path.read_bytes() for path in sorted((tmp_path / "reports").rglob("*")) if path.is_file()} == built
 
 
+def test_a_plan_step_keeps_the_staging_folders_of_the_runs_its_run_re_executes(tmp_path):
+    """A re-execution from failure loads what its ancestors' steps kept in their staging
+    folders (the report's part over the trajectories, made beside a plan step that failed):
+    the plan step removes the folders of finished runs, never those of its own run's
+    ancestors, nor of a run still going."""
+    import uuid
+
+    from trajectory_assets import layout
+    from trajectory_assets.defs.staging import STAGING, remove_finished_runs
+
+    store = Storage(str(tmp_path))
+    lineage = [("first", None, dg.DagsterRunStatus.FAILURE), ("retry", "first", dg.DagsterRunStatus.FAILURE),
+               ("again", "retry", dg.DagsterRunStatus.STARTED), ("other", None, dg.DagsterRunStatus.FAILURE),
+               ("going", None, dg.DagsterRunStatus.STARTED)]
+    ids: dict[str, str] = {}
+    with dg.instance_for_test() as instance:
+        for name, parent, status in lineage:
+            ids[name] = str(uuid.uuid4())
+            instance.add_run(dg.DagsterRun(job_name="datasets", run_id=ids[name], status=status,
+                                           parent_run_id=ids.get(parent), root_run_id=ids["first"] if parent else None))
+            store.write_bytes(layout.staging_value(ids[name], "step", "result"), b"{}")
+        removed = remove_finished_runs(store, instance, ids["again"])
+    assert removed == [ids["other"]]
+    assert sorted(store.folder_names(STAGING)) == sorted(ids[name] for name in ("first", "retry", "again", "going"))
+
+
 def test_contract_failure_blocks_the_export_and_writes_nothing(tmp_path):
     from trajectory_assets.defs import exports as export_defs
     from trajectory_assets.defs.ingest import ingest_batches

@@ -44,10 +44,17 @@ def _path(context: dg.OutputContext) -> str:
 
 def remove_finished_runs(store: Storage, instance: dg.DagsterInstance, current: str) -> list[str]:
     """Removes the staging folders of the dataset's runs that are over (or unknown to the
-    instance), never the ``current`` run's; returns the runs removed."""
+    instance), never those of the ``current`` run or of the runs it re-executes: a
+    re-execution from failure loads what its ancestors' steps kept there (the report's part
+    over the trajectories, made beside a plan step that failed); returns the runs removed."""
+    kept = {current}
+    run = instance.get_run_by_id(current)
+    while run is not None and run.parent_run_id and run.parent_run_id not in kept:
+        kept.add(run.parent_run_id)
+        run = instance.get_run_by_id(run.parent_run_id)
     removed = []
     for run in store.folder_names(STAGING):
-        if run == current:
+        if run in kept:
             continue
         record = instance.get_run_by_id(run)
         if record is None or record.status in FINISHED:
