@@ -1,5 +1,5 @@
 from tests.conftest import call_item, make_rollout, message_item, output_item, trajectory_frame
-from trajectory_assets.report.stats import compute_stats, render_markdown, source_section
+from trajectory_assets.report.stats import render_markdown, source_section, trajectory_stats, with_exports
 
 SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "sources_failed": 0,
            "rejected_by_reason": {"invalid_json": 2}, "sources": [{}]}
@@ -8,6 +8,11 @@ SUMMARY = {"records_read": 5, "records_valid": 3, "records_rejected": 2, "source
 NOT_MEASURED = {"tokenizer": None, "max_tokens": None, "over_token_budget": "drop", "left_out": 0, "truncated": 0}
 MANIFESTS = {"sft": {"rows": {"train": 1, "validation": 0}, "excluded": {"below_min_reward": 2},
                      "token_budget": NOT_MEASURED, "distributions": {"tokens": {"count": 0}}}}
+
+
+def compute_stats(trajectories, ingest_summary, manifests, **trajectory_parts):
+    """The statistics as the report's two steps make them: the trajectories', then the exports'."""
+    return with_exports(trajectory_stats(trajectories, ingest_summary, **trajectory_parts), manifests)
 
 
 def frame():

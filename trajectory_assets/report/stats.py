@@ -140,21 +140,6 @@ def task_stats(trajectories: pd.DataFrame, pass_threshold: float) -> tuple[dict[
     return summary, tasks
 
 
-def compute_stats(
-    trajectories: pd.DataFrame,
-    ingest_summary: dict[str, Any],
-    manifests: dict[str, dict[str, Any]],
-    sections: dict[str, dict[str, Any]] | None = None,
-    duplicates_across_batches: int = 0,
-    tasks: dict[str, Any] | None = None,
-    tools: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """``manifests``: each export's manifest (rows, exclusions and distributions come from it);
-    the rest as ``trajectory_stats`` takes it."""
-    return with_exports(trajectory_stats(trajectories, ingest_summary, sections, duplicates_across_batches, tasks,
-                                         tools), manifests)
-
-
 def trajectory_stats(
     trajectories: pd.DataFrame,
     ingest_summary: dict[str, Any],
