@@ -4,7 +4,8 @@
 
 For each corpus size it builds a corpus (bench/corpus.py), then runs the variants (floor,
 recipe, recipe_pair: two recipes at once, run with every export, run_seed with only the
-seed's SFT/DPO/GRPO) A/B interleaved in one session (the order rotates each repeat, so drift
+seed's SFT/DPO/GRPO, run_in_process: run's graph with every run and step in the CLI's
+process) A/B interleaved in one session (the order rotates each repeat, so drift
 on this shared, noisy machine hits all of them alike), each in a fresh process, recording
 wall time, CPU time (user + system of the command and its descendants, from ``os.wait4``)
 and the peak memory of the whole process tree (the command and every descendant, e.g. the
@@ -25,7 +26,10 @@ largest size (the CPU against ``--against``'s checkout, the wall ratios, the par
 the peak PSS of the largest step and of the tree, and how each grew from the smallest size).
 A fifth says what the cores allow there: how much two recipes at once get done against one
 alone, and the ratio to the recipe each run variant would reach if its CPU time kept every
-core busy from start to end. A sixth gives the parallelism bound, which holds on any
+core busy from start to end. A sixth splits each variant's CPU into user and system time,
+with the pages its tree touched anew (minor faults, which the system time follows), against
+``--against``'s run: run_in_process's row is run's work without its forked processes. A
+seventh gives the parallelism bound, which holds on any
 machine: the CPU of each step of this checkout's runs (each ingest run, the export phase's
 plan, shard and merge steps, the report's two steps: the CPU of the process that executed it,
 the pid of its STEP_START event in the run's event log, its CPU time sampled from /proc with
@@ -33,7 +37,7 @@ the tree's memory; a process's last ~50 ms before it exits are lost), the longes
 dependent steps (the longest path through ``STAGES``, taking the longest step of each stage
 on it: today the longest ingest run, the plan, the longest shard, the longest merge, the
 report's step over the exports) and the total CPU over that chain, beside the cores the run
-kept busy here (CPU ÷ wall). A seventh times a run of the bundled
+kept busy here (CPU ÷ wall). An eighth times a run of the bundled
 sample (14 records, so almost nothing but what every run pays) against importing the code
 location, interleaved.
 
@@ -84,6 +88,10 @@ def variants(source: Path, work: Path, against: Path | None = None) -> dict[str,
         # what the recipe makes (SFT, DPO, GRPO): the like-for-like comparison
         "run_seed": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
                      "--storage", str(work / "run_seed"), "--exports", "sft,dpo,grpo"],
+        # the same graph as run, every run and step in the CLI's process: what run's work costs
+        # without the processes it forks (their start-up and the pages each one touches anew)
+        "run_in_process": [str(Path(python).parent / "trajectory-assets"), "run", "--source", str(source),
+                           "--storage", str(work / "run_in_process"), "--execution", "in-process"],
         **base,
     }
 
@@ -281,6 +289,11 @@ def measure(command: list[str], cwd: Path = ROOT, steps: bool = False) -> dict:
         # user + system CPU of the command and of every descendant that was waited for (a
         # `trajectory-assets run` waits for its fork server, which waits for its forks)
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        # its two parts, and the pages the tree touched for the first time (minor faults: a
+        # process's fresh memory, or a forked one's copy of its parent's), which the system time follows
+        "user_s": usage.ru_utime,
+        "system_s": usage.ru_stime,
+        "minor_faults": usage.ru_minflt,
         # the same, summed over each process's last sample
         "sampled_cpu_s": sum(cpu_s.values()),
         "steps": ran,
@@ -401,6 +414,9 @@ def bench_size(size_mb: int, repeats: int, work: Path, against: Path | None = No
                 for role, values in max(runs, key=lambda r: r["peak_pss_tree"] or 0)["peak_pss_by_role"].items()
             },
             "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 2),
+            "user_s": round(statistics.median(r["user_s"] for r in runs), 2),
+            "system_s": round(statistics.median(r["system_s"] for r in runs), 2),
+            "minor_faults": round(statistics.median(r["minor_faults"] for r in runs)),
             "walls_s": [round(r["wall_s"], 3) for r in runs],
             # this checkout's runs: the steps' CPU and the parallelism bound of the repeat with
             # the median bound, and every repeat's bound
@@ -537,6 +553,38 @@ def cores_markdown(results: list[dict], cpus: int) -> str:
             busy = v["cpu_s"] / cpus
             lines.append(f"| {name} | {v['wall_s']:.2f} s | {v['cpu_s']:.1f} s | {busy:.2f} s | "
                          f"{v['over_recipe']:.2f} | {busy / recipe['wall_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+CPU_PARTS_ORDER = ("recipe", "run_in_process", "run", "run@base", "run_seed", "run_seed@base")
+
+
+def cpu_parts_markdown(results: list[dict]) -> str:
+    """Where the CPU goes at the largest size: each variant's user and system time and the
+    pages its tree touched anew (minor faults), and its CPU against the --against checkout's
+    run when there is one. run_in_process is run's graph with no process forked, so run's CPU
+    above it is what its processes cost, and run@base's CPU times 0.7 (issue 42's target)
+    below it is what no process layout can reach without cheaper work.
+
+    >>> print(cpu_parts_markdown([{"corpus": {"bytes": 1049e6}, "variants": {
+    ...     "run": {"user_s": 45.5, "system_s": 19.5, "cpu_s": 65.0, "minor_faults": 4_250_000},
+    ...     "run@base": {"user_s": 48.0, "system_s": 12.0, "cpu_s": 60.0, "minor_faults": 2_350_000}}}]))
+    | at 1049 MB | user | system | CPU (tree) | minor faults | CPU / run@base's |
+    |---|---|---|---|---|---|
+    | run | 45.5 s | 19.5 s | 65.0 s | 4.25 M | 1.08 |
+    | run@base | 48.0 s | 12.0 s | 60.0 s | 2.35 M | 1.00 |
+    <BLANKLINE>
+    """
+    largest = results[-1]
+    variants = largest["variants"]
+    base = variants.get("run@base")
+    lines = [f"| at {largest['corpus']['bytes'] / 1e6:.0f} MB | user | system | CPU (tree) | minor faults | "
+             "CPU / run@base's |", "|---|---|---|---|---|---|"]
+    for name in (name for name in CPU_PARTS_ORDER if name in variants):
+        v = variants[name]
+        against = "" if base is None else f"{v['cpu_s'] / base['cpu_s']:.2f}"
+        lines.append(f"| {name} | {v['user_s']:.1f} s | {v['system_s']:.1f} s | {v['cpu_s']:.1f} s | "
+                     f"{v['minor_faults'] / 1e6:.2f} M | {against} |")
     return "\n".join(lines) + "\n"
 
 
@@ -696,6 +744,7 @@ def main(argv: list[str] | None = None) -> None:
                                                  indent=2) + "\n")
     table = (markdown(results) + "\n" + report_markdown(results) + "\n" + composition_markdown(results) + "\n"
              + targets_markdown(results) + "\n" + cores_markdown(results, machine["cpus"]) + "\n"
+             + cpu_parts_markdown(results) + "\n"
              + parallelism_markdown(results, machine["cpus"]) + "\n"
              + fixed_cost_markdown(fixed))
     (OUT / "results.md").write_text(table)

@@ -49,7 +49,10 @@ def test_an_earlier_checkout_joins_the_rotation_but_not_the_verdict(tmp_path):
     assert made["run@base"][:2] == ["/base/.venv/bin/trajectory-assets", "run"]
     assert made["run_seed@base"][-2:] == ["--exports", "sft,dpo,grpo"]
     assert made["run@base"][made["run@base"].index("--storage") + 1] == str(tmp_path / "run@base")
-    assert set(commands(Path("/corpus"), tmp_path)) == {"floor", "recipe", "recipe_pair", "run", "run_seed"}
+    assert set(commands(Path("/corpus"), tmp_path)) == {"floor", "recipe", "recipe_pair", "run", "run_seed",
+                                                            "run_in_process"}
+    # run's graph with nothing forked: the CLI's own mode for it, beside run with the same exports
+    assert made["run_in_process"][-2:] == ["--execution", "in-process"] and "--exports" not in made["run_in_process"]
     # started in the other checkout: its runs load the code location from where the CLI starts
     from bench.run import measure
 
@@ -256,3 +259,26 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     # a step whose process was never sampled (it ended within one period): no bound, rather than a wrong one
     steps[-1]["cpu_s"] = None
     assert parallelism(steps, 40.0)["bound"] is None
+
+
+def test_the_cpu_is_split_into_user_and_system_time_against_the_earlier_checkout():
+    from bench.run import cpu_parts_markdown, measure
+    split = {"run_seed": (10.0, 4.0, 1_000_000), "run": (45.0, 19.0, 4_250_000), "run@base": (48.0, 12.0, 2_350_000),
+             "run_in_process": (40.0, 15.0, 2_800_000)}
+    made = {"corpus": {"bytes": 1049e6}, "variants": {
+        name: {"user_s": user, "system_s": system, "cpu_s": user + system, "minor_faults": faults}
+        for name, (user, system, faults) in split.items()}}
+    table = cpu_parts_markdown([made]).splitlines()
+    assert table[0] == "| at 1049 MB | user | system | CPU (tree) | minor faults | CPU / run@base's |"
+    assert table[2:] == [  # in the table's order, not the results'
+        "| run_in_process | 40.0 s | 15.0 s | 55.0 s | 2.80 M | 0.92 |",
+        "| run | 45.0 s | 19.0 s | 64.0 s | 4.25 M | 1.07 |",
+        "| run@base | 48.0 s | 12.0 s | 60.0 s | 2.35 M | 1.00 |",
+        "| run_seed | 10.0 s | 4.0 s | 14.0 s | 1.00 M | 0.23 |"]
+    del made["variants"]["run@base"]
+    assert cpu_parts_markdown([made]).splitlines()[2] == "| run_in_process | 40.0 s | 15.0 s | 55.0 s | 2.80 M |  |"
+    # the figures are the measured tree's: a child that fills fresh memory and spins shows in both
+    child = "import os; b = b'x' * (64 << 20); t = os.times().user\nwhile os.times().user - t < 0.3: pass"
+    measured = measure([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"])
+    assert measured["user_s"] >= 0.3 and measured["minor_faults"] > (64 << 20) // 4096
+    assert measured["cpu_s"] == measured["user_s"] + measured["system_s"]
