@@ -206,7 +206,7 @@ def test_the_bound_is_the_total_cpu_over_the_longest_chain_of_dependent_steps():
     from bench import run
     from bench.run import parallelism, parallelism_bound, parallelism_markdown
 
-    assert doctest.testmod(run).failed == 0  # parallelism_bound's and largest_step_pss's examples
+    assert doctest.testmod(run).failed == 0  # the examples of parallelism_bound, largest_step_pss, cpu_parts_markdown
     assert parallelism_bound(20.0, {"a": [5.0], "b": [2.0, 3.0], "c": [2.0]}, {"b": ["a"], "c": ["b"]}) == (2.0, 10.0)
     # stages that depend on nothing run side by side: the chain is the longest of them
     assert parallelism_bound(20.0, {"a": [5.0], "b": [2.0, 3.0], "c": [2.0]}, {}) == (4.0, 5.0)
